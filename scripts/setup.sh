@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create .venv with Python 3.11+ and install the project with its pinned dependencies.
+# Idempotent: a stamp of the dependency files skips pip when nothing changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  for c in python3.11 python3.12 python3.13 python3; do
+    if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then PY=$c; break; fi
+  done
+fi
+[ -n "$PY" ] || { echo "setup: need Python >= 3.11 (set PYTHON=...)" >&2; exit 1; }
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=.venv/.mor-installed
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[test]"
+  echo "$want" > "$stamp"
+fi
+echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, snakemake; print("torch", torch.__version__, "snakemake", snakemake.__version__)'))"

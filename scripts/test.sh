@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: set up, then the test suite. Extra arguments go to pytest.
+# MOR_TESTS=all also runs the cases marked slow.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+args=()
+[ "${MOR_TESTS:-}" = "all" ] && args+=(-m "slow or not slow")
+exec .venv/bin/python -m pytest "${args[@]}" "$@"

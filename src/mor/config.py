@@ -1,0 +1,390 @@
+"""Typed run configuration: model shape, variant, router, training and data.
+
+Torch-free on purpose: the Snakefile, the grid expander, the tests and the report code
+import it cheaply. Every dataclass validates itself in ``__post_init__`` and raises a
+``ConfigError`` that names the bad field and the allowed values; ``from_dict`` rejects
+unknown keys, so a typo in a grid fails before any job starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+
+SCALES_FILE = Path(__file__).resolve().parents[2] / "grids" / "scales.yaml"
+
+Variant = Literal["vanilla", "recursive", "mor"]
+Tying = Literal["cycle", "sequence", "middle_cycle", "middle_sequence"]
+RouterType = Literal["expert_choice", "token_choice"]
+RouterFunc = Literal["sigmoid", "tanh", "softmax", "none"]
+RouterArch = Literal["linear", "mlp", "wide_mlp"]
+ExpertChoiceAux = Literal["aux_loss", "aux_router"]
+Balancing = Literal["loss", "loss_free"]
+Gating = Literal["weighted", "additive"]
+KVStrategy = Literal["recursion_wise", "shared", "shared_dagger"]
+Relaxation = Literal["none", "lora", "dora", "prefix", "recursion_pe"]
+TiedInit = Literal["stepwise", "average", "random", "upcycle"]
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key and what is allowed."""
+
+
+def _allowed(literal: Any) -> tuple[str, ...]:
+    return tuple(get_args(literal))
+
+
+def _check_choice(owner: str, name: str, value: Any, literal: Any) -> None:
+    allowed = _allowed(literal)
+    if value not in allowed:
+        raise ConfigError(f"{owner}.{name}={value!r} is not allowed; choose one of {list(allowed)}")
+
+
+def _check_positive(owner: str, name: str, value: float, allow_zero: bool = False) -> None:
+    ok = value >= 0 if allow_zero else value > 0
+    if not ok:
+        raise ConfigError(f"{owner}.{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+# --------------------------------------------------------------------------------------
+# Model shape: one row of grids/scales.yaml
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScaleShape:
+    """Architecture numbers of one named scale (SmolLM shapes at real size, CPU sizes below)."""
+
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    mlp: int
+    vocab: int  # 0 = take the vocabulary size from the tokenizer (CPU scales)
+    max_seq_len: int = 2048
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        own = f"scale[{self.name}]"
+        for name in ("hidden", "layers", "heads", "kv_heads", "mlp", "max_seq_len"):
+            _check_positive(own, name, getattr(self, name))
+        _check_positive(own, "vocab", self.vocab, allow_zero=True)
+        if self.hidden % self.heads:
+            raise ConfigError(f"{own}: hidden={self.hidden} is not divisible by heads={self.heads}")
+        if self.heads % self.kv_heads:
+            raise ConfigError(f"{own}: heads={self.heads} is not divisible by kv_heads={self.kv_heads}")
+        if (self.hidden // self.heads) % 2:
+            raise ConfigError(f"{own}: head dim {self.hidden // self.heads} must be even for RoPE")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+def load_scales(path: Path = SCALES_FILE) -> dict[str, ScaleShape]:
+    """Read every named scale from YAML (the one place model sizes live)."""
+    raw = yaml.safe_load(Path(path).read_text())
+    if not isinstance(raw, dict) or not isinstance(raw.get("scales"), dict):
+        raise ConfigError(f"{path}: expected a mapping with key 'scales'")
+    out = {}
+    for name, row in raw["scales"].items():
+        try:
+            out[str(name)] = from_dict(ScaleShape, {"name": str(name), **row}, where=f"{path}:scales.{name}")
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Router, KV and relaxation (MoR only)
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RouterConfig:
+    """How a MoR model assigns recursion depths to tokens (App. G)."""
+
+    type: RouterType = "expert_choice"
+    func: RouterFunc = "sigmoid"  # f in g = alpha * f(w^T h)
+    alpha: float = 0.1  # scale applied after the router function
+    temperature: float = 1.0  # logits are divided by it before f
+    arch: RouterArch = "linear"  # linear | 2-layer MLP (GELU) | MLP with 4x wider hidden layer
+    gating: Gating = "weighted"  # weighted: h + g*(f(h)-h); additive: h + (f(h)-h) + g
+    # expert-choice
+    capacity: tuple[float, ...] = ()  # fraction of tokens kept at each recursion; () = hierarchical
+    aux: ExpertChoiceAux = "aux_loss"  # causal decision at inference: BCE aux loss or aux router
+    aux_coeff: float = 0.001
+    capacity_warmup_steps: int = 0  # start with every token active, shrink linearly
+    # token-choice
+    balancing: Balancing = "loss"
+    balance_coeff: float = 0.1
+    bias_update_rate: float = 0.001  # loss-free balancing bias step u
+    # both
+    z_loss_coeff: float = 0.0
+
+    def __post_init__(self) -> None:
+        own = "model.router"
+        _check_choice(own, "type", self.type, RouterType)
+        _check_choice(own, "func", self.func, RouterFunc)
+        _check_choice(own, "arch", self.arch, RouterArch)
+        _check_choice(own, "gating", self.gating, Gating)
+        _check_choice(own, "aux", self.aux, ExpertChoiceAux)
+        _check_choice(own, "balancing", self.balancing, Balancing)
+        _check_positive(own, "alpha", self.alpha)
+        _check_positive(own, "temperature", self.temperature)
+        for name in ("aux_coeff", "balance_coeff", "bias_update_rate", "z_loss_coeff", "capacity_warmup_steps"):
+            _check_positive(own, name, getattr(self, name), allow_zero=True)
+        if self.type == "expert_choice" and self.func == "softmax":
+            raise ConfigError(f"{own}.func='softmax' needs type='token_choice' (expert-choice scores one logit)")
+        for c in self.capacity:
+            if not 0 < c <= 1:
+                raise ConfigError(f"{own}.capacity entries must lie in (0, 1], got {list(self.capacity)}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One model of the family: a scale, a variant and (for recursion) how layers are tied."""
+
+    scale: str
+    variant: Variant = "vanilla"
+    tying: Tying = "middle_cycle"
+    num_recursions: int = 1
+    reduced: bool = False  # vanilla with the unique-layer count of an Nr-recursion model
+    router: RouterConfig = field(default_factory=RouterConfig)
+    kv: KVStrategy = "recursion_wise"
+    relaxation: Relaxation = "none"
+    relaxation_rank: int = 0  # LoRA/DoRA rank or prefix length
+    tied_init: TiedInit = "random"
+    init_checkpoint: str = ""  # up-training: SmolLM-format safetensors folder
+    attention: Literal["auto", "sdpa", "flash"] = "auto"
+
+    def __post_init__(self) -> None:
+        own = "model"
+        _check_choice(own, "variant", self.variant, Variant)
+        _check_choice(own, "tying", self.tying, Tying)
+        _check_choice(own, "kv", self.kv, KVStrategy)
+        _check_choice(own, "relaxation", self.relaxation, Relaxation)
+        _check_choice(own, "tied_init", self.tied_init, TiedInit)
+        if self.attention not in ("auto", "sdpa", "flash"):
+            raise ConfigError(f"model.attention={self.attention!r}; choose one of ['auto', 'sdpa', 'flash']")
+        if self.variant == "vanilla":
+            if self.num_recursions != 1 and not self.reduced:
+                raise ConfigError("model.num_recursions > 1 needs variant recursive/mor (or reduced: true)")
+        elif not 2 <= self.num_recursions <= 8:
+            raise ConfigError(f"model.num_recursions={self.num_recursions} must be in [2, 8] for {self.variant}")
+        if self.reduced and self.variant != "vanilla":
+            raise ConfigError("model.reduced only applies to variant 'vanilla'")
+        if self.reduced and self.num_recursions < 2:
+            raise ConfigError("model.reduced needs num_recursions >= 2 (the Nr it is reduced for)")
+        if self.router.capacity and len(self.router.capacity) != self.num_recursions:
+            raise ConfigError(
+                f"model.router.capacity has {len(self.router.capacity)} entries; "
+                f"model.num_recursions={self.num_recursions} needs one per recursion"
+            )
+
+
+# --------------------------------------------------------------------------------------
+# Data, training, evaluation
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DataConfig:
+    """Where tokens come from: the embedded Django docs corpus (CPU) or FineWeb-Edu (cluster)."""
+
+    source: Literal["django-docs", "fineweb-edu"] = "django-docs"
+    tokenizer: str = "bpe-4096"  # 'bpe-<vocab>' trained locally, or a hub tokenizer name
+    train_tokens_cap: int = 0  # fineweb-edu: tokens to stream into the local shard (0 = budget)
+    val_tokens: int = 65536
+
+    def __post_init__(self) -> None:
+        if self.source not in ("django-docs", "fineweb-edu"):
+            raise ConfigError(f"data.source={self.source!r}; choose one of ['django-docs', 'fineweb-edu']")
+        if self.tokenizer.startswith("bpe-"):
+            try:
+                int(self.tokenizer[4:])
+            except ValueError:
+                raise ConfigError(f"data.tokenizer={self.tokenizer!r}: expected 'bpe-<vocab size>'") from None
+        _check_positive("data", "val_tokens", self.val_tokens)
+
+    @property
+    def bpe_vocab(self) -> int:
+        """Vocabulary of a locally trained BPE tokenizer, 0 for a hub tokenizer."""
+        return int(self.tokenizer[4:]) if self.tokenizer.startswith("bpe-") else 0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation recipe (PAPER.md 'Training'): AdamW, warmup-stable-decay, clipping."""
+
+    tokens: int = 1_000_000  # total training tokens; steps = tokens / (global_batch * seq_len)
+    seq_len: int = 128
+    global_batch: int = 16  # sequences per optimizer step, whatever the device count
+    micro_batch: int = 16  # sequences per forward pass; accumulation fills the gap
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.0
+    warmup_frac: float = 0.05
+    decay_frac: float = 0.2
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    seed: int = 0
+    checkpoint_every: int = 50  # steps between checkpoints
+    log_every: int = 1
+
+    def __post_init__(self) -> None:
+        own = "train"
+        for name in ("tokens", "seq_len", "global_batch", "micro_batch", "lr", "checkpoint_every", "log_every"):
+            _check_positive(own, name, getattr(self, name))
+        if self.global_batch % self.micro_batch:
+            raise ConfigError(
+                f"train.global_batch={self.global_batch} is not a multiple of train.micro_batch={self.micro_batch}"
+            )
+        if not 0 <= self.warmup_frac + self.decay_frac <= 1:
+            raise ConfigError("train.warmup_frac + train.decay_frac must lie in [0, 1]")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise ConfigError(f"train.precision={self.precision!r}; choose one of ['auto', 'bf16', 'fp32']")
+        if self.steps < 1:
+            raise ConfigError(
+                f"train.tokens={self.tokens} is less than one step of {self.global_batch}x{self.seq_len} tokens"
+            )
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+    @property
+    def steps(self) -> int:
+        return self.tokens // self.tokens_per_step
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """What the eval job measures after training."""
+
+    nll_tokens: int = 65536  # validation tokens scored for NLL (capped by the split size)
+    batch: int = 8
+    lm_eval_tasks: tuple[str, ...] = ()  # lm-evaluation-harness task names
+    lm_eval_limit: int = 0  # examples per task (0 = all)
+
+    def __post_init__(self) -> None:
+        _check_positive("eval", "nll_tokens", self.nll_tokens)
+        _check_positive("eval", "batch", self.batch)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines one run; its hash is the run's identity."""
+
+    grid: str
+    model: ModelConfig
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    paper_scale: str = ""  # the paper's scale this run stands for (135M, ...), for tables
+    label: str = ""  # short human name, e.g. 'Middle-Cycle Nr=3'
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def config_hash(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=list)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @property
+    def run_id(self) -> str:
+        m = self.model
+        parts = [self.paper_scale or m.scale, m.variant]
+        if m.reduced:
+            parts.append(f"reduced{m.num_recursions}")
+        if m.variant != "vanilla":
+            parts += [m.tying.replace("_", ""), f"nr{m.num_recursions}"]
+        return "-".join(parts + [self.config_hash[:8]]).replace(".", "p")
+
+
+# --------------------------------------------------------------------------------------
+# Dict -> dataclass, strictly
+# --------------------------------------------------------------------------------------
+def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys with their location."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"{where or cls.__name__}: unknown key(s) {unknown}; allowed keys are {sorted(known)}")
+    kwargs = {}
+    hints = _resolved_hints(cls)
+    for name, value in data.items():
+        hint = hints[name]
+        sub = f"{where}.{name}" if where else name
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = from_dict(hint, value, where=sub)
+        elif get_origin(hint) is tuple:
+            if not isinstance(value, (list, tuple)):
+                raise ConfigError(f"{sub}: expected a list, got {value!r}")
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = _coerce_scalar(hint, value, sub)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}" if where else str(e)) from None
+
+
+def _resolved_hints(cls: type) -> dict[str, Any]:
+    import typing
+
+    return typing.get_type_hints(cls)
+
+
+def _coerce_scalar(hint: Any, value: Any, where: str) -> Any:
+    """YAML gives 1e9 as str and 10 as int; coerce numbers, refuse mismatched kinds."""
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if hint in (int, float):
+        try:
+            num = float(value) if isinstance(value, str) else value
+        except ValueError:
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+        if isinstance(num, bool) or not isinstance(num, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if hint is int:
+            if not float(num).is_integer():
+                raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            return int(num)
+        return float(num)
+    if hint is str or get_origin(hint) is Literal:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def run_config_from_dict(data: dict[str, Any], where: str = "run") -> RunConfig:
+    return from_dict(RunConfig, data, where=where)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def capacities(num_recursions: int, explicit: tuple[float, ...] = ()) -> list[float]:
+    """Fraction of tokens kept at each recursion: hierarchical Nr/Nr, (Nr-1)/Nr, ..., 1/Nr."""
+    if explicit:
+        return list(explicit)
+    return [(num_recursions - r) / num_recursions for r in range(num_recursions)]
+
+
+def tokens_kept(seq_len: int, fraction: float) -> int:
+    """Top-k size for one sequence: at least one token, never more than the sequence."""
+    return max(1, min(seq_len, math.ceil(seq_len * fraction - 1e-9)))

@@ -1,0 +1,27 @@
+"""Where each data artifact of a data config lives (Snakemake rules and jobs agree on it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mor.config import DataConfig
+
+
+@dataclass(frozen=True)
+class DataPaths:
+    tokenizer: str  # a tokenizer.json path, or a hub name for the cluster path
+    train_tokens: Path
+    val_tokens: Path
+
+
+def data_paths(cfg: DataConfig, root: Path = Path("data")) -> DataPaths:
+    if cfg.source == "django-docs":
+        if not cfg.bpe_vocab:
+            raise ValueError(f"data.source=django-docs needs a local tokenizer 'bpe-<vocab>', got {cfg.tokenizer!r}")
+        tag = cfg.tokenizer
+        return DataPaths(str(root / "tokenizer" / f"{tag}.json"), root / "tokens" / f"train-{tag}.npy",
+                         root / "tokens" / f"val-{tag}.npy")
+    slug = cfg.tokenizer.replace("/", "--")
+    return DataPaths(cfg.tokenizer, root / "tokens" / f"fineweb-edu-{slug}" / "train.npy",
+                     root / "tokens" / f"fineweb-edu-{slug}" / "val.npy")

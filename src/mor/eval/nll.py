@@ -1,0 +1,50 @@
+"""Validation NLL: mean negative log-likelihood per token on held-out windows.
+
+The validation split is cut into consecutive, non-overlapping windows of ``seq_len + 1``
+tokens (the +1 supplies the last target); every window is scored in full, so the number
+is deterministic and independent of the batch size. MoR models route with the same
+top-k as in training (teacher-forced scoring).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mor.metrics import routing as rm
+
+
+@torch.no_grad()
+def evaluate(model, tokens: np.ndarray, seq_len: int, max_tokens: int, batch: int, device) -> dict:
+    """Return {'val_nll', 'val_tokens'} plus router statistics for MoR models."""
+    model.eval()
+    n_windows = min(len(tokens) // (seq_len + 1), max(1, max_tokens // seq_len))
+    if n_windows < 1:
+        raise ValueError(f"validation split of {len(tokens)} tokens is shorter than one window of {seq_len + 1}")
+    windows = np.asarray(tokens[: n_windows * (seq_len + 1)], dtype=np.int64).reshape(n_windows, seq_len + 1)
+    nll_sum, count = 0.0, 0
+    selected_last, causal, topk, depths = [], [], [], []
+    for i in range(0, n_windows, batch):
+        chunk = torch.from_numpy(windows[i : i + batch]).to(device)  # (b, T+1)
+        x, y = chunk[:, :-1], chunk[:, 1:]
+        out = model(x)
+        logp = torch.log_softmax(out.logits.float(), dim=-1)  # (b, T, V)
+        nll_sum += -logp.gather(-1, y.unsqueeze(-1)).sum().item()
+        count += y.numel()
+        if out.routing is not None and out.routing.selected:
+            tr = out.routing
+            selected_last.append(tr.selected[-1].cpu())
+            # causal decision vs top-k membership, over each recursion's candidates
+            causal.append(torch.cat([c[m] for c, m in zip(tr.causal_keep, tr.candidates)]).cpu())
+            topk.append(torch.cat([s[m] for s, m in zip(tr.selected, tr.candidates)]).cpu())
+            depths.append(tr.depths().cpu())
+    result = {"val_nll": nll_sum / count, "val_tokens": count}
+    if depths:
+        d = torch.cat(depths).flatten().numpy()
+        result.update(
+            dead_token_ratio=rm.dead_token_ratio(torch.cat(selected_last).numpy()),
+            sampling_accuracy=rm.sampling_accuracy(torch.cat(causal).numpy(), torch.cat(topk).numpy()),
+            mean_depth=float(d.mean()),
+            depth_histogram=rm.depth_histogram(d, model.cfg.num_recursions),
+        )
+    return result

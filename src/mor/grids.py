@@ -1,0 +1,189 @@
+"""Grid YAML -> validated list of runs, each with a stable id from its resolved config.
+
+A grid is data: a new ablation is a new block under ``runs:`` or a new file. Structure is
+checked against ``workflows/schemas/grid.schema.yaml``; every value is then checked by the
+config dataclasses. Either failure raises ``GridError`` naming the file and the key, so a
+bad grid stops ``snakemake`` at parse time, before any job starts.
+
+Merge order for one run: ``defaults`` -> ``modes.<mode>.set`` -> block ``set`` -> block
+``axes`` values. ``model.scale`` always names a paper scale (135M, 360M, ...); the mode's
+``scale_map`` turns it into the scale actually built (CPU scales in the local mode).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from mor.config import ConfigError, RunConfig, load_scales, run_config_from_dict
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA_FILE = REPO / "workflows" / "schemas" / "grid.schema.yaml"
+GRIDS_DIR = REPO / "grids"
+MODES = ("local", "cluster")
+
+
+class GridError(ValueError):
+    """A grid file is malformed; the message starts with the file and names the key."""
+
+
+@dataclass(frozen=True)
+class Run:
+    config: RunConfig
+    block: str  # name of the block that produced it
+    tags: tuple[str, ...]
+
+    @property
+    def run_id(self) -> str:
+        return self.config.run_id
+
+
+@dataclass(frozen=True)
+class Grid:
+    name: str
+    path: Path
+    mode: str
+    runs: tuple[Run, ...]
+    artifacts: tuple[str, ...]
+    reference: tuple[dict, ...]
+    raw: dict
+
+    def run(self, run_id: str) -> Run:
+        for r in self.runs:
+            if r.run_id == run_id:
+                return r
+        raise GridError(f"{self.path}: no run with id {run_id!r} in mode {self.mode!r}")
+
+    def select(self, tags: list[str] | None) -> list[Run]:
+        """Runs carrying any of ``tags`` (all runs when tags is empty)."""
+        if not tags:
+            return list(self.runs)
+        return [r for r in self.runs if set(r.tags) & set(tags)]
+
+
+def set_dotted(target: dict, dotted: str, value: Any) -> None:
+    """target['a']['b'] = value for dotted 'a.b', creating mappings on the way."""
+    keys = dotted.split(".")
+    node = target
+    for k in keys[:-1]:
+        child = node.setdefault(k, {})
+        if not isinstance(child, dict):
+            raise GridError(f"key {dotted!r}: {k!r} already holds a value, not a mapping")
+        node = child
+    node[keys[-1]] = copy.deepcopy(value)
+
+
+def merge(target: dict, updates: dict) -> None:
+    """Apply a mapping whose keys may be dotted or nested."""
+    for k, v in updates.items():
+        if isinstance(v, dict) and "." not in k and isinstance(target.get(k), dict):
+            merge(target[k], v)
+        elif isinstance(v, dict) and "." not in k:
+            target[k] = {}
+            merge(target[k], v)
+        else:
+            set_dotted(target, k, v)
+
+
+def _load_yaml(path: Path) -> dict:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise GridError(f"{path}: grid file not found") from None
+    except yaml.YAMLError as e:
+        raise GridError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise GridError(f"{path}: a grid must be a mapping at the top level")
+    return raw
+
+
+def _validate_structure(path: Path, raw: dict) -> None:
+    schema = yaml.safe_load(SCHEMA_FILE.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
+        raise GridError(f"{path}: key {where}: {e.message}")
+
+
+def load_grid(path: str | Path, mode: str = "local") -> Grid:
+    """Parse, validate and expand a grid for ``mode`` ('local' or 'cluster')."""
+    path = Path(path)
+    if mode not in MODES:
+        raise GridError(f"mode {mode!r} is not one of {list(MODES)}")
+    raw = _load_yaml(path)
+    _validate_structure(path, raw)
+    if raw["name"] != path.stem:
+        raise GridError(f"{path}: key name: {raw['name']!r} must equal the file name {path.stem!r}")
+    if mode not in raw["modes"]:
+        raise GridError(f"{path}: key modes: no {mode!r} mode; grid defines {sorted(raw['modes'])}")
+    mode_spec = raw["modes"][mode]
+    scales = load_scales()
+    scale_map = {str(k): str(v) for k, v in mode_spec.get("scale_map", {}).items()}
+    for paper, actual in scale_map.items():
+        if actual not in scales:
+            raise GridError(f"{path}: key modes.{mode}.scale_map.{paper}: unknown scale {actual!r}; known {sorted(scales)}")
+
+    runs: dict[str, Run] = {}
+    for b, block in enumerate(raw["runs"]):
+        name = block.get("name", f"block{b}")
+        axes = block.get("axes", {})
+        keys = list(axes)
+        for values in itertools.product(*(axes[k] for k in keys)):
+            cfg: dict = {}
+            merge(cfg, raw.get("defaults", {}))
+            merge(cfg, mode_spec.get("set", {}))
+            merge(cfg, block.get("set", {}))
+            for k, v in zip(keys, values):
+                set_dotted(cfg, k, v)
+            where = f"{path}: runs[{b}] ({name}) with " + ", ".join(f"{k}={v}" for k, v in zip(keys, values))
+            run = _resolve(cfg, raw["name"], scale_map, scales, where, block.get("label", ""), values, keys)
+            runs.setdefault(run.config.run_id, Run(run.config, name, tuple(block.get("tags", []))))
+    return Grid(
+        name=raw["name"],
+        path=path,
+        mode=mode,
+        runs=tuple(runs.values()),
+        artifacts=tuple(raw.get("artifacts", [])),
+        reference=tuple(raw.get("reference", [])),
+        raw=raw,
+    )
+
+
+def _resolve(cfg, grid_name, scale_map, scales, where, label_fmt, values, keys) -> Run:
+    model = cfg.setdefault("model", {})
+    paper_scale = str(model.get("scale", ""))
+    if not paper_scale:
+        raise GridError(f"{where}: key model.scale is missing")
+    if scale_map:
+        if paper_scale not in scale_map:
+            raise GridError(f"{where}: key model.scale={paper_scale!r} has no entry in the mode's scale_map {sorted(scale_map)}")
+        model["scale"] = scale_map[paper_scale]
+    elif paper_scale not in scales:
+        raise GridError(f"{where}: key model.scale: unknown scale {paper_scale!r}; known {sorted(scales)}")
+    cfg["grid"] = grid_name
+    cfg["paper_scale"] = paper_scale
+    try:
+        cfg["label"] = label_fmt.format(**{k.replace(".", "_"): v for k, v in zip(keys, values)}) if label_fmt else ""
+    except KeyError as e:
+        raise GridError(f"{where}: key label: unknown placeholder {e}") from None
+    try:
+        rc = run_config_from_dict(cfg, where="run")
+    except ConfigError as e:
+        raise GridError(f"{where}: {e}") from None
+    return Run(rc, "", ())
+
+
+def grid_path(name: str) -> Path:
+    return GRIDS_DIR / f"{name}.yaml"
+
+
+def all_grids() -> list[Path]:
+    return sorted(p for p in GRIDS_DIR.glob("*.yaml") if p.name != "scales.yaml")

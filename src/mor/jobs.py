@@ -1,0 +1,88 @@
+"""The job kinds of the DAG (train, eval), as functions of paths and strings only.
+
+Snakemake rules call them through ``python -m mor`` (see ``mor.cli``); a Slurm launcher can
+pickle them with submitit, since nothing but paths crosses the boundary. Each job resolves
+its run from the grid file, so the grid stays the single source of truth.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from mor.config import load_scales
+from mor.data.paths import data_paths
+from mor.data.sampler import load_tokens
+from mor.data.tokenizer import load_tokenizer
+from mor.flops import plan_for, train_flops
+from mor.grids import load_grid
+from mor.provenance import git_commit
+from mor.results import write_rows
+from mor.train.checkpoint import CheckpointError, load_model_weights
+from mor.train.trainer import DistInfo, Trainer, make_model, pick_device
+
+
+def tokenizer_vocab(spec: str) -> int:
+    return load_tokenizer(spec).vocab_size
+
+
+def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = "data",
+              device: str = "auto", dist: DistInfo | None = None, threads: int = 0) -> dict:
+    """Train (or resume) one run of a grid; returns the training summary."""
+    run = load_grid(grid, mode).run(run_id).config
+    paths = data_paths(run.data, Path(data_root))
+    trainer = Trainer(run, Path(run_dir), paths.train_tokens, tokenizer_vocab(paths.tokenizer), device=device, dist=dist,
+                      threads=threads)
+    return trainer.fit()
+
+
+def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
+             device: str = "auto", threads: int = 0) -> dict:
+    """Score a trained run on the validation split and write its result row."""
+    import torch
+
+    from mor.eval.nll import evaluate
+
+    if threads:
+        torch.set_num_threads(threads)
+
+    g = load_grid(grid, mode)
+    run = g.run(run_id).config
+    run_dir_p = Path(run_dir)
+    summary_file = run_dir_p / "train_summary.json"
+    if not summary_file.exists():
+        raise FileNotFoundError(f"{summary_file} missing: run {run_id} has not finished training")
+    summary = json.loads(summary_file.read_text())
+    paths = data_paths(run.data, Path(data_root))
+    dev = pick_device(device)
+    model = make_model(run, tokenizer_vocab(paths.tokenizer), dev)
+    try:
+        load_model_weights(run_dir_p / "final" / "model.safetensors", model)
+    except CheckpointError as e:
+        raise CheckpointError(f"run {run_id}: {e}") from None
+    metrics = evaluate(model, load_tokens(paths.val_tokens), run.train.seq_len, run.eval.nll_tokens, run.eval.batch, dev)
+    shape = load_scales()[run.model.scale]
+    plan = plan_for(run.model, shape)
+    m = run.model
+    row = {
+        "run_id": run_id, "grid": g.name, "config_hash": run.config_hash, "git_commit": git_commit(),
+        "mode": mode, "scale": m.scale, "paper_scale": run.paper_scale, "seed": run.train.seed,
+        "label": run.label, "variant": m.variant, "tying": m.tying if m.variant != "vanilla" else None,
+        "num_recursions": m.num_recursions, "reduced": m.reduced,
+        "router_type": m.router.type if m.variant == "mor" else None,
+        "kv": m.kv if m.variant == "mor" else None,
+        "n_params": model.num_params(), "unique_layers": plan.num_unique, "effective_layers": len(plan.order),
+        "train_tokens": summary["tokens_seen"], "train_steps": summary["steps"],
+        "train_flops": train_flops(m, shape, model.vocab_size, run.train.seq_len, summary["tokens_seen"]),
+        "train_time_s": summary["train_time_s"], "train_tokens_per_s": summary["tokens_per_s"],
+        "final_train_loss": summary["final_loss"],
+        "val_nll": metrics["val_nll"], "val_tokens": metrics["val_tokens"],
+        "accuracy": {}, "avg_accuracy": None,
+        "dead_token_ratio": metrics.get("dead_token_ratio"), "sampling_accuracy": metrics.get("sampling_accuracy"),
+        "mean_depth": metrics.get("mean_depth"), "depth_histogram": metrics.get("depth_histogram"),
+        "config_json": json.dumps(run.to_dict(), sort_keys=True),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_rows(out, [row])
+    return row

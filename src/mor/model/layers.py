@@ -1,0 +1,150 @@
+"""Llama-style building blocks: RMSNorm, RoPE, grouped-query attention, SwiGLU, Block.
+
+Every block takes explicit ``positions`` because MoR runs a recursion on a gathered
+subsequence of tokens whose original positions are not 0..k-1 (RoPE must see the real
+ones). Attention uses flash-attn when it is installed, the tensors are on a GPU in
+fp16/bf16, and the config allows it; otherwise torch SDPA.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+try:  # optional GPU extra: pip install 'mor-repro[gpu]'
+    from flash_attn import flash_attn_func as _flash_attn_func
+except ImportError:  # CPU machines, or CUDA without the wheel
+    _flash_attn_func = None
+
+
+def flash_available() -> bool:
+    return _flash_attn_func is not None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE tables computed once; looked up by arbitrary integer positions."""
+
+    def __init__(self, head_dim: int, max_positions: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        t = torch.arange(max_positions, dtype=torch.float32)
+        freqs = torch.outer(t, inv_freq)  # (P, hd/2)
+        self.register_buffer("cos", freqs.cos(), persistent=False)
+        self.register_buffer("sin", freqs.sin(), persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x: (B, H, T, hd); positions: (B, T) long. Rotates pairs (first half, second half)."""
+        if positions.max() >= self.cos.shape[0]:
+            raise ValueError(f"position {int(positions.max())} exceeds max_seq_len {self.cos.shape[0]}")
+        cos = self.cos[positions].unsqueeze(1).to(x.dtype)  # (B, 1, T, hd/2)
+        sin = self.sin[positions].unsqueeze(1).to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, hd/2) each
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class Attention(nn.Module):
+    """Causal grouped-query self-attention over the tokens it is given."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, backend: str = "auto"):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * self.head_dim, hidden, bias=False)
+        if backend == "flash" and not flash_available():
+            raise RuntimeError("model.attention='flash' but flash_attn is not installed (pip install '.[gpu]')")
+        self.backend = backend
+
+    def project_kv(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding):
+        """Keys and values of x: (B, Hkv, T, hd) each, keys already rotated."""
+        B, T, _ = x.shape  # batch, tokens, channels
+        k = self.k_proj(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        v = self.v_proj(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        return rope(k, positions), v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope: RotaryEmbedding,
+        kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """x: (B, T, C). ``kv`` replaces this layer's own keys/values (KV sharing, caches);
+        ``attn_mask`` (B, 1, T, S) bool overrides the plain causal mask."""
+        B, T, C = x.shape  # batch, tokens, channels
+        q = self.q_proj(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        q = rope(q, positions)
+        k, v = kv if kv is not None else self.project_kv(x, positions, rope)  # (B, Hkv, S, hd)
+        causal_square = attn_mask is None and k.shape[2] == T
+        if self._use_flash(q) and causal_square:
+            y = _flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+            y = y.reshape(B, T, C)  # flash returns (B, T, H, hd)
+        else:
+            if attn_mask is None and not causal_square:
+                raise ValueError(f"attention over {k.shape[2]} keys for {T} queries needs an explicit attn_mask")
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None, enable_gqa=self.kv_heads != self.heads
+            )  # (B, H, T, hd)
+            y = y.transpose(1, 2).reshape(B, T, C)
+        return self.o_proj(y)
+
+    def _use_flash(self, q: torch.Tensor) -> bool:
+        return (
+            self.backend in ("auto", "flash")
+            and _flash_attn_func is not None
+            and q.is_cuda
+            and q.dtype in (torch.float16, torch.bfloat16)
+        )
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden: int, mlp: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, mlp, bias=False)
+        self.up_proj = nn.Linear(hidden, mlp, bias=False)
+        self.down_proj = nn.Linear(mlp, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """Pre-norm decoder layer: x + attn(norm(x)), then + mlp(norm(x))."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, mlp: int, eps: float, backend: str = "auto"):
+        super().__init__()
+        self.input_layernorm = RMSNorm(hidden, eps)
+        self.self_attn = Attention(hidden, heads, kv_heads, backend)
+        self.post_attention_layernorm = RMSNorm(hidden, eps)
+        self.mlp = SwiGLU(hidden, mlp)
+
+    def forward(self, x, positions, rope, kv=None, attn_mask=None):
+        x = x + self.self_attn(self.input_layernorm(x), positions, rope, kv=kv, attn_mask=attn_mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def init_weights(module: nn.Module, std: float, depth: int) -> None:
+    """GPT-2/nanoGPT init: N(0, std); residual output projections scaled by 1/sqrt(2*depth)."""
+    for name, p in module.named_parameters():
+        if p.dim() < 2:
+            continue
+        scale = 1 / math.sqrt(2 * depth) if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
+        nn.init.normal_(p, mean=0.0, std=std * scale)

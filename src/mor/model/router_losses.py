@@ -1,0 +1,121 @@
+"""Router losses for MoR (Mixture-of-Recursions, arXiv 2507.10524), as pure torch functions.
+
+* ``router_z_loss``            -- App. G.1, Zoph et al. (2022):  L_z = (1/B) sum_i (logsumexp_j x_j^(i))^2
+* ``expert_choice_aux_bce``    -- expert-choice auxiliary loss: BCE(router logit, top-k membership)
+* ``token_choice_balance_loss`` -- token-choice Switch-style balancing loss  Nr * sum_i f_i * P_i
+* ``loss_free_bias_update``    -- token-choice loss-free balancing (DeepSeek; Wang et al., 2024)
+
+All losses are computed in float32 (inputs may be bf16) and return 0-dim tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "router_z_loss",
+    "expert_choice_aux_bce",
+    "token_choice_balance_loss",
+    "loss_free_bias_update",
+]
+
+
+def _check_assignment(assignment: Tensor, n_experts: int, name: str = "assignment") -> Tensor:
+    """Validate integer expert ids in [0, n_experts); return them flattened, shape (N,)."""
+    if n_experts < 1:
+        raise ValueError(f"n_experts must be >= 1, got {n_experts}")
+    if assignment.dtype.is_floating_point or assignment.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer tensor of expert ids, got {assignment.dtype}")
+    flat = assignment.reshape(-1)
+    if flat.numel() == 0:
+        raise ValueError(f"{name} is empty")
+    if int(flat.min()) < 0 or int(flat.max()) >= n_experts:
+        raise ValueError(f"{name} values must lie in [0, {n_experts}), got "
+                         f"[{int(flat.min())}, {int(flat.max())}]")
+    return flat.long()
+
+
+def router_z_loss(logits: Tensor, *, per_token_scalar: bool = False) -> Tensor:
+    """Router z-loss (App. G.1):  L_z(x) = (1/B) * sum_{i=1..B} ( log sum_{j=1..Nr} exp(x_j^(i)) )^2.
+
+    Shapes:
+      * default: ``logits`` is (..., Nr); the last dim holds the Nr expert logits of one token
+        and all leading dims are flattened into the B tokens (token-choice routers).
+        A 1-D input is rejected as ambiguous -- reshape it to (B, 1) or (1, Nr).
+      * ``per_token_scalar=True``: every element is the single logit of one token (expert-choice
+        routers emit ONE scalar per token per recursion, any shape, e.g. (B,) or (batch, seq)).
+        logsumexp over one logit is the logit itself, so L_z = mean(x^2). Passing (..., 1)
+        without the flag gives the same value.
+    """
+    if per_token_scalar:
+        logits = logits.reshape(-1, 1)  # (B, 1)
+    elif logits.dim() < 2:
+        raise ValueError(f"logits must have shape (..., Nr) with at least 2 dims, got "
+                         f"{tuple(logits.shape)}; pass per_token_scalar=True for one logit per token")
+    if logits.numel() == 0:
+        raise ValueError("logits is empty")
+    x = logits.float().reshape(-1, logits.shape[-1])  # (B, Nr)
+    return torch.logsumexp(x, dim=-1).pow(2).mean()   # scalar
+
+
+def expert_choice_aux_bce(router_logits: Tensor, selected: Tensor) -> Tensor:
+    """Expert-choice auxiliary loss: mean_t BCE(sigmoid(z_t), 1[t in top-k]).
+
+    ``router_logits``: pre-activation router outputs z, any shape (e.g. (batch, seq) for one
+    recursion). ``selected``: bool top-k membership, same shape (used as a constant target).
+    Training z to predict top-k membership lets inference replace the non-causal top-k by the
+    causal per-token decision ``sigmoid(z) > 0.5`` (i.e. ``z > 0``). Mean over all tokens.
+    """
+    if router_logits.shape != selected.shape:
+        raise ValueError(f"selected shape {tuple(selected.shape)} != router_logits shape "
+                         f"{tuple(router_logits.shape)}")
+    if selected.dtype != torch.bool:
+        raise ValueError(f"selected must be a bool tensor, got {selected.dtype}")
+    if router_logits.numel() == 0:
+        raise ValueError("router_logits is empty")
+    target = selected.to(torch.float32).detach()
+    return F.binary_cross_entropy_with_logits(router_logits.float(), target, reduction="mean")
+
+
+def token_choice_balance_loss(probs: Tensor, assignment: Tensor, n_experts: int) -> Tensor:
+    """Switch-style balancing loss:  L_bal = Nr * sum_{i=1..Nr} f_i * P_i.
+
+    f_i = fraction of the N tokens whose top-1 expert is i (no gradient),
+    P_i = mean router probability for expert i (carries the gradient).
+    ``probs``: (N, Nr) (leading dims are flattened); ``assignment``: (N,) long expert ids
+    in [0, Nr). Equals 1.0 for perfectly uniform routing.
+    """
+    if n_experts < 1:
+        raise ValueError(f"n_experts must be >= 1, got {n_experts}")
+    if probs.dim() < 2 or probs.shape[-1] != n_experts:
+        raise ValueError(f"probs must have shape (N, {n_experts}), got {tuple(probs.shape)}")
+    if assignment.shape != probs.shape[:-1]:
+        raise ValueError(f"assignment shape {tuple(assignment.shape)} != probs leading shape "
+                         f"{tuple(probs.shape[:-1])}")
+    a = _check_assignment(assignment, n_experts)                            # (N,)
+    p = probs.float().reshape(-1, n_experts)                                # (N, Nr)
+    f = torch.bincount(a, minlength=n_experts).to(p.dtype) / a.numel()      # (Nr,)
+    P = p.mean(dim=0)                                                       # (Nr,)
+    return n_experts * (f * P).sum()
+
+
+@torch.no_grad()
+def loss_free_bias_update(bias: Tensor, assignment: Tensor, n_experts: int, rate: float) -> Tensor:
+    """Loss-free balancing bias step (DeepSeek):  b_i <- b_i + u * sign(mean_load - load_i).
+
+    ``bias``: (Nr,) per-expert bias added to router scores for top-1 *selection* only;
+    ``assignment``: top-1 expert ids of the batch's tokens, any shape; ``rate``: u >= 0.
+    Over-loaded experts are pushed down, under-loaded up, exactly balanced ones unchanged.
+    Returns a new tensor (the input is not modified); no gradient.
+    """
+    if bias.shape != (n_experts,):
+        raise ValueError(f"bias must have shape ({n_experts},), got {tuple(bias.shape)}")
+    if rate < 0:
+        raise ValueError(f"rate must be >= 0, got {rate}")
+    a = _check_assignment(assignment, n_experts)                            # (N,)
+    load = torch.bincount(a, minlength=n_experts).to(torch.float32)         # (Nr,)
+    mean_load = a.numel() / n_experts
+    step = torch.sign(mean_load - load).to(device=bias.device, dtype=bias.dtype)
+    return bias + rate * step

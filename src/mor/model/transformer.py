@@ -1,0 +1,173 @@
+"""The model family in one class: Vanilla, Recursive (four tying schemes) and MoR.
+
+    embed -> prefix layers -> recursion 1 .. Nr (a chunk of shared layers each) -> suffix
+          -> norm -> lm_head (tied to embed)
+
+Vanilla is the degenerate case of one recursion holding every layer once. Recursive models
+run every token through every recursion. MoR models pass a router decision between
+recursions: expert-choice keeps the top-k active tokens of each sequence at each recursion
+and runs the recursion on that gathered subsequence only (so attention sees, and a cache
+would store, only the tokens routed to it: recursion-wise caching).
+
+Tied layers are the same ``nn.Module`` objects reused across recursions, so their weights
+are the same tensors; ``unique_layers`` holds each exactly once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mor.config import ModelConfig, ScaleShape, capacities, tokens_kept
+from mor.model.layers import Block, RMSNorm, RotaryEmbedding, init_weights
+from mor.model.router import ExpertChoiceRouter, gather_tokens, scatter_tokens, select_topk
+from mor.model.router_losses import expert_choice_aux_bce, router_z_loss
+from mor.model.tying import TyingPlan, effective_depth, reduced_depth, tying_plan, vanilla_plan
+
+
+@dataclass
+class RoutingTrace:
+    """What the router did in one forward pass (detached), for metrics and figures."""
+
+    selected: list[torch.Tensor] = field(default_factory=list)  # per recursion: (B, T) bool
+    scores: list[torch.Tensor] = field(default_factory=list)  # per recursion: (B, T) router weight g
+    causal_keep: list[torch.Tensor] = field(default_factory=list)  # per recursion: (B, T) bool
+    candidates: list[torch.Tensor] = field(default_factory=list)  # per recursion: (B, T) bool
+
+    def depths(self) -> torch.Tensor | None:
+        """(B, T) number of recursions each token received (1..Nr)."""
+        if not self.selected:
+            return None
+        return torch.stack(self.selected).sum(0)
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor  # (B, T, V)
+    loss: torch.Tensor | None = None  # LM loss + weighted router losses
+    lm_loss: torch.Tensor | None = None  # mean next-token cross-entropy
+    aux_loss: torch.Tensor | None = None  # weighted router losses alone
+    routing: RoutingTrace | None = None
+
+
+def model_plan(cfg: ModelConfig, shape: ScaleShape) -> TyingPlan:
+    """Which unique layer runs at each effective depth for this config."""
+    if cfg.variant == "vanilla":
+        depth = reduced_depth(shape.layers, cfg.num_recursions) if cfg.reduced else shape.layers
+        return vanilla_plan(depth)
+    depth = effective_depth(cfg.tying, shape.layers, cfg.num_recursions)
+    return tying_plan(cfg.tying, depth, cfg.num_recursions)
+
+
+class MoRTransformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, shape: ScaleShape, vocab_size: int):
+        super().__init__()
+        if vocab_size < 2:
+            raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+        self.cfg, self.shape, self.vocab_size = cfg, shape, vocab_size
+        self.plan = model_plan(cfg, shape)
+        C = shape.hidden
+        self.embed_tokens = nn.Embedding(vocab_size, C)
+        self.unique_layers = nn.ModuleList(
+            Block(C, shape.heads, shape.kv_heads, shape.mlp, shape.norm_eps, cfg.attention)
+            for _ in range(self.plan.num_unique)
+        )
+        self.norm = RMSNorm(C, shape.norm_eps)
+        self.rope = RotaryEmbedding(shape.head_dim, shape.max_seq_len, shape.rope_theta)
+        self.routers = nn.ModuleList()
+        if cfg.variant == "mor":
+            if cfg.router.type != "expert_choice":
+                raise NotImplementedError(f"router type {cfg.router.type!r} is not implemented yet")
+            caps = capacities(cfg.num_recursions, cfg.router.capacity)
+            if any(b > a for a, b in zip(caps, caps[1:])):
+                raise ValueError(f"model.router.capacity must be non-increasing (hierarchical), got {caps}")
+            self.routers.extend(ExpertChoiceRouter(C, cfg.router) for _ in range(cfg.num_recursions))
+        self.capacity_scale = 1.0  # < 1 during capacity warm-up; set by the trainer
+        init_weights(self, shape.init_std, len(self.plan.order))
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.embed_tokens.weight  # tied embeddings
+
+    def layers_at(self, ids: tuple[int, ...]) -> list[Block]:
+        return [self.unique_layers[i] for i in ids]
+
+    def num_params(self) -> int:
+        """Unique trainable parameters (tied tensors counted once, as the paper counts)."""
+        return sum(p.numel() for p in self.parameters())
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> ModelOutput:
+        """idx: (B, T) token ids; targets: (B, T) next-token ids (-100 = ignore)."""
+        B, T = idx.shape  # batch, tokens
+        if T > self.shape.max_seq_len:
+            raise ValueError(f"sequence length {T} exceeds max_seq_len {self.shape.max_seq_len}")
+        positions = torch.arange(T, device=idx.device).expand(B, T)  # (B, T)
+        h = self.embed_tokens(idx)  # (B, T, C)
+        for block in self.layers_at(self.plan.prefix):
+            h = block(h, positions, self.rope)
+        routing = RoutingTrace() if self.routers else None
+        aux = h.new_zeros(())
+        if self.routers:
+            h, aux = self._routed_recursions(h, positions, routing)
+        else:
+            for rec in self.plan.recursions:
+                for block in self.layers_at(rec):
+                    h = block(h, positions, self.rope)
+        for block in self.layers_at(self.plan.suffix):
+            h = block(h, positions, self.rope)
+        logits = F.linear(self.norm(h), self.lm_head_weight)  # (B, T, V)
+        out = ModelOutput(logits=logits, routing=routing)
+        if targets is not None:
+            out.lm_loss = F.cross_entropy(logits.float().view(B * T, -1), targets.reshape(-1), ignore_index=-100)
+            out.aux_loss = aux
+            out.loss = out.lm_loss + aux
+        return out
+
+    def _routed_recursions(self, h, positions, trace: RoutingTrace):
+        """Expert-choice MoR: recursion r runs only on the top-k still-active tokens."""
+        B, T, C = h.shape  # batch, tokens, channels
+        rcfg = self.cfg.router
+        caps = capacities(self.cfg.num_recursions, rcfg.capacity)
+        active = torch.ones(B, T, dtype=torch.bool, device=h.device)  # (B, T)
+        aux = h.new_zeros((), dtype=torch.float32)
+        for r, rec in enumerate(self.plan.recursions):
+            router = self.routers[r]
+            frac = 1.0 - (1.0 - caps[r]) * self.capacity_scale
+            k = min(tokens_kept(T, frac), int(active.sum(1).min()))
+            logits = router.logits(h)  # (B, T)
+            causal = router.causal_logits(h, logits)  # (B, T) sign = inference-time decision
+            idx = select_topk(logits, active, k)  # (B, k) ascending positions
+            selected = torch.zeros_like(active).scatter(1, idx, True)  # (B, T)
+            g = router.weights(logits).gather(1, idx)  # (B, k)
+            h_sel = gather_tokens(h, idx)  # (B, k, C)
+            pos_sel = positions.gather(1, idx)  # (B, k)
+            out = h_sel
+            for block in self.layers_at(rec):
+                out = block(out, pos_sel, self.rope)  # (B, k, C)
+            if rcfg.gating == "weighted":
+                new = h_sel + g.unsqueeze(-1).to(out.dtype) * (out - h_sel)
+            else:  # additive: the router weight is added to the update
+                new = out + g.unsqueeze(-1).to(out.dtype)
+            h = scatter_tokens(h, idx, new)  # (B, T, C)
+            if self.training:
+                target_logits = causal if router.aux_head is not None else logits
+                aux = aux + rcfg.aux_coeff * expert_choice_aux_bce(target_logits[active], selected[active])
+                if rcfg.z_loss_coeff:
+                    aux = aux + rcfg.z_loss_coeff * router_z_loss(logits[active], per_token_scalar=True)
+            trace.selected.append(selected)
+            trace.candidates.append(active)
+            trace.scores.append(router.weights(logits).detach())
+            trace.causal_keep.append((causal.detach() > 0) & active)
+            active = selected
+        return h, aux
+
+
+def build_model(cfg: ModelConfig, shape: ScaleShape, vocab_size: int, device: str | torch.device = "cpu"):
+    """Construct on ``device`` ('meta' allocates nothing: used to count real-size params)."""
+    with torch.device(device):
+        return MoRTransformer(cfg, shape, vocab_size)

@@ -1,0 +1,89 @@
+"""Which unique layer each effective layer uses, for the four weight-tying schemes.
+
+Pure and torch-free so tests, FLOP counts and the grid expander share it. Notation: an
+effective depth of L layers run as Nr recursions of one shared block.
+
+    Cycle           1,2,3,1,2,3,...        block of L/Nr layers repeated
+    Sequence        1,1,2,2,3,3,...        each layer repeated Nr times in a row
+    Middle-Cycle    0 | Cycle | last       first and last layer unshared
+    Middle-Sequence 0 | Sequence | last
+
+A recursion is a consecutive chunk of L_shared/Nr effective layers of the shared part, so
+"recursion r" is well defined for every scheme (the router picks tokens per chunk).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMES = ("cycle", "sequence", "middle_cycle", "middle_sequence")
+
+
+def effective_depth(scheme: str, layers: int, num_recursions: int) -> int:
+    """Smallest depth >= ``layers`` the scheme can split into ``num_recursions`` recursions.
+
+    The paper pads rather than truncates: MoR-4 at 360M uses 32 + 2 = 34 layers so that
+    Middle-Cycle gives 1 + 8x4 + 1 (App. E).
+    """
+    _check(scheme, num_recursions)
+    unshared = 2 if scheme.startswith("middle") else 0
+    depth = max(layers, unshared + num_recursions)
+    while (depth - unshared) % num_recursions:
+        depth += 1
+    return depth
+
+
+@dataclass(frozen=True)
+class TyingPlan:
+    """Unique-layer indices of the unshared prefix, each recursion and the unshared suffix."""
+
+    prefix: tuple[int, ...]
+    recursions: tuple[tuple[int, ...], ...]
+    suffix: tuple[int, ...]
+
+    @property
+    def order(self) -> list[int]:
+        return [*self.prefix, *(i for rec in self.recursions for i in rec), *self.suffix]
+
+    @property
+    def num_unique(self) -> int:
+        return len(set(self.order))
+
+
+def tying_plan(scheme: str, depth: int, num_recursions: int) -> TyingPlan:
+    """Split an effective depth into prefix / Nr recursions / suffix of unique-layer ids."""
+    _check(scheme, num_recursions)
+    middle = scheme.startswith("middle")
+    shared = depth - 2 if middle else depth
+    if shared < num_recursions or shared % num_recursions:
+        raise ValueError(
+            f"tying {scheme!r}: {shared} shared layers cannot form {num_recursions} recursions; "
+            f"use effective_depth() to pad (got depth={depth})"
+        )
+    per = shared // num_recursions  # unique layers in the shared block
+    offset = 1 if middle else 0
+    if scheme.endswith("cycle"):
+        body = [offset + i % per for i in range(shared)]
+    else:
+        body = [offset + i // num_recursions for i in range(shared)]
+    recs = tuple(tuple(body[r * per : (r + 1) * per]) for r in range(num_recursions))
+    if middle:
+        return TyingPlan(prefix=(0,), recursions=recs, suffix=(per + 1,))
+    return TyingPlan(prefix=(), recursions=recs, suffix=())
+
+
+def vanilla_plan(depth: int) -> TyingPlan:
+    """An untied stack: one 'recursion' holding every layer once."""
+    return TyingPlan(prefix=(), recursions=(tuple(range(depth)),), suffix=())
+
+
+def reduced_depth(layers: int, num_recursions: int) -> int:
+    """Depth of the 'reduced' vanilla baseline: the unique layers of a Cycle model."""
+    return effective_depth("cycle", layers, num_recursions) // num_recursions
+
+
+def _check(scheme: str, num_recursions: int) -> None:
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown tying scheme {scheme!r}; choose one of {list(SCHEMES)}")
+    if num_recursions < 1:
+        raise ValueError(f"num_recursions must be >= 1, got {num_recursions}")

@@ -1,0 +1,58 @@
+"""Figure 6 (App. F): validation NLL of each tying scheme per scale and Nr, vanilla lines.
+
+Written as ``figures/fig6/`` with fig6.png and fig6.pdf (seaborn).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from mor.reports.common import TYING_NAMES, OutputDir, load_results, reference_value  # noqa: E402
+
+
+def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
+    df, ref = load_results(results, grid)
+    rec = df[df["variant"] != "vanilla"].copy()
+    if rec.empty:
+        raise ValueError(f"{results}: no recursive runs to plot")
+    rec["Tying"] = rec["tying"].map(TYING_NAMES)
+    rec["Nr"] = rec["num_recursions"].astype(int).astype(str)
+    scales = sorted(rec["paper_scale"].unique(), key=lambda s: (len(s), s))
+    sns.set_theme(style="whitegrid", context="paper")
+    fig, axes = plt.subplots(1, len(scales), figsize=(4.2 * len(scales), 3.4), squeeze=False)
+    order = [t for t in TYING_NAMES.values() if t in set(rec["Tying"])]
+    for ax, scale in zip(axes[0], scales):
+        sub = rec[rec["paper_scale"] == scale]
+        sns.barplot(data=sub, x="Tying", y="val_nll", hue="Nr", order=order, ax=ax, palette="Blues")
+        van = df[(df["paper_scale"] == scale) & (df["variant"] == "vanilla")]
+        for _, v in van.iterrows():
+            style = ":" if v["reduced"] else "--"
+            lab = f"Vanilla reduced Nr={int(v['num_recursions'])}" if v["reduced"] else "Vanilla"
+            ax.axhline(v["val_nll"], ls=style, lw=1, color="0.3" if not v["reduced"] else "C3", label=lab)
+        for _, r in sub.iterrows():
+            paper = reference_value(ref, r, "val_nll")
+            if paper is not None:
+                ax.annotate(f"paper {paper:.3f}", (order.index(r["Tying"]), r["val_nll"]), fontsize=6,
+                            ha="center", va="bottom", xytext=(0, 2), textcoords="offset points")
+        lo = min(sub["val_nll"].min(), van["val_nll"].min() if len(van) else 1e9)
+        hi = max(sub["val_nll"].max(), van["val_nll"].max() if len(van) else 0)
+        ax.set_ylim(lo - 0.1 * (hi - lo + 1e-3) - 0.02, hi + 0.15 * (hi - lo + 1e-3) + 0.02)
+        ax.set_title(f"{scale} (run at {sub['scale'].iloc[0]}, mode {mode})")
+        ax.set_xlabel("")
+        ax.set_ylabel("validation NLL")
+        ax.tick_params(axis="x", labelrotation=20)
+        ax.legend(fontsize=6, loc="upper left")
+    fig.suptitle("Figure 6: parameter-sharing strategies")
+    fig.tight_layout()
+    od = OutputDir(out)
+    with od as d:
+        fig.savefig(d / "fig6.png", dpi=150)
+        fig.savefig(d / "fig6.pdf")
+    plt.close(fig)
+    return od.files()

@@ -1,0 +1,65 @@
+"""Table 10 (App. F): tying schemes x scale x Nr, against full and reduced vanilla.
+
+Written as ``tables/table10/`` holding table10.md, table10.csv and table10.tex. The
+'paper NLL' column shows the numbers the paper states (grid ``reference:``); reproduced
+numbers at CPU scale are not expected to match them in value, only in ordering.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from mor.reports.common import TYING_NAMES, OutputDir, load_results, reference_value
+
+
+def build_table(df: pd.DataFrame, ref: list[dict]) -> pd.DataFrame:
+    rows = []
+    scale_order = {s: i for i, s in enumerate(sorted(df["paper_scale"].unique(), key=_scale_key))}
+    for _, r in df.iterrows():
+        reduced = bool(r["reduced"])
+        if r["variant"] == "vanilla" and not reduced:
+            model, nr = "Vanilla", "-"
+        elif reduced:
+            model, nr = "Vanilla (reduced)", int(r["num_recursions"])
+        else:
+            model, nr = TYING_NAMES.get(r["tying"], r["tying"]), int(r["num_recursions"])
+        base = df[(df["paper_scale"] == r["paper_scale"]) & df["reduced"] & (df["num_recursions"] == r["num_recursions"])]
+        delta = r["val_nll"] - base["val_nll"].iloc[0] if len(base) and r["variant"] != "vanilla" else None
+        rows.append({
+            "Scale": r["paper_scale"], "Local scale": r["scale"], "Nr": nr, "Model": model,
+            "Params": int(r["n_params"]), "Layers (unique/effective)": f"{r['unique_layers']}/{r['effective_layers']}",
+            "NLL": round(float(r["val_nll"]), 4),
+            "Paper NLL": reference_value(ref, r, "val_nll"),
+            "dNLL vs reduced": None if delta is None else round(float(delta), 4),
+            "Avg acc": r["avg_accuracy"],
+            "run_id": r["run_id"],
+            "_order": (scale_order[r["paper_scale"]], 0 if nr == "-" else int(nr), 0 if reduced else 1, model),
+        })
+    table = pd.DataFrame(rows).sort_values("_order").drop(columns="_order").reset_index(drop=True)
+    return table
+
+
+def _scale_key(s: str) -> float:
+    mult = {"M": 1e6, "B": 1e9}
+    try:
+        return float(s[:-1]) * mult.get(s[-1], 1)
+    except ValueError:
+        return float("inf")
+
+
+def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
+    df, ref = load_results(results, grid)
+    table = build_table(df, ref)
+    commits = sorted(df["git_commit"].unique())
+    note = (f"Reproduced in mode '{mode}' from {results} ({len(df)} runs, commit(s) {', '.join(c[:12] for c in commits)}). "
+            "'Paper NLL' is the value stated in the paper (App. F) where it gives one.")
+    od = OutputDir(out)
+    with od as d:
+        shown = table.fillna("")
+        (d / "table10.md").write_text(f"# Table 10: parameter-sharing strategies\n\n{note}\n\n"
+                                      + shown.to_markdown(index=False) + "\n")
+        table.to_csv(d / "table10.csv", index=False)
+        (d / "table10.tex").write_text(shown.drop(columns=["run_id"]).to_latex(index=False, escape=True))
+    return od.files()

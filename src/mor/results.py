@@ -1,0 +1,137 @@
+"""The results schema, declared once, and the only code that writes or reads result parquet.
+
+One row per run. Every row carries its identity (run id, grid, config hash, git commit,
+scale, seed) so any number in a table traces back to the config and code that made it.
+Metrics a run does not have (router metrics of a vanilla model, accuracies before lm-eval
+ran) are null. Tables and figures read these files only, never logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+
+RUN_SCHEMA = pa.schema(
+    [
+        # identity and provenance
+        ("run_id", pa.string()),
+        ("grid", pa.string()),
+        ("config_hash", pa.string()),
+        ("git_commit", pa.string()),
+        ("mode", pa.string()),
+        ("scale", pa.string()),  # the scale actually built (e.g. 'small')
+        ("paper_scale", pa.string()),  # the paper's scale it stands for (e.g. '135M')
+        ("seed", pa.int64()),
+        ("label", pa.string()),
+        # model
+        ("variant", pa.string()),
+        ("tying", pa.string()),
+        ("num_recursions", pa.int64()),
+        ("reduced", pa.bool_()),
+        ("router_type", pa.string()),
+        ("kv", pa.string()),
+        ("n_params", pa.int64()),
+        ("unique_layers", pa.int64()),
+        ("effective_layers", pa.int64()),
+        # training
+        ("train_tokens", pa.int64()),
+        ("train_steps", pa.int64()),
+        ("train_flops", pa.float64()),
+        ("train_time_s", pa.float64()),
+        ("train_tokens_per_s", pa.float64()),
+        ("final_train_loss", pa.float64()),
+        # evaluation
+        ("val_nll", pa.float64()),
+        ("val_tokens", pa.int64()),
+        ("accuracy", pa.map_(pa.string(), pa.float64())),  # lm-eval task -> acc
+        ("avg_accuracy", pa.float64()),
+        # router metrics (App. G.2); null where they do not apply
+        ("dead_token_ratio", pa.float64()),
+        ("sampling_accuracy", pa.float64()),
+        ("max_vio", pa.float64()),
+        ("entropy", pa.float64()),
+        ("mean_depth", pa.float64()),
+        ("depth_histogram", pa.list_(pa.int64())),
+        # the whole resolved config, for anything not broken out above
+        ("config_json", pa.string()),
+        ("created_at", pa.string()),
+    ],
+    metadata={"mor_schema_version": str(SCHEMA_VERSION)},
+)
+
+IDENTITY = ("run_id", "grid", "config_hash", "git_commit", "scale", "seed")
+
+
+class ResultsError(ValueError):
+    """A results file does not match the declared schema."""
+
+
+def validate_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Reject unknown columns and missing identity; fill absent metrics with null."""
+    unknown = sorted(set(row) - set(RUN_SCHEMA.names))
+    if unknown:
+        raise ResultsError(f"unknown result column(s) {unknown}; declare them in mor.results.RUN_SCHEMA")
+    missing = [k for k in IDENTITY if row.get(k) in (None, "")]
+    if missing:
+        raise ResultsError(f"result row lacks identity column(s) {missing}")
+    return {name: row.get(name) for name in RUN_SCHEMA.names}
+
+
+def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """Write rows atomically (tmp file + rename): readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist([validate_row(r) for r in rows], schema=RUN_SCHEMA)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def read_rows(paths: list[str | Path] | str | Path) -> pa.Table:
+    """Read one or many result files, checking each against the schema."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    tables = []
+    for p in paths:
+        try:
+            t = pq.read_table(p)
+        except (OSError, pa.ArrowInvalid) as e:
+            raise ResultsError(f"{p}: unreadable parquet ({e})") from None
+        if t.schema.remove_metadata() != RUN_SCHEMA.remove_metadata():
+            raise ResultsError(f"{p}: schema differs from mor.results.RUN_SCHEMA; re-run its eval job")
+        tables.append(t)
+    if not tables:
+        return RUN_SCHEMA.empty_table()
+    return pa.concat_tables(tables)
+
+
+def collect(paths: list[str | Path], out: str | Path, grid: str) -> int:
+    """Merge per-run files into one grid file, one row per run id (no duplicates)."""
+    table = read_rows(paths)
+    rows = {r["run_id"]: r for r in table.to_pylist()}
+    for r in rows.values():
+        if r["grid"] != grid:
+            raise ResultsError(f"run {r['run_id']} belongs to grid {r['grid']!r}, not {grid!r}")
+    for r in rows.values():  # maps come back as lists of pairs
+        if isinstance(r["accuracy"], list):
+            r["accuracy"] = dict(r["accuracy"])
+    write_rows(out, sorted(rows.values(), key=lambda r: r["run_id"]))
+    return len(rows)
+
+
+def read_frame(path: str | Path):
+    """The grid's results as a pandas DataFrame (reports use this)."""
+    df = read_rows(path).to_pandas()
+    df["accuracy"] = df["accuracy"].apply(lambda v: dict(v) if v is not None else {})
+    return df
+
+
+def config_of(row: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(row["config_json"])

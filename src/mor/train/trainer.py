@@ -1,0 +1,236 @@
+"""The resumable training loop: one run config in, a trained model and per-step logs out.
+
+State that makes a run resumable lives in the checkpoint (step, tokens seen, optimizer
+moments, RNG); batches are addressed by step (see ``mor.data.sampler``), so a run resumed
+at step s sees exactly the batches an uninterrupted run would have seen.
+
+Outputs under ``run_dir``::
+
+    config.json          resolved run config + git commit + vocab size (written first)
+    train_log.jsonl      one line per logged step (appended, flushed; trimmed on resume)
+    checkpoints/         see mor.train.checkpoint
+    final/model.safetensors, train_summary.json  (written last: the run's success marker)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from mor.config import RunConfig, load_scales
+from mor.data.sampler import TokenSampler, load_tokens
+from mor.model.transformer import MoRTransformer, build_model
+from mor.provenance import git_commit
+from mor.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, write_json_atomic
+from mor.train.schedule import wsd_lr
+
+
+@dataclass
+class DistInfo:
+    """Where this process sits in a (possibly single-process) job."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    if requested != "auto":
+        return torch.device(requested)
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16 autocast where the device supports it; fp32 elsewhere (and on CPU by default)."""
+    if precision == "fp32":
+        return None
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    if precision == "bf16":
+        raise RuntimeError(f"train.precision='bf16' but device {device} does not support bf16")
+    return None
+
+
+def make_model(run: RunConfig, vocab_size: int, device: torch.device) -> MoRTransformer:
+    shape = load_scales()[run.model.scale]
+    vocab = shape.vocab or vocab_size
+    if shape.vocab and shape.vocab < vocab_size:
+        raise ValueError(f"scale {shape.name} has vocab {shape.vocab} < tokenizer's {vocab_size}")
+    return build_model(run.model, shape, vocab, device=device)
+
+
+def make_optimizer(model: torch.nn.Module, run: RunConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (norms and gains are not decayed)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    t = run.train
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=t.lr,
+        betas=(t.beta1, t.beta2),
+        fused=False,
+    )
+
+
+class Trainer:
+    def __init__(
+        self,
+        run: RunConfig,
+        run_dir: Path,
+        train_tokens: Path,
+        vocab_size: int,
+        device: str = "auto",
+        dist: DistInfo | None = None,
+        progress: bool = True,
+        threads: int = 0,
+    ):
+        self.run, self.run_dir = run, Path(run_dir)
+        self.dist = dist or DistInfo()
+        self.device = pick_device(device)
+        t = run.train
+        if threads and self.device.type == "cpu":  # a resource, not part of the run's identity
+            torch.set_num_threads(threads)
+        torch.manual_seed(t.seed)
+        self.model = make_model(run, vocab_size, self.device)
+        self.vocab_size = self.model.vocab_size
+        self.optimizer = make_optimizer(self.model, run)
+        self.sampler = TokenSampler(load_tokens(train_tokens), t.seq_len, t.seed)
+        per_rank = t.global_batch // self.dist.world_size
+        if t.global_batch % self.dist.world_size:
+            raise ValueError(f"train.global_batch={t.global_batch} is not divisible by {self.dist.world_size} ranks")
+        self.micro = min(t.micro_batch, per_rank)
+        if per_rank % self.micro:
+            raise ValueError(f"per-rank batch {per_rank} is not a multiple of train.micro_batch={self.micro}")
+        self.accum = per_rank // self.micro  # gradient accumulation keeps the global batch fixed
+        self.amp = autocast_dtype(t.precision, self.device)
+        self.step, self.tokens_seen = 0, 0
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.progress = progress and self.dist.is_main
+        self.ddp_model = None  # set by mor.launch.distributed when world_size > 1
+
+    # ------------------------------------------------------------------ state
+    def resume(self) -> bool:
+        """Restore the latest checkpoint if there is one; True if resumed."""
+        path = latest_checkpoint(self.ckpt_dir)
+        if path is None:
+            return False
+        state = load_checkpoint(path, self.model, self.optimizer)
+        if state.get("config_hash") != self.run.config_hash:
+            raise RuntimeError(f"{path} belongs to config {state.get('config_hash')}, not {self.run.config_hash}")
+        self.step, self.tokens_seen = state["step"], state["tokens_seen"]
+        self._trim_log(self.step)
+        return True
+
+    def state(self) -> dict:
+        return {"step": self.step, "tokens_seen": self.tokens_seen, "config_hash": self.run.config_hash}
+
+    def save(self) -> None:
+        if self.dist.is_main:
+            save_checkpoint(self.ckpt_dir, self.model, self.optimizer, self.state())
+
+    def _trim_log(self, step: int) -> None:
+        """Drop log lines past the resumed step so a resumed run never duplicates rows."""
+        log = self.run_dir / "train_log.jsonl"
+        if not log.exists():
+            return
+        keep = [ln for ln in log.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+        tmp = log.with_suffix(".tmp")
+        tmp.write_text("".join(k + "\n" for k in keep))
+        os.replace(tmp, log)
+
+    # ------------------------------------------------------------------ loop
+    def train_step(self) -> dict:
+        """One optimizer step over ``accum`` micro-batches; returns its logged metrics."""
+        t = self.run.train
+        model = self.ddp_model or self.model
+        model.train()
+        lr = wsd_lr(self.step, t.steps, t.lr, t.warmup_frac, t.decay_frac, t.min_lr_ratio)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        warm = self.run.model.router.capacity_warmup_steps
+        self.model.capacity_scale = min(1.0, self.step / warm) if warm else 1.0
+        lm_total, aux_total = 0.0, 0.0
+        for micro in range(self.accum):
+            x, y = self.sampler.batch(self.step, micro, self.dist.rank, self.micro)
+            x, y = x.to(self.device), y.to(self.device)
+            with torch.autocast(self.device.type, dtype=self.amp, enabled=self.amp is not None):
+                out = model(x, y)
+            (out.loss / self.accum).backward()
+            lm_total += out.lm_loss.item() / self.accum
+            aux_total += float(out.aux_loss.detach()) / self.accum
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens_seen += t.tokens_per_step
+        if not math.isfinite(lm_total):
+            raise FloatingPointError(f"loss became {lm_total} at step {self.step}")
+        return {"step": self.step, "loss": lm_total, "aux_loss": aux_total, "lr": lr, "grad_norm": float(grad_norm)}
+
+    def fit(self) -> dict:
+        """Train to ``train.steps``, checkpointing periodically; returns the summary."""
+        t = self.run.train
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.dist.is_main:
+            write_json_atomic(self.run_dir / "config.json", {
+                "run_id": self.run.run_id, "config_hash": self.run.config_hash, "git_commit": git_commit(),
+                "vocab_size": self.vocab_size, "n_params": self.model.num_params(), "config": self.run.to_dict(),
+            })
+        resumed_from = self.step if self.resume() else None
+        log = open(self.run_dir / "train_log.jsonl", "a") if self.dist.is_main else None
+        bar = tqdm(total=t.steps, initial=self.step, disable=not self.progress, desc=self.run.run_id,
+                   unit="step", mininterval=2.0, dynamic_ncols=True)
+        start, start_tokens, last = time.perf_counter(), self.tokens_seen, {}
+        try:
+            while self.step < t.steps:
+                step_start = time.perf_counter()
+                last = self.train_step()
+                dt = time.perf_counter() - step_start
+                last["tokens_per_s"] = t.tokens_per_step / dt
+                last["tokens_seen"] = self.tokens_seen
+                if log and (self.step % t.log_every == 0 or self.step == t.steps):
+                    log.write(json.dumps(last) + "\n")
+                    log.flush()
+                bar.update(1)
+                bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:.0f}")
+                if self.step % t.checkpoint_every == 0 and self.step < t.steps:
+                    self.save()
+        finally:
+            bar.close()
+            if log:
+                log.close()
+        elapsed = time.perf_counter() - start
+        self.save()
+        summary = {
+            "run_id": self.run.run_id,
+            "steps": self.step,
+            "tokens_seen": self.tokens_seen,
+            "final_loss": last.get("loss", float("nan")),
+            "train_time_s": elapsed,
+            "tokens_per_s": (self.tokens_seen - start_tokens) / elapsed if elapsed > 0 else float("nan"),
+            "resumed_from": resumed_from,
+            "n_params": self.model.num_params(),
+            "device": str(self.device),
+            "world_size": self.dist.world_size,
+        }
+        if self.dist.is_main:
+            final = self.run_dir / "final"
+            final.mkdir(exist_ok=True)
+            from safetensors.torch import save_file
+
+            tmp = final / "model.safetensors.tmp"
+            save_file({n: p.detach().contiguous().cpu() for n, p in self.model.named_parameters()}, str(tmp))
+            os.replace(tmp, final / "model.safetensors")
+            write_json_atomic(self.run_dir / "train_summary.json", summary)
+        return summary

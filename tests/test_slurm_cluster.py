@@ -1,0 +1,79 @@
+"""Real-Slurm smoke tests: submitit jobs on the loopback test cluster.
+
+The cluster comes from slurm/testcluster/up.sh via the ``slurm_cluster``
+fixture (tests/slurm_cluster.py); these tests skip where it cannot be started.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+try:
+    from slurm_cluster import slurm_cluster  # noqa: F401  (session fixture)
+except ImportError:  # tests/ not on sys.path (e.g. --import-mode=importlib)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from slurm_cluster import slurm_cluster  # noqa: F401
+
+submitit = pytest.importorskip("submitit")
+
+pytestmark = pytest.mark.slurm
+
+JOB_DONE_WITHIN_S = 120
+
+
+def _executor(folder: Path) -> "submitit.AutoExecutor":
+    ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    ex.update_parameters(slurm_partition="debug", timeout_min=2, cpus_per_task=1)
+    return ex
+
+
+def _wait_done(job, within_s: float) -> float:
+    """Poll job.done() (result file or sacct state); return seconds waited."""
+    t0 = time.monotonic()
+    while not job.done():
+        if time.monotonic() - t0 > within_s:
+            info = job.get_info(mode="force")
+            pytest.fail(f"job {job.job_id} not done after {within_s}s (sacct: {info})")
+        time.sleep(0.5)
+    return time.monotonic() - t0
+
+
+def _sacct_state(job_id: str) -> str:
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return out.strip().splitlines()[-1].split()[0] if out.strip() else ""
+
+
+def test_submitit_job_returns_result(slurm_cluster, tmp_path):
+    job = _executor(tmp_path / "submitit").submit(sum, list(range(101)))
+    assert job.job_id.isdigit(), job.job_id
+    _wait_done(job, JOB_DONE_WITHIN_S)
+    assert job.result() == 5050
+    # accounting works: the job reaches COMPLETED in slurmdbd
+    deadline = time.monotonic() + 60
+    while (state := _sacct_state(job.job_id)) != "COMPLETED":
+        assert time.monotonic() < deadline, f"sacct state of {job.job_id}: {state!r}"
+        time.sleep(0.5)
+
+
+def test_scancelled_job_raises_from_result(slurm_cluster, tmp_path):
+    job = _executor(tmp_path / "submitit").submit(time.sleep, 600)
+    deadline = time.monotonic() + JOB_DONE_WITHIN_S
+    while job.get_info(mode="force").get("State") != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job.job_id} never started"
+        time.sleep(0.5)
+
+    subprocess.run(["scancel", job.job_id], check=True, timeout=30)
+    t0 = time.monotonic()
+    _wait_done(job, JOB_DONE_WITHIN_S)
+    with pytest.raises(submitit.core.utils.UncompletedJobError) as err:
+        job.result()
+    elapsed = time.monotonic() - t0
+    assert "CANCELLED" in str(err.value), str(err.value)
+    assert elapsed < JOB_DONE_WITHIN_S + 60, f"result() took {elapsed:.0f}s to raise"
+    assert _sacct_state(job.job_id) == "CANCELLED"

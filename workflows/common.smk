@@ -1,0 +1,72 @@
+# Helpers shared by the rule files. Defines no rules.
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # works without `pip install -e .`
+
+from mor.data.paths import data_paths
+from mor.grids import all_grids, load_grid
+
+MODE = config["mode"]
+TAGS = config["tags"] if isinstance(config["tags"], list) else [t for t in str(config["tags"]).split(",") if t]
+DATA = Path(config["data_root"])
+PY = f"{sys.executable} -m mor"
+
+# Parse and validate every grid now: a malformed grid stops the workflow before any job.
+GRIDS = {p.stem: load_grid(p, MODE) for p in all_grids()}
+ARTIFACT_GRID = {a: g.name for g in GRIDS.values() for a in g.artifacts}
+ALL_ARTIFACTS = sorted(ARTIFACT_GRID)
+
+
+wildcard_constraints:
+    grid=r"[A-Za-z0-9_-]+",
+    run_id=r"[A-Za-z0-9_.-]+",
+    name=r"[A-Za-z0-9_-]+",
+    vocab=r"\d+",
+
+
+def grid_file(grid):
+    return f"grids/{grid}.yaml"
+
+
+def run_config(wildcards):
+    return GRIDS[wildcards.grid].run(wildcards.run_id).config
+
+
+def run_data_inputs(wildcards):
+    """Token files (and a local tokenizer) that a run reads."""
+    paths = data_paths(run_config(wildcards).data, DATA)
+    files = [str(paths.train_tokens), str(paths.val_tokens)]
+    if paths.tokenizer.endswith(".json"):
+        files.append(paths.tokenizer)
+    return files
+
+
+def grid_run_results(wildcards):
+    return [f"results/runs/{wildcards.grid}/{r.run_id}.parquet" for r in GRIDS[wildcards.grid].select(TAGS)]
+
+
+def artifact_results(kind):
+    def inner(wildcards):
+        artifact = f"{kind}/{wildcards.name}"
+        if artifact not in ARTIFACT_GRID:
+            raise ValueError(f"no grid lists {artifact!r} under artifacts; known: {ALL_ARTIFACTS}")
+        return f"results/{ARTIFACT_GRID[artifact]}.parquet"
+
+    return inner
+
+
+def artifact_grid_file(kind):
+    def inner(wildcards):
+        return grid_file(ARTIFACT_GRID[f"{kind}/{wildcards.name}"])
+
+    return inner
+
+
+def grid_input(wildcards):
+    return grid_file(wildcards.grid)
+
+
+def hub_name(wildcards):
+    """'HuggingFaceTB--SmolLM-135M' (a path-safe slug) -> 'HuggingFaceTB/SmolLM-135M'."""
+    return wildcards.slug.replace("--", "/")

@@ -1,0 +1,31 @@
+# Score each trained run (validation NLL, router statistics) into one parquet row, then
+# merge a grid's rows.
+
+
+rule eval:
+    input:
+        grid=grid_input,
+        summary="runs/{grid}/{run_id}/train_summary.json",
+        data=run_data_inputs,
+    output:
+        "results/runs/{grid}/{run_id}.parquet",
+    params:
+        mode=MODE,
+        run_dir="runs/{grid}/{run_id}",
+    threads: config["threads"]
+    log:
+        "logs/{grid}/{run_id}/eval.log",
+    shell:
+        "{PY} eval --grid {input.grid} --run-id {wildcards.run_id} --mode {params.mode}"
+        " --run-dir {params.run_dir} --data-root {DATA} --threads {threads} --out {output} > {log} 2>&1"
+
+
+rule collect:
+    input:
+        grid_run_results,
+    output:
+        "results/{grid}.parquet",
+    log:
+        "logs/{grid}/collect.log",
+    shell:
+        "{PY} collect --grid {wildcards.grid} --out {output} {input} > {log} 2>&1"

@@ -1,0 +1,20 @@
+# One job per run: train (or resume from the last checkpoint) -> runs/<grid>/<run_id>/.
+
+
+rule train:
+    input:
+        grid=grid_input,
+        data=run_data_inputs,
+    output:
+        summary="runs/{grid}/{run_id}/train_summary.json",
+    params:
+        mode=MODE,
+        run_dir="runs/{grid}/{run_id}",
+    threads: config["threads"]
+    resources:
+        job_kind="train",
+    log:
+        "logs/{grid}/{run_id}/train.log",
+    shell:
+        "{PY} train --grid {input.grid} --run-id {wildcards.run_id} --mode {params.mode}"
+        " --run-dir {params.run_dir} --data-root {DATA} --threads {threads} > {log} 2>&1"
