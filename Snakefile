@@ -5,12 +5,14 @@
 #
 # Every grid under grids/ is validated when this file is parsed, so a bad grid fails
 # before any job starts. See README.md for the layout.
+from pathlib import Path
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
 
-configfile: "workflows/config.yaml"
+configfile: Path(workflow.basedir) / "workflows" / "config.yaml"
 
 
 validate(config, "workflows/schemas/config.schema.yaml")

@@ -13,7 +13,7 @@ DATA = Path(config["data_root"])
 PY = f"{sys.executable} -m mor"
 
 # Parse and validate every grid now: a malformed grid stops the workflow before any job.
-GRIDS = {p.stem: load_grid(p, MODE) for p in all_grids()}
+GRIDS = {p.stem: load_grid(p, MODE) for p in all_grids(Path(config["grids_dir"]))}
 ARTIFACT_GRID = {a: g.name for g in GRIDS.values() for a in g.artifacts}
 ALL_ARTIFACTS = sorted(ARTIFACT_GRID)
 
@@ -26,7 +26,7 @@ wildcard_constraints:
 
 
 def grid_file(grid):
-    return f"grids/{grid}.yaml"
+    return str(GRIDS[grid].path)
 
 
 def run_config(wildcards):

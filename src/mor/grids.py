@@ -110,7 +110,12 @@ def _validate_structure(path: Path, raw: dict) -> None:
     if errors:
         e = errors[0]
         where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
-        raise GridError(f"{path}: key {where}: {e.message}")
+        hint = ""
+        if e.validator == "additionalProperties" and "properties" in e.schema:
+            hint = f"; allowed keys are {sorted(e.schema['properties'])}"
+        elif e.validator == "enum":
+            hint = f"; allowed values are {e.validator_value}"
+        raise GridError(f"{path}: key {where}: {e.message}{hint}")
 
 
 def load_grid(path: str | Path, mode: str = "local") -> Grid:
@@ -185,5 +190,6 @@ def grid_path(name: str) -> Path:
     return GRIDS_DIR / f"{name}.yaml"
 
 
-def all_grids() -> list[Path]:
-    return sorted(p for p in GRIDS_DIR.glob("*.yaml") if p.name != "scales.yaml")
+def all_grids(directory: Path = GRIDS_DIR) -> list[Path]:
+    """Every grid file of a folder (scales.yaml holds model sizes, not runs)."""
+    return sorted(p for p in Path(directory).glob("*.yaml") if p.name != "scales.yaml")

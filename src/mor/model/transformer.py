@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mor.config import ModelConfig, ScaleShape, capacities, tokens_kept
+from mor.config import ModelConfig, ScaleShape, capacities
 from mor.model.layers import Block, RMSNorm, RotaryEmbedding, init_weights
-from mor.model.router import ExpertChoiceRouter, gather_tokens, scatter_tokens, select_topk
-from mor.model.router_losses import expert_choice_aux_bce, router_z_loss
+from mor.model.expert_choice import run_expert_choice
+from mor.model.router import ExpertChoiceRouter
 from mor.model.tying import TyingPlan, effective_depth, reduced_depth, tying_plan, vanilla_plan
 
 
@@ -96,6 +96,14 @@ class MoRTransformer(nn.Module):
     def layers_at(self, ids: tuple[int, ...]) -> list[Block]:
         return [self.unique_layers[i] for i in ids]
 
+    def run_layer(self, layer_id: int, h, positions, recursion: int | None, kv=None, attn_mask=None):
+        """Apply unique layer ``layer_id`` at recursion ``recursion`` (None = unshared layer).
+
+        The single place a layer is called, so per-recursion relaxations (LoRA, recursion
+        position encodings) and KV strategies hook in here. h: (B, T, C); positions: (B, T).
+        """
+        return self.unique_layers[layer_id](h, positions, self.rope, kv=kv, attn_mask=attn_mask)
+
     def num_params(self) -> int:
         """Unique trainable parameters (tied tensors counted once, as the paper counts)."""
         return sum(p.numel() for p in self.parameters())
@@ -108,18 +116,18 @@ class MoRTransformer(nn.Module):
             raise ValueError(f"sequence length {T} exceeds max_seq_len {self.shape.max_seq_len}")
         positions = torch.arange(T, device=idx.device).expand(B, T)  # (B, T)
         h = self.embed_tokens(idx)  # (B, T, C)
-        for block in self.layers_at(self.plan.prefix):
-            h = block(h, positions, self.rope)
+        for layer_id in self.plan.prefix:
+            h = self.run_layer(layer_id, h, positions, recursion=None)
         routing = RoutingTrace() if self.routers else None
-        aux = h.new_zeros(())
+        aux = h.new_zeros((), dtype=torch.float32)
         if self.routers:
-            h, aux = self._routed_recursions(h, positions, routing)
+            h, aux = run_expert_choice(self, h, positions, routing)
         else:
-            for rec in self.plan.recursions:
-                for block in self.layers_at(rec):
-                    h = block(h, positions, self.rope)
-        for block in self.layers_at(self.plan.suffix):
-            h = block(h, positions, self.rope)
+            for r, rec in enumerate(self.plan.recursions):
+                for layer_id in rec:
+                    h = self.run_layer(layer_id, h, positions, recursion=r)
+        for layer_id in self.plan.suffix:
+            h = self.run_layer(layer_id, h, positions, recursion=None)
         logits = F.linear(self.norm(h), self.lm_head_weight)  # (B, T, V)
         out = ModelOutput(logits=logits, routing=routing)
         if targets is not None:
@@ -127,44 +135,6 @@ class MoRTransformer(nn.Module):
             out.aux_loss = aux
             out.loss = out.lm_loss + aux
         return out
-
-    def _routed_recursions(self, h, positions, trace: RoutingTrace):
-        """Expert-choice MoR: recursion r runs only on the top-k still-active tokens."""
-        B, T, C = h.shape  # batch, tokens, channels
-        rcfg = self.cfg.router
-        caps = capacities(self.cfg.num_recursions, rcfg.capacity)
-        active = torch.ones(B, T, dtype=torch.bool, device=h.device)  # (B, T)
-        aux = h.new_zeros((), dtype=torch.float32)
-        for r, rec in enumerate(self.plan.recursions):
-            router = self.routers[r]
-            frac = 1.0 - (1.0 - caps[r]) * self.capacity_scale
-            k = min(tokens_kept(T, frac), int(active.sum(1).min()))
-            logits = router.logits(h)  # (B, T)
-            causal = router.causal_logits(h, logits)  # (B, T) sign = inference-time decision
-            idx = select_topk(logits, active, k)  # (B, k) ascending positions
-            selected = torch.zeros_like(active).scatter(1, idx, True)  # (B, T)
-            g = router.weights(logits).gather(1, idx)  # (B, k)
-            h_sel = gather_tokens(h, idx)  # (B, k, C)
-            pos_sel = positions.gather(1, idx)  # (B, k)
-            out = h_sel
-            for block in self.layers_at(rec):
-                out = block(out, pos_sel, self.rope)  # (B, k, C)
-            if rcfg.gating == "weighted":
-                new = h_sel + g.unsqueeze(-1).to(out.dtype) * (out - h_sel)
-            else:  # additive: the router weight is added to the update
-                new = out + g.unsqueeze(-1).to(out.dtype)
-            h = scatter_tokens(h, idx, new)  # (B, T, C)
-            if self.training:
-                target_logits = causal if router.aux_head is not None else logits
-                aux = aux + rcfg.aux_coeff * expert_choice_aux_bce(target_logits[active], selected[active])
-                if rcfg.z_loss_coeff:
-                    aux = aux + rcfg.z_loss_coeff * router_z_loss(logits[active], per_token_scalar=True)
-            trace.selected.append(selected)
-            trace.candidates.append(active)
-            trace.scores.append(router.weights(logits).detach())
-            trace.causal_keep.append((causal.detach() > 0) & active)
-            active = selected
-        return h, aux
 
 
 def build_model(cfg: ModelConfig, shape: ScaleShape, vocab_size: int, device: str | torch.device = "cpu"):

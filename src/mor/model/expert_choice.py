@@ -1,0 +1,56 @@
+"""Expert-choice recursion: at recursion r, run the shared layers on the top-k active tokens.
+
+Recursion-wise caching in training: the gathered subsequence is all the attention of
+recursion r sees, so keys/values exist (and would be cached) only for tokens routed to r.
+Hierarchical filtering: candidates at r are the tokens selected at r-1.
+
+    H^{r+1}_t = H^r_t + g^r_t * (f(H^r_t) - H^r_t)   if t in top-k_r   (weighted gating)
+              = H^r_t                                  otherwise
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mor.config import capacities, tokens_kept
+from mor.model.router import gather_tokens, scatter_tokens, select_topk
+from mor.model.router_losses import expert_choice_aux_bce, router_z_loss
+
+
+def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace):
+    """h: (B, T, C) after the prefix layers -> (h, weighted router loss)."""
+    B, T, C = h.shape  # batch, tokens, channels
+    rcfg = model.cfg.router
+    caps = capacities(model.cfg.num_recursions, rcfg.capacity)
+    active = torch.ones(B, T, dtype=torch.bool, device=h.device)  # (B, T)
+    aux = h.new_zeros((), dtype=torch.float32)
+    for r, rec in enumerate(model.plan.recursions):
+        router = model.routers[r]
+        frac = 1.0 - (1.0 - caps[r]) * model.capacity_scale  # capacity warm-up widens early steps
+        k = min(tokens_kept(T, frac), int(active.sum(1).min()))
+        logits = router.logits(h)  # (B, T)
+        causal = router.causal_logits(h, logits)  # (B, T) sign = inference-time decision
+        idx = select_topk(logits, active, k)  # (B, k) ascending positions
+        selected = torch.zeros_like(active).scatter(1, idx, True)  # (B, T)
+        g = router.weights(logits).gather(1, idx)  # (B, k)
+        h_sel = gather_tokens(h, idx)  # (B, k, C)
+        pos_sel = positions.gather(1, idx)  # (B, k)
+        out = h_sel
+        for layer_id in rec:
+            out = model.run_layer(layer_id, out, pos_sel, recursion=r)  # (B, k, C)
+        if rcfg.gating == "weighted":
+            new = h_sel + g.unsqueeze(-1).to(out.dtype) * (out - h_sel)
+        else:  # additive: the router weight is added to the updated state
+            new = out + g.unsqueeze(-1).to(out.dtype)
+        h = scatter_tokens(h, idx, new)  # (B, T, C)
+        if model.training:
+            target = causal if router.aux_head is not None else logits
+            aux = aux + rcfg.aux_coeff * expert_choice_aux_bce(target[active], selected[active])
+            if rcfg.z_loss_coeff:
+                aux = aux + rcfg.z_loss_coeff * router_z_loss(logits[active], per_token_scalar=True)
+        trace.selected.append(selected)
+        trace.candidates.append(active)
+        trace.scores.append(router.weights(logits).detach())
+        trace.causal_keep.append((causal.detach() > 0) & active)
+        active = selected
+    return h, aux

@@ -1,0 +1,39 @@
+import pytest
+
+from mor.config import ModelConfig, load_scales
+from mor.flops import forward_flops_per_token, layer_params, tokens_for_budget, train_flops
+
+S = load_scales()
+
+
+def test_layer_params_135m_by_hand():
+    # q,o: 576*576 each; k,v: 576*192 each; SwiGLU 3*576*1536; two RMSNorm gains
+    assert layer_params(S["135M"]) == 2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536 + 2 * 576
+
+
+def test_vanilla_flops_follow_6n_plus_attention():
+    cfg, s, T = ModelConfig(scale="135M"), S["135M"], 2048
+    n_mm = 30 * (layer_params(s) - 2 * 576)
+    expected = 2 * n_mm + 30 * 4 * 576 * T + 2 * 576 * 49152
+    assert forward_flops_per_token(cfg, s, 49152, T) == expected
+    assert train_flops(cfg, s, 49152, T, 1000) == 3 * expected * 1000
+
+
+def test_recursion_costs_like_its_effective_depth_and_mor_less():
+    s, T = S["135M"], 2048
+    van = forward_flops_per_token(ModelConfig(scale="135M"), s, 49152, T)
+    rec = forward_flops_per_token(ModelConfig(scale="135M", variant="recursive", tying="cycle", num_recursions=3), s, 49152, T)
+    mor = forward_flops_per_token(ModelConfig(scale="135M", variant="mor", tying="cycle", num_recursions=3), s, 49152, T)
+    assert rec == pytest.approx(van)  # same 30 effective layers, fewer parameters
+    assert mor < rec
+    # capacities 1, 2/3, 1/3: matmuls scale by their mean (2/3), attention by the mean square (14/27)
+    mm = 30 * 2 * (layer_params(s) - 2 * 576)
+    attn = 30 * 4 * 576 * T
+    router = 2 * 3 * 576
+    assert mor == pytest.approx(2 * 576 * 49152 + mm * 2 / 3 + attn * 14 / 27 + router)
+
+
+def test_tokens_for_budget_inverts_train_flops():
+    cfg, s = ModelConfig(scale="360M"), S["360M"]
+    tokens = tokens_for_budget(cfg, s, 49152, 2048, 2e18)
+    assert train_flops(cfg, s, 49152, 2048, tokens) == pytest.approx(2e18, rel=1e-6)

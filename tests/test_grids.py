@@ -1,0 +1,86 @@
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mor.grids import GridError, all_grids, load_grid
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("path", all_grids(), ids=lambda p: p.stem)
+def test_every_shipped_grid_expands_in_every_mode(path):
+    raw = yaml.safe_load(path.read_text())
+    for mode in raw["modes"]:
+        grid = load_grid(path, mode)
+        ids = [r.run_id for r in grid.runs]
+        assert len(ids) == len(set(ids)) > 0
+        assert all(r.config.paper_scale for r in grid.runs)
+
+
+def test_table10_has_the_papers_axes():
+    grid = load_grid(REPO / "grids" / "table10.yaml", "local")
+    rec = [r.config for r in grid.runs if r.config.model.variant == "recursive"]
+    assert {c.model.tying for c in rec} == {"cycle", "sequence", "middle_cycle", "middle_sequence"}
+    assert {c.model.num_recursions for c in rec} == {2, 3}
+    assert {c.paper_scale for c in rec} == {"135M", "360M"}
+    assert {c.model.scale for c in rec} == {"small", "medium"}  # distinct CPU scales
+    assert len(grid.runs) == 16 + 2 + 4
+    cluster = load_grid(REPO / "grids" / "table10.yaml", "cluster")
+    assert {r.config.model.scale for r in cluster.runs} == {"135M", "360M"}
+    assert not set(r.run_id for r in grid.runs) & set(r.run_id for r in cluster.runs)
+
+
+def test_run_ids_are_stable_and_config_sensitive():
+    a = load_grid(REPO / "grids" / "table10.yaml", "local")
+    b = load_grid(REPO / "grids" / "table10.yaml", "local")
+    assert [r.run_id for r in a.runs] == [r.run_id for r in b.runs]
+
+
+def _write(tmp_path, text, name="g"):
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = """
+name: g
+runs:
+  - axes: {model.scale: [135M]}
+modes:
+  local: {scale_map: {135M: tiny}, set: {train.tokens: 4096}}
+"""
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda t: t.replace("runs:", "rnus:"), r"g\.yaml: key <top level>: .*'rnus' was unexpected.*allowed keys are \['artifacts', 'defaults'"),
+        (lambda t: t + "bogus: 1\n", r"g\.yaml: .*'bogus' was unexpected"),
+        (lambda t: t.replace("axes: {model.scale: [135M]}", "axes: {model.scale: [135M], model.tying: [zigzag]}"),
+         r"g\.yaml: runs\[0\].*model\.tying='zigzag' is not allowed; choose one of \['cycle', 'sequence', 'middle_cycle', 'middle_sequence'\]"),
+        (lambda t: t.replace("train.tokens: 4096", "train.tokenz: 4096"), r"g\.yaml: .*train: unknown key\(s\) \['tokenz'\]"),
+        (lambda t: t.replace("{135M: tiny}", "{135M: huge}"), r"g\.yaml: key modes\.local\.scale_map\.135M: unknown scale 'huge'"),
+        (lambda t: t.replace("[135M]", "[999M]"), r"g\.yaml: .*model\.scale='999M' has no entry in the mode's scale_map"),
+        (lambda t: t.replace("train.tokens: 4096", "train.tokens: 10"), r"g\.yaml: .*less than one step"),
+        (lambda t: t.replace("name: g", "name: other"), r"g\.yaml: key name: 'other' must equal the file name"),
+        (lambda t: t + "  : [\n", r"g\.yaml: not valid YAML"),
+    ],
+)
+def test_bad_grids_fail_with_file_and_key(tmp_path, mutate, message):
+    path = _write(tmp_path, mutate(BASE))
+    with pytest.raises(GridError, match=message):
+        load_grid(path, "local")
+
+
+def test_impossible_shape_is_rejected_at_load(tmp_path):
+    text = BASE.replace("axes: {model.scale: [135M]}",
+                        "set: {model.variant: mor, model.num_recursions: 3, model.router.capacity: [1.0, 0.5]}\n    axes: {model.scale: [135M]}")
+    with pytest.raises(GridError, match="capacity has 2 entries"):
+        load_grid(_write(tmp_path, text), "local")
+
+
+def test_missing_mode_is_named(tmp_path):
+    with pytest.raises(GridError, match="no 'cluster' mode"):
+        load_grid(_write(tmp_path, BASE), "cluster")

@@ -1,0 +1,92 @@
+import pytest
+import torch
+
+from mor.config import ModelConfig, RouterConfig, load_scales
+from mor.flops import param_count
+from mor.model.transformer import build_model
+
+SCALES = load_scales()
+
+
+@pytest.mark.parametrize("scale, expected", [("135M", 134_515_008), ("360M", 361_821_120), ("1.7B", 1_711_376_384)])
+def test_published_parameter_counts_on_meta_device(scale, expected):
+    model = build_model(ModelConfig(scale=scale), SCALES[scale], 49152, device="meta")
+    assert model.num_params() == expected
+    assert param_count(ModelConfig(scale=scale), SCALES[scale], 49152) == expected
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        ModelConfig(scale="360M", variant="recursive", tying="middle_cycle", num_recursions=4),
+        ModelConfig(scale="135M", variant="vanilla", reduced=True, num_recursions=3),
+        ModelConfig(scale="135M", variant="mor", tying="cycle", num_recursions=3,
+                    router=RouterConfig(arch="wide_mlp", aux="aux_router")),
+    ],
+)
+def test_param_count_formula_matches_real_size_model(cfg):
+    model = build_model(cfg, SCALES[cfg.scale], 49152, device="meta")
+    assert model.num_params() == param_count(cfg, SCALES[cfg.scale], 49152)
+
+
+def test_tied_layers_share_tensors():
+    cfg = ModelConfig(scale="tiny", variant="recursive", tying="cycle", num_recursions=2)
+    model = build_model(cfg, SCALES["tiny"], 64)
+    rec0, rec1 = model.plan.recursions
+    for a, b in zip(model.layers_at(rec0), model.layers_at(rec1)):
+        assert a.self_attn.q_proj.weight is b.self_attn.q_proj.weight
+        assert a.mlp.down_proj.weight is b.mlp.down_proj.weight
+    vanilla = build_model(ModelConfig(scale="tiny"), SCALES["tiny"], 64)
+    assert model.num_params() < vanilla.num_params()
+
+
+VARIANTS = [
+    ModelConfig(scale="tiny"),
+    ModelConfig(scale="tiny", variant="vanilla", reduced=True, num_recursions=2),
+    *[ModelConfig(scale="tiny", variant="recursive", tying=t, num_recursions=nr)
+      for t in ("cycle", "sequence", "middle_cycle", "middle_sequence") for nr in (2, 3)],
+]
+
+
+@pytest.mark.parametrize("cfg", VARIANTS, ids=lambda c: f"{c.variant}-{c.tying}-{c.num_recursions}-{c.reduced}")
+def test_causality(cfg):
+    """Changing token t+1 never changes the logits at positions <= t."""
+    torch.manual_seed(0)
+    model = build_model(cfg, SCALES["tiny"], 50).eval()
+    x = torch.randint(0, 50, (2, 12))
+    t = 6
+    y = x.clone()
+    y[:, t + 1] = (y[:, t + 1] + 7) % 50
+    with torch.no_grad():
+        a, b = model(x).logits, model(y).logits
+    torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1])
+    assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
+
+
+@pytest.mark.parametrize("nr, seq, expected", [(3, 12, [12, 8, 4]), (2, 10, [10, 5]), (4, 8, [8, 6, 4, 2]), (3, 7, [7, 5, 3])])
+def test_expert_choice_hierarchical_capacities(nr, seq, expected):
+    cfg = ModelConfig(scale="tiny", variant="mor", tying="cycle", num_recursions=nr)
+    model = build_model(cfg, SCALES["tiny"], 50)
+    out = model(torch.randint(0, 50, (3, seq)), torch.randint(0, 50, (3, seq)))
+    counts = [int(s.sum(1)[0]) for s in out.routing.selected]
+    assert counts == expected
+    for prev, cur in zip(out.routing.selected, out.routing.selected[1:]):
+        assert not (cur & ~prev).any(), "a token dropped at recursion r came back later"
+    depths = out.routing.depths()
+    assert depths.min() >= 1 and depths.max() <= nr
+    assert out.aux_loss.item() > 0  # the BCE that trains the causal decision is on
+
+
+def test_explicit_capacity_must_match_recursions():
+    from mor.config import ConfigError
+
+    with pytest.raises(ConfigError, match="capacity has 2 entries"):
+        ModelConfig(scale="tiny", variant="mor", num_recursions=3, router=RouterConfig(capacity=(1.0, 0.5)))
+
+
+def test_router_gradient_flows_through_weights():
+    cfg = ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=2)
+    model = build_model(cfg, SCALES["tiny"], 50)
+    x = torch.randint(0, 50, (2, 10))
+    model(x, x).loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.routers.parameters())
