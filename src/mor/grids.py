@@ -129,7 +129,7 @@ def load_grid(path: str | Path, mode: str = "local") -> Grid:
         raise GridError(f"{path}: key name: {raw['name']!r} must equal the file name {path.stem!r}")
     if mode not in raw["modes"]:
         raise GridError(f"{path}: key modes: no {mode!r} mode; grid defines {sorted(raw['modes'])}")
-    mode_spec = raw["modes"][mode]
+    mode_spec = _mode_spec(path, raw["modes"][mode], mode)
     scales = load_scales()
     scale_map = {str(k): str(v) for k, v in mode_spec.get("scale_map", {}).items()}
     for paper, actual in scale_map.items():
@@ -160,6 +160,26 @@ def load_grid(path: str | Path, mode: str = "local") -> Grid:
         reference=tuple(raw.get("reference", [])),
         raw=raw,
     )
+
+
+def _mode_spec(path: Path, spec: dict, mode: str) -> dict:
+    """A mode's settings, on top of ``grids/modes/<base>.yaml`` when it names a base."""
+    if "base" not in spec:
+        return spec
+    base_file = path.parent / "modes" / f"{spec['base']}.yaml"
+    if not base_file.exists():
+        base_file = GRIDS_DIR / "modes" / f"{spec['base']}.yaml"
+    if not base_file.exists():
+        raise GridError(f"{path}: key modes.{mode}.base: no file grids/modes/{spec['base']}.yaml")
+    base = _load_yaml(base_file)
+    unknown = sorted(set(base) - {"set", "scale_map"})
+    if unknown:
+        raise GridError(f"{base_file}: unknown key(s) {unknown}; allowed keys are ['scale_map', 'set']")
+    merged: dict = {"set": {}}
+    merge(merged["set"], base.get("set", {}))
+    merge(merged["set"], spec.get("set", {}))
+    merged["scale_map"] = {**base.get("scale_map", {}), **spec.get("scale_map", {})}
+    return merged
 
 
 def _resolve(cfg, grid_name, scale_map, scales, where, label_fmt, values, keys) -> Run:

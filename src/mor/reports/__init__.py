@@ -6,13 +6,16 @@ function that draws it; adding a table = one module here + one entry.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from mor.reports import fig6, table10
+from mor.reports.ablation import SPECS, render_ablation
 
 RENDERERS = {
     "tables/table10": table10.render,
     "figures/fig6": fig6.render,
+    **{f"tables/{name}": partial(render_ablation, spec) for name, spec in SPECS.items()},
 }
 
 

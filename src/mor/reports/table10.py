@@ -57,7 +57,7 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
             "'Paper NLL' is the value stated in the paper (App. F) where it gives one.")
     od = OutputDir(out)
     with od as d:
-        shown = table.fillna("")
+        shown = table.astype(object).where(table.notna(), "")
         (d / "table10.md").write_text(f"# Table 10: parameter-sharing strategies\n\n{note}\n\n"
                                       + shown.to_markdown(index=False) + "\n")
         table.to_csv(d / "table10.csv", index=False)

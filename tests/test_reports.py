@@ -1,0 +1,69 @@
+"""Reports are drawn from parquet alone: synthetic result rows in, tables and figures out."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from mor.config import ModelConfig, RouterConfig, RunConfig
+from mor.reports import RENDERERS, render
+from mor.reports.ablation import varying_axes
+from mor.results import write_rows
+
+
+def _row(run: RunConfig, **metrics):
+    m = run.model
+    return {"run_id": run.run_id, "grid": run.grid, "config_hash": run.config_hash, "git_commit": "abc123", "mode": "local",
+            "scale": m.scale, "paper_scale": run.paper_scale, "seed": 0, "variant": m.variant,
+            "tying": None if m.variant == "vanilla" else m.tying, "num_recursions": m.num_recursions,
+            "reduced": m.reduced, "n_params": 1000, "unique_layers": 2, "effective_layers": 4,
+            "config_json": json.dumps(run.to_dict()), **metrics}
+
+
+def test_varying_axes_finds_only_what_changes():
+    a = {"model": {"router": {"aux": "aux_loss", "alpha": 0.1}, "scale": "s"}, "grid": "g"}
+    b = {"model": {"router": {"aux": "aux_router", "alpha": 0.1}, "scale": "t"}, "grid": "g"}
+    assert varying_axes([a, b]) == ["model.router.aux"]
+
+
+def test_table13_renders_router_metrics(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # artifacts are written relative to the working directory
+    runs = [RunConfig(grid="table13", paper_scale="135M",
+                      model=ModelConfig(scale="small", variant="mor", num_recursions=3, router=RouterConfig(aux=aux)))
+            for aux in ("aux_router", "aux_loss")]
+    write_rows(tmp_path / "r.parquet", [_row(runs[0], val_nll=5.1, dead_token_ratio=0.667, sampling_accuracy=0.99),
+                                        _row(runs[1], val_nll=5.0, dead_token_ratio=0.0, sampling_accuracy=0.95)])
+    grid = tmp_path / "table13.yaml"
+    grid.write_text("reference: []\n")
+    files = render("tables/table13", str(tmp_path / "r.parquet"), str(grid))
+    assert [f.name for f in files] == ["table13.csv", "table13.md", "table13.tex"]
+    csv = pd.read_csv(files[0])
+    assert list(csv["aux"]) == ["aux_loss", "aux_router"]
+    assert list(csv["Dead token ratio"]) == [0.0, 0.667]
+    assert "Sampling acc" in files[1].read_text()
+
+
+def test_table10_puts_paper_numbers_beside_reproduced(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    mk = lambda **kw: RunConfig(grid="table10", paper_scale="135M", model=ModelConfig(scale="small", **kw))  # noqa: E731
+    runs = [mk(), mk(variant="vanilla", reduced=True, num_recursions=2),
+            mk(variant="recursive", tying="cycle", num_recursions=2),
+            mk(variant="recursive", tying="middle_cycle", num_recursions=2)]
+    nll = [5.0, 5.4, 5.2, 5.1]
+    write_rows(tmp_path / "r.parquet", [_row(r, val_nll=v) for r, v in zip(runs, nll)])
+    grid = tmp_path / "table10.yaml"
+    grid.write_text("reference:\n  - {paper_scale: 135M, variant: recursive, tying: cycle, num_recursions: 2, val_nll: 3.0071}\n")
+    csv = pd.read_csv(render("tables/table10", str(tmp_path / "r.parquet"), str(grid))[0])
+    assert list(csv["Model"]) == ["Vanilla", "Vanilla (reduced)", "Cycle", "Middle-Cycle"]
+    assert csv.loc[csv["Model"] == "Cycle", "Paper NLL"].item() == 3.0071
+    assert csv.loc[csv["Model"] == "Middle-Cycle", "dNLL vs reduced"].item() == pytest.approx(-0.3)
+    fig = render("figures/fig6", str(tmp_path / "r.parquet"), str(grid))
+    assert {f.suffix for f in fig} == {".png", ".pdf"}
+
+
+def test_every_grid_artifact_has_a_renderer():
+    from mor.grids import all_grids, load_grid
+
+    for path in all_grids():
+        for artifact in load_grid(path, "local").artifacts:
+            assert artifact in RENDERERS, f"{path}: no renderer for {artifact}"
