@@ -42,6 +42,14 @@ def run_data_inputs(wildcards):
     return files
 
 
+def init_checkpoint_inputs(wildcards):
+    """An up-training run waits for the run whose final weights it starts from."""
+    ckpt = run_config(wildcards).model.init_checkpoint
+    if ckpt.startswith("runs/") and ckpt.endswith("/final"):
+        return [ckpt.removesuffix("/final") + "/train_summary.json"]
+    return []
+
+
 def grid_run_results(wildcards):
     return [f"results/runs/{wildcards.grid}/{r.run_id}.parquet" for r in GRIDS[wildcards.grid].select(TAGS)]
 

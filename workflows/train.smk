@@ -5,6 +5,7 @@ rule train:
     input:
         grid=grid_input,
         data=run_data_inputs,
+        init=init_checkpoint_inputs,
     output:
         summary="runs/{grid}/{run_id}/train_summary.json",
     params:

@@ -5,14 +5,16 @@ checked against ``workflows/schemas/grid.schema.yaml``; every value is then chec
 config dataclasses. Either failure raises ``GridError`` naming the file and the key, so a
 bad grid stops ``snakemake`` at parse time, before any job starts.
 
-Merge order for one run: ``defaults`` -> ``modes.<mode>.set`` -> block ``set`` -> block
-``axes`` values. ``model.scale`` always names a paper scale (135M, 360M, ...); the mode's
+Merge order for one run: ``defaults`` -> ``modes.<mode>.set`` (on top of its ``base``) ->
+block ``set`` -> block ``mode_set.<mode>`` -> block ``axes`` values. A block with
+``only_modes`` exists only in those modes. ``model.scale`` always names a paper scale (135M, 360M, ...); the mode's
 ``scale_map`` turns it into the scale actually built (CPU scales in the local mode).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +141,8 @@ def load_grid(path: str | Path, mode: str = "local") -> Grid:
     runs: dict[str, Run] = {}
     for b, block in enumerate(raw["runs"]):
         name = block.get("name", f"block{b}")
+        if "only_modes" in block and mode not in block["only_modes"]:
+            continue
         axes = block.get("axes", {})
         keys = list(axes)
         for values in itertools.product(*(axes[k] for k in keys)):
@@ -146,20 +150,41 @@ def load_grid(path: str | Path, mode: str = "local") -> Grid:
             merge(cfg, raw.get("defaults", {}))
             merge(cfg, mode_spec.get("set", {}))
             merge(cfg, block.get("set", {}))
+            merge(cfg, block.get("mode_set", {}).get(mode, {}))
             for k, v in zip(keys, values):
                 set_dotted(cfg, k, v)
             where = f"{path}: runs[{b}] ({name}) with " + ", ".join(f"{k}={v}" for k, v in zip(keys, values))
             run = _resolve(cfg, raw["name"], scale_map, scales, where, block.get("label", ""), values, keys)
             runs.setdefault(run.config.run_id, Run(run.config, name, tuple(block.get("tags", []))))
+    resolved = _resolve_run_references(path, raw["name"], list(runs.values()))
     return Grid(
         name=raw["name"],
         path=path,
         mode=mode,
-        runs=tuple(runs.values()),
+        runs=tuple(resolved),
         artifacts=tuple(raw.get("artifacts", [])),
         reference=tuple(raw.get("reference", [])),
         raw=raw,
     )
+
+
+def _resolve_run_references(path: Path, grid_name: str, runs: list[Run]) -> list[Run]:
+    """``model.init_checkpoint: "@<block>"`` -> the final weights of that block's run of the
+    same paper scale (e.g. up-training from a model pretrained in the same grid). The
+    resolved path carries the source run's id, so the dependent run's id changes with it."""
+    out = []
+    for run in runs:
+        ref = run.config.model.init_checkpoint
+        if ref.startswith("@"):
+            sources = [r for r in runs if r.block == ref[1:] and r.config.paper_scale == run.config.paper_scale
+                       and not r.config.model.init_checkpoint.startswith("@")]
+            if len(sources) != 1:
+                raise GridError(f"{path}: block {run.block!r}: model.init_checkpoint={ref!r} must name a block with "
+                                f"exactly one run at scale {run.config.paper_scale}; found {len(sources)}")
+            model = dataclasses.replace(run.config.model, init_checkpoint=f"runs/{grid_name}/{sources[0].run_id}/final")
+            run = Run(dataclasses.replace(run.config, model=model), run.block, run.tags)
+        out.append(run)
+    return out
 
 
 def _mode_spec(path: Path, spec: dict, mode: str) -> dict:

@@ -85,6 +85,8 @@ def render_ablation(spec: AblationSpec, results: Path, grid: Path, out: Path, mo
 
 
 SPECS = {
+    "table12": AblationSpec("table12", "Table 12: up-training from a pretrained vanilla checkpoint",
+                            ("val_nll", "avg_accuracy", "n_params")),
     "table13": AblationSpec("table13", "Table 13: expert-choice router designs",
                             ("val_nll", "avg_accuracy", "dead_token_ratio", "sampling_accuracy", "mean_depth")),
     "table14": AblationSpec("table14", "Table 14: token-choice router designs",
