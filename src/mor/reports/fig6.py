@@ -34,11 +34,14 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
         for _, v in van.iterrows():
             style = ":" if v["reduced"] else "--"
             lab = f"Vanilla reduced Nr={int(v['num_recursions'])}" if v["reduced"] else "Vanilla"
-            ax.axhline(v["val_nll"], ls=style, lw=1, color="0.3" if not v["reduced"] else "C3", label=lab)
+            color = f"C{1 + int(v['num_recursions'])}" if v["reduced"] else "0.3"
+            ax.axhline(v["val_nll"], ls=style, lw=1, color=color, label=lab)
+        hues = sorted(sub["Nr"].unique())
         for _, r in sub.iterrows():
             paper = reference_value(ref, r, "val_nll")
-            if paper is not None:
-                ax.annotate(f"paper {paper:.3f}", (order.index(r["Tying"]), r["val_nll"]), fontsize=6,
+            if paper is not None:  # seaborn dodges hue bars within a 0.8-wide slot
+                x = order.index(r["Tying"]) + (hues.index(r["Nr"]) - (len(hues) - 1) / 2) * 0.8 / len(hues)
+                ax.annotate(f"paper\n{paper:.3f}", (x, r["val_nll"]), fontsize=6,
                             ha="center", va="bottom", xytext=(0, 2), textcoords="offset points")
         lo = min(sub["val_nll"].min(), van["val_nll"].min() if len(van) else 1e9)
         hi = max(sub["val_nll"].max(), van["val_nll"].max() if len(van) else 0)
@@ -47,9 +50,12 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
         ax.set_xlabel("")
         ax.set_ylabel("validation NLL")
         ax.tick_params(axis="x", labelrotation=20)
-        ax.legend(fontsize=6, loc="upper left")
+        handles, labels = ax.get_legend_handles_labels()
+        ax.get_legend().remove()
+    labels = [f"Nr={lab}" if lab.isdigit() else lab for lab in labels]
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
     fig.suptitle("Figure 6: parameter-sharing strategies")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     od = OutputDir(out)
     with od as d:
         fig.savefig(d / "fig6.png", dpi=150)
