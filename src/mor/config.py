@@ -174,10 +174,18 @@ class ModelConfig:
         if self.attention not in ("auto", "sdpa", "flash"):
             raise ConfigError(f"model.attention={self.attention!r}; choose one of ['auto', 'sdpa', 'flash']")
         if self.variant == "vanilla":
-            if self.num_recursions != 1 and not self.reduced:
-                raise ConfigError("model.num_recursions > 1 needs variant recursive/mor (or reduced: true)")
+            # vanilla KV sharing reads num_recursions as the size of a KV-sharing group
+            if self.num_recursions != 1 and not self.reduced and self.kv == "recursion_wise":
+                raise ConfigError("model.num_recursions > 1 needs variant recursive/mor (or reduced: true, "
+                                  "or kv: shared, where it is the KV-sharing group size)")
+            if self.kv != "recursion_wise" and self.reduced:
+                raise ConfigError("model.kv sharing for vanilla uses num_recursions as the group size; "
+                                  "it cannot be combined with reduced: true")
         elif not 2 <= self.num_recursions <= 8:
             raise ConfigError(f"model.num_recursions={self.num_recursions} must be in [2, 8] for {self.variant}")
+        if self.kv == "shared_dagger" and self.variant != "mor":
+            raise ConfigError("model.kv='shared_dagger' needs variant 'mor' (without routing every "
+                              "position is active, so it equals recursion_wise)")
         if self.reduced and self.variant != "vanilla":
             raise ConfigError("model.reduced only applies to variant 'vanilla'")
         if self.reduced and self.num_recursions < 2:
@@ -187,6 +195,24 @@ class ModelConfig:
                 f"model.router.capacity has {len(self.router.capacity)} entries; "
                 f"model.num_recursions={self.num_recursions} needs one per recursion"
             )
+        self._check_relaxation_and_init()
+
+    def _check_relaxation_and_init(self) -> None:
+        """Relaxations (mor.model.relax) and tied-layer init (mor.model.init_from_hf)."""
+        _check_positive("model", "relaxation_rank", self.relaxation_rank, allow_zero=True)
+        if self.relaxation != "none" and self.variant == "vanilla":
+            raise ConfigError(f"model.relaxation={self.relaxation!r} relaxes tied layers; it needs variant recursive/mor")
+        if self.relaxation in ("lora", "dora", "prefix") and self.relaxation_rank < 1:
+            what = "prefix length" if self.relaxation == "prefix" else "rank"
+            raise ConfigError(f"model.relaxation={self.relaxation!r} needs model.relaxation_rank > 0 (the {what})")
+        if self.relaxation in ("none", "recursion_pe") and self.relaxation_rank:
+            raise ConfigError(f"model.relaxation_rank={self.relaxation_rank} has no effect with "
+                              f"model.relaxation={self.relaxation!r}; set it to 0")
+        if self.tied_init != "random" and not self.init_checkpoint:
+            raise ConfigError(f"model.tied_init={self.tied_init!r} needs model.init_checkpoint (a vanilla checkpoint)")
+        if self.init_checkpoint and self.tied_init == "random":
+            raise ConfigError("model.init_checkpoint is set but model.tied_init='random' ignores it; "
+                              "choose one of ['stepwise', 'average', 'upcycle']")
 
 
 # --------------------------------------------------------------------------------------

@@ -8,6 +8,16 @@ token. Attention adds, per layer and token, 2*T*d for QK^T and 2*T*d for AV forw
 halving). For a recursion that only a fraction c of the tokens enters (MoR expert-choice,
 capacity c), the matmul term scales by c and the attention term by c^2 (c*T queries each
 attending to c*T keys), matching PAPER.md's (k/N_ctx)^2 for recursion-wise caching.
+
+Token-choice routing has no fixed capacities: how many tokens reach recursion r depends on
+what the router learns. FLOPs assume the balanced assignment the balancing loss / bias aim
+for (1/Nr of the tokens per depth), so the fraction reaching recursion r is (Nr-r+1)/Nr
+(r = 1..Nr): the same numbers as the hierarchical expert-choice capacities.
+
+Recursive KV sharing (``model.kv`` shared / shared_dagger), for recursions r > 1: the c*T
+active queries attend to all T keys of recursion 1, so attention scales by c, not c^2
+(PAPER.md's cost table). 'shared' also skips the K and V projections there (the keys and
+values are recursion 1's); 'shared_dagger' recomputes them for the active tokens.
 """
 
 from __future__ import annotations
@@ -36,7 +46,13 @@ def router_params(cfg: ModelConfig, s: ScaleShape) -> int:
         width = s.hidden if r.arch == "mlp" else 4 * s.hidden
         one = s.hidden * width + width * out
     n_heads = heads * (2 if r.type == "expert_choice" and r.aux == "aux_router" else 1)
-    return n_heads * one
+    return n_heads * one + _router_bias_params(cfg)
+
+
+def _router_bias_params(cfg: ModelConfig) -> int:
+    """Token-choice loss-free balancing stores its Nr selection biases as (frozen) parameters."""
+    r = cfg.router
+    return cfg.num_recursions if r.type == "token_choice" and r.balancing == "loss_free" else 0
 
 
 def plan_for(cfg: ModelConfig, s: ScaleShape) -> TyingPlan:
@@ -48,7 +64,32 @@ def plan_for(cfg: ModelConfig, s: ScaleShape) -> TyingPlan:
 def param_count(cfg: ModelConfig, s: ScaleShape, vocab: int) -> int:
     """Unique parameters: tied embedding/head once, each unique layer once, final norm."""
     plan = plan_for(cfg, s)
-    return vocab * s.hidden + plan.num_unique * layer_params(s) + s.hidden + router_params(cfg, s)
+    return (vocab * s.hidden + plan.num_unique * layer_params(s) + s.hidden + router_params(cfg, s)
+            + relaxation_params(cfg, s))
+
+
+def relaxation_params(cfg: ModelConfig, s: ScaleShape) -> int:
+    """Per-recursion parameters of a relaxation (mor.model.relax), counted per slot = each
+    distinct (unique layer, recursion) pair the plan's recursions run.
+
+    LoRA: rank * (in + out) for each of q, k, v, o, gate, up, down: rank * (9C + 2 kv + 3M)
+    (q, o: C + C; k, v: C + kv; gate, up, down: C + M). DoRA adds one magnitude per output
+    row: 3C + 2 kv + 2M. Prefix: P keys + P values per KV head: 2 P kv. Recursion PE: C per
+    recursion (not per slot).
+    """
+    if cfg.relaxation == "none":
+        return 0
+    plan = plan_for(cfg, s)
+    if cfg.relaxation == "recursion_pe":
+        return len(plan.recursions) * s.hidden
+    slots = len({(u, r) for r, rec in enumerate(plan.recursions) for u in rec})
+    kv, C, M, rank = s.kv_heads * s.head_dim, s.hidden, s.mlp, cfg.relaxation_rank
+    if cfg.relaxation == "prefix":
+        return slots * 2 * rank * kv
+    per_slot = rank * (9 * C + 2 * kv + 3 * M)
+    if cfg.relaxation == "dora":
+        per_slot += 3 * C + 2 * kv + 2 * M
+    return slots * per_slot
 
 
 def forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int) -> float:
@@ -60,11 +101,18 @@ def forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len
     flops = unrouted * (per_layer_mm + per_layer_attn)
     if cfg.variant == "mor" and cfg.router.type == "expert_choice":
         fracs = capacities(cfg.num_recursions, cfg.router.capacity)
+    elif cfg.variant == "mor":  # token-choice: balanced assignment (module docstring)
+        fracs = capacities(cfg.num_recursions)
     else:
         fracs = [1.0] * len(plan.recursions)
-    for frac, rec in zip(fracs, plan.recursions):
-        flops += len(rec) * (frac * per_layer_mm + frac * frac * per_layer_attn)
-    flops += 2 * router_params(cfg, s)
+    kv_proj_mm = 2 * 2 * s.hidden * s.kv_heads * s.head_dim  # K and V projections, forward
+    for r, (frac, rec) in enumerate(zip(fracs, plan.recursions)):
+        if r > 0 and cfg.kv != "recursion_wise":  # recursive KV sharing
+            mm = per_layer_mm - kv_proj_mm if cfg.kv == "shared" else per_layer_mm
+            flops += len(rec) * (frac * mm + frac * per_layer_attn)
+        else:
+            flops += len(rec) * (frac * per_layer_mm + frac * frac * per_layer_attn)
+    flops += 2 * (router_params(cfg, s) - _router_bias_params(cfg))
     flops += 2 * s.hidden * vocab  # LM head
     return float(flops)
 
@@ -77,3 +125,91 @@ def train_flops(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int, token
 def tokens_for_budget(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int, flops: float) -> int:
     """Training tokens that spend ``flops`` (isoFLOP planning)."""
     return int(flops / (3.0 * forward_flops_per_token(cfg, s, vocab, seq_len)))
+
+
+# --------------------------------------------------------------------------------------
+# KV cache memory (PAPER.md cost table; App. E maximum batch)
+# --------------------------------------------------------------------------------------
+def kv_memory_fraction(strategy: str, num_recursions: int, capacity: tuple[float, ...] = ()) -> float:
+    """KV-cache memory of a recursion stack relative to a vanilla stack of equal depth.
+
+    Recursion r caches the share c_r of the tokens routed to it; every recursion has the
+    same number of layers. recursion_wise: mean_r c_r, = (Nr+1)/(2Nr) for the hierarchical
+    c_r = (Nr-r)/Nr. shared: only recursion 1 stores KV: c_1/Nr, = 1/Nr.
+    """
+    caps = capacities(num_recursions, capacity)
+    if strategy == "recursion_wise":
+        return sum(caps) / num_recursions
+    if strategy == "shared":
+        return caps[0] / num_recursions
+    raise ValueError(f"kv memory fraction is defined for 'recursion_wise' and 'shared', got {strategy!r}")
+
+
+def kv_io_fraction(strategy: str, num_recursions: int, capacity: tuple[float, ...] = ()) -> float:
+    """KV-cache reads per decoding step relative to vanilla (PAPER.md): each recursion reads
+    its whole cache once. recursion_wise: mean_r c_r = (Nr+1)/(2Nr); shared: every recursion
+    reads recursion 1's cache, c_1 = 1."""
+    caps = capacities(num_recursions, capacity)
+    if strategy == "recursion_wise":
+        return sum(caps) / num_recursions
+    if strategy == "shared":
+        return caps[0]
+    raise ValueError(f"kv IO fraction is defined for 'recursion_wise' and 'shared', got {strategy!r}")
+
+
+def attention_flops_fraction(strategy: str, active_fraction: float) -> float:
+    """Attention FLOPs of a recursion where k of N_ctx tokens are active, relative to all N_ctx:
+    recursion_wise (k/N)^2 (k queries over k cached keys); shared k/N (k queries over all N)."""
+    if not 0 <= active_fraction <= 1:
+        raise ValueError(f"active_fraction must lie in [0, 1], got {active_fraction}")
+    if strategy == "recursion_wise":
+        return active_fraction**2
+    if strategy == "shared":
+        return active_fraction
+    raise ValueError(f"attention FLOPs fraction is defined for 'recursion_wise' and 'shared', got {strategy!r}")
+
+
+def relative_max_batch(num_recursions: int, base_batch: int = 32, strategy: str = "recursion_wise",
+                       capacity: tuple[float, ...] = ()) -> float:
+    """App. E's relative maximum batch: ``base_batch`` scaled by 1 / KV memory fraction, i.e.
+    32 * 2Nr/(Nr+1) = 42.7, 48, 51.2 for Nr = 2, 3, 4 (the seed's 42 / 48 / 51), the whole
+    model's memory treated as KV cache (parameters and unshared layers neglected)."""
+    return base_batch / kv_memory_fraction(strategy, num_recursions, capacity)
+
+
+def kv_cache_entries(cfg: ModelConfig, s: ScaleShape, max_len: int, sizing: str = "capacity") -> int:
+    """Token entries one sequence's KV cache preallocates, summed over layers (mor.model.kv_cache).
+
+    A layer that reads another layer's KV (``model.kv`` shared) stores none; a dagger layer
+    mirrors its producer. sizing 'capacity': the layers of recursion r of an expert-choice
+    MoR model hold tokens_kept(max_len, c_r); every other layer (and 'full') max_len.
+    """
+    from mor.config import tokens_kept  # noqa: PLC0415 (keep the module's import list short)
+    from mor.model.tying import kv_producers  # noqa: PLC0415
+
+    if sizing not in ("full", "capacity"):
+        raise ValueError(f"sizing={sizing!r}; choose 'full' or 'capacity'")
+    plan = plan_for(cfg, s)
+    producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
+    ec = cfg.variant == "mor" and cfg.router.type == "expert_choice" and sizing == "capacity"
+    caps = capacities(cfg.num_recursions, cfg.router.capacity) if ec else None
+    start, per = len(plan.prefix), len(plan.recursions[0])
+
+    def size(e: int) -> int:
+        r = (e - start) // per
+        in_rec = e >= start and r < len(plan.recursions)
+        return tokens_kept(max_len, caps[r]) if caps is not None and in_rec else max_len
+
+    total = 0
+    for e, p in enumerate(producers):
+        if p == e:
+            total += size(e)
+        elif cfg.kv == "shared_dagger":
+            total += size(p)
+    return total
+
+
+def kv_cache_bytes(cfg: ModelConfig, s: ScaleShape, batch: int, max_len: int, bytes_per_elem: int = 2,
+                   sizing: str = "capacity") -> int:
+    """Bytes of keys and values: entries x batch x 2 (K, V) x kv_heads x head_dim x bytes."""
+    return kv_cache_entries(cfg, s, max_len, sizing) * batch * 2 * s.kv_heads * s.head_dim * bytes_per_elem

@@ -3,7 +3,9 @@
 The validation split is cut into consecutive, non-overlapping windows of ``seq_len + 1``
 tokens (the +1 supplies the last target); every window is scored in full, so the number
 is deterministic and independent of the batch size. MoR models route with the same
-top-k as in training (teacher-forced scoring).
+top-k as in training (teacher-forced scoring). Router statistics: depth histogram for
+both routers; dead-token ratio and sampling accuracy for expert-choice; MaxVio and the
+entropy of the mean selection probabilities for token-choice (App. G.2).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, max_tokens: int, batch: in
     windows = np.asarray(tokens[: n_windows * (seq_len + 1)], dtype=np.int64).reshape(n_windows, seq_len + 1)
     nll_sum, count = 0.0, 0
     selected_last, causal, topk, depths = [], [], [], []
+    assign, probs = [], []  # token-choice
     for i in range(0, n_windows, batch):
         chunk = torch.from_numpy(windows[i : i + batch]).to(device)  # (b, T+1)
         x, y = chunk[:, :-1], chunk[:, 1:]
@@ -33,18 +36,27 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, max_tokens: int, batch: in
         count += y.numel()
         if out.routing is not None and out.routing.selected:
             tr = out.routing
-            selected_last.append(tr.selected[-1].cpu())
-            # causal decision vs top-k membership, over each recursion's candidates
-            causal.append(torch.cat([c[m] for c, m in zip(tr.causal_keep, tr.candidates)]).cpu())
-            topk.append(torch.cat([s[m] for s, m in zip(tr.selected, tr.candidates)]).cpu())
             depths.append(tr.depths().cpu())
+            if tr.assignment is not None:  # token-choice: top-1 loads and selection probabilities
+                assign.append(tr.assignment.flatten().cpu())
+                probs.append(tr.probs.float().reshape(-1, tr.probs.shape[-1]).cpu())  # (b*T, Nr)
+            else:
+                selected_last.append(tr.selected[-1].cpu())
+                # causal decision vs top-k membership, over each recursion's candidates
+                causal.append(torch.cat([c[m] for c, m in zip(tr.causal_keep, tr.candidates)]).cpu())
+                topk.append(torch.cat([s[m] for s, m in zip(tr.selected, tr.candidates)]).cpu())
     result = {"val_nll": nll_sum / count, "val_tokens": count}
     if depths:
         d = torch.cat(depths).flatten().numpy()
-        result.update(
-            dead_token_ratio=rm.dead_token_ratio(torch.cat(selected_last).numpy()),
-            sampling_accuracy=rm.sampling_accuracy(torch.cat(causal).numpy(), torch.cat(topk).numpy()),
-            mean_depth=float(d.mean()),
-            depth_histogram=rm.depth_histogram(d, model.cfg.num_recursions),
-        )
+        result.update(mean_depth=float(d.mean()), depth_histogram=rm.depth_histogram(d, model.cfg.num_recursions))
+        if assign:  # MaxVio and entropy (App. G.2); sigmoid probs are renormalised to sum to 1
+            result.update(
+                max_vio=rm.max_vio(torch.cat(assign).numpy(), model.cfg.num_recursions),
+                entropy=rm.selection_entropy(torch.cat(probs).numpy(), normalize=True),
+            )
+        else:
+            result.update(
+                dead_token_ratio=rm.dead_token_ratio(torch.cat(selected_last).numpy()),
+                sampling_accuracy=rm.sampling_accuracy(torch.cat(causal).numpy(), torch.cat(topk).numpy()),
+            )
     return result

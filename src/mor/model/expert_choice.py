@@ -3,6 +3,10 @@
 Recursion-wise caching in training: the gathered subsequence is all the attention of
 recursion r sees, so keys/values exist (and would be cached) only for tokens routed to r.
 Hierarchical filtering: candidates at r are the tokens selected at r-1.
+KV sharing (``model.kv`` shared / shared_dagger): the selected tokens of recursion r > 1
+compute queries only and attend over the keys/values recursion 1 computed for its tokens
+(dagger: with their own entries refreshed), causally by original position
+(``kv_cache.run_kv_layer``).
 
     H^{r+1}_t = H^r_t + g^r_t * (f(H^r_t) - H^r_t)   if t in top-k_r   (weighted gating)
               = H^r_t                                  otherwise
@@ -13,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from mor.config import capacities, tokens_kept
+from mor.model.kv_cache import run_kv_layer
 from mor.model.router import gather_tokens, scatter_tokens, select_topk
 from mor.model.router_losses import expert_choice_aux_bce, router_z_loss
 
@@ -24,6 +29,7 @@ def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace):
     caps = capacities(model.cfg.num_recursions, rcfg.capacity)
     active = torch.ones(B, T, dtype=torch.bool, device=h.device)  # (B, T)
     aux = h.new_zeros((), dtype=torch.float32)
+    kv_store: dict = {}  # producer layer -> its (k, v, positions) over the tokens it ran on
     for r, rec in enumerate(model.plan.recursions):
         router = model.routers[r]
         frac = 1.0 - (1.0 - caps[r]) * model.capacity_scale  # capacity warm-up widens early steps
@@ -36,8 +42,10 @@ def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace):
         h_sel = gather_tokens(h, idx)  # (B, k, C)
         pos_sel = positions.gather(1, idx)  # (B, k)
         out = h_sel
-        for layer_id in rec:
-            out = model.run_layer(layer_id, out, pos_sel, recursion=r)  # (B, k, C)
+        for j, layer_id in enumerate(rec):  # KV strategy per layer: kv_cache.run_kv_layer
+            e = len(model.plan.prefix) + r * len(rec) + j  # effective layer index
+            out = run_kv_layer(model, e, layer_id, out, pos_sel, r, kv_store)  # (B, k, C)
+        out = model.end_recursion(r, out)  # (B, k, C) recursion PE relaxation hook
         if rcfg.gating == "weighted":
             new = h_sel + g.unsqueeze(-1).to(out.dtype) * (out - h_sel)
         else:  # additive: the router weight is added to the updated state

@@ -6,6 +6,9 @@ dropped at r never comes back). Output weight g = alpha * f(w^T h / temperature)
 Top-k over a sequence looks at future tokens, so it is only used in training and
 teacher-forced scoring; decoding uses the causal decision ``sigmoid(logit) > 0.5`` that the
 auxiliary BCE loss trains (or an auxiliary router trained to predict selection).
+
+Token-choice (``TokenChoiceRouter``): one router scores the Nr depths of every token once,
+before the first recursion, and each token takes its top-1 depth; causal by construction.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import torch
 from torch import nn
 
 from mor.config import RouterConfig
+from mor.model.router_losses import loss_free_bias_update
 
 
 def router_head(hidden: int, arch: str, out: int = 1) -> nn.Module:
@@ -79,3 +83,69 @@ def scatter_tokens(x: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> 
     """Out-of-place x[b, idx[b, j]] = values[b, j]; x (B, T, C), values (B, k, C)."""
     return x.scatter(1, idx.unsqueeze(-1).expand_as(values), values)
 
+
+
+class TokenChoiceRouter(nn.Module):
+    """Token-choice: one router at the start of the recursion stack picks each token's depth.
+
+    logits (B, T, Nr) = head(h) / temperature; scores = f(logits) (softmax over the Nr
+    depths, or elementwise sigmoid / tanh / identity); depth = 1 + argmax(probs + bias)
+    (top-1); router weight g = alpha * score of the chosen depth. ``probs`` are the
+    selection probabilities the balancing loss and the entropy metric average: the scores
+    for softmax / sigmoid, softmax(logits) for tanh / none (whose outputs are not
+    probabilities). A token's depth depends only on its own hidden state, so the decision is
+    causal: training, scoring and decoding use the same one.
+
+    ``bias`` (loss-free balancing, DeepSeek / Wang et al. 2024) shifts the selection, never
+    g. It is a frozen ``nn.Parameter`` (as in the authors' code), not a buffer, because
+    checkpoints and the final weights store named parameters: a resumed run and the eval job
+    route with the bias the run trained. It changes by ``loss_free_bias_update`` over the
+    top-1 loads of all micro-batches of one optimizer step (``after_optimizer_step``).
+    """
+
+    def __init__(self, hidden: int, num_recursions: int, cfg: RouterConfig):
+        super().__init__()
+        self.cfg, self.num_recursions = cfg, num_recursions
+        self.head = router_head(hidden, cfg.arch, out=num_recursions)
+        if cfg.balancing == "loss_free":
+            self.bias = nn.Parameter(torch.zeros(num_recursions), requires_grad=False)
+        else:
+            self.register_parameter("bias", None)
+        self.pending_load: torch.Tensor | None = None  # (Nr,) top-1 counts since the last step
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h: (B, T, C) -> (B, T, Nr) tempered router logits, one per depth."""
+        return self.head(h) / self.cfg.temperature
+
+    def scores(self, logits: torch.Tensor) -> torch.Tensor:
+        """f(logits) without alpha: (B, T, Nr)."""
+        return apply_router_func(logits, self.cfg.func, 1.0)
+
+    def probs(self, logits: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """(B, T, Nr) non-negative selection probabilities (see the class docstring)."""
+        return scores if self.cfg.func in ("softmax", "sigmoid") else torch.softmax(logits, dim=-1)
+
+    def choose(self, probs: torch.Tensor) -> torch.Tensor:
+        """(B, T) expert ids 0..Nr-1 (depth - 1): top-1 of probs + bias, no gradient."""
+        p = probs.detach().float()  # (B, T, Nr)
+        if self.bias is not None:
+            p = p + self.bias
+        return p.argmax(-1)
+
+    @torch.no_grad()
+    def record_load(self, assignment: torch.Tensor) -> None:
+        """Accumulate the top-1 loads of a training forward for the next bias update."""
+        load = torch.bincount(assignment.reshape(-1), minlength=self.num_recursions)  # (Nr,)
+        self.pending_load = load if self.pending_load is None else self.pending_load + load
+
+    @torch.no_grad()
+    def after_optimizer_step(self) -> None:
+        """Loss-free balancing: b <- b + u * sign(mean load - load), then forget the loads."""
+        load, self.pending_load = self.pending_load, None
+        if self.bias is None or load is None:
+            return
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(load)  # every rank applies the same global step
+        ids = torch.repeat_interleave(torch.arange(self.num_recursions, device=load.device), load)  # (N,)
+        if ids.numel():
+            self.bias.copy_(loss_free_bias_update(self.bias, ids, self.num_recursions, self.cfg.bias_update_rate))

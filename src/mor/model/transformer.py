@@ -24,8 +24,11 @@ from torch import nn
 from mor.config import ModelConfig, ScaleShape, capacities
 from mor.model.layers import Block, RMSNorm, RotaryEmbedding, init_weights
 from mor.model.expert_choice import run_expert_choice
-from mor.model.router import ExpertChoiceRouter
-from mor.model.tying import TyingPlan, effective_depth, reduced_depth, tying_plan, vanilla_plan
+from mor.model.relax import build_relaxation
+from mor.model.router import ExpertChoiceRouter, TokenChoiceRouter
+from mor.model.token_choice import run_token_choice
+from mor.model.tying import TyingPlan, effective_depth, kv_producers, reduced_depth, tying_plan, vanilla_plan
+from mor.model.kv_cache import run_kv_layer
 
 
 @dataclass
@@ -36,6 +39,8 @@ class RoutingTrace:
     scores: list[torch.Tensor] = field(default_factory=list)  # per recursion: (B, T) router weight g
     causal_keep: list[torch.Tensor] = field(default_factory=list)  # per recursion: (B, T) bool
     candidates: list[torch.Tensor] = field(default_factory=list)  # per recursion: (B, T) bool
+    probs: torch.Tensor | None = None  # token-choice: (B, T, Nr) selection probabilities
+    assignment: torch.Tensor | None = None  # token-choice: (B, T) long expert id = depth - 1
 
     def depths(self) -> torch.Tensor | None:
         """(B, T) number of recursions each token received (1..Nr)."""
@@ -78,15 +83,19 @@ class MoRTransformer(nn.Module):
         self.norm = RMSNorm(C, shape.norm_eps)
         self.rope = RotaryEmbedding(shape.head_dim, shape.max_seq_len, shape.rope_theta)
         self.routers = nn.ModuleList()
-        if cfg.variant == "mor":
-            if cfg.router.type != "expert_choice":
-                raise NotImplementedError(f"router type {cfg.router.type!r} is not implemented yet")
+        if cfg.variant == "mor" and cfg.router.type == "token_choice":
+            self.routers.append(TokenChoiceRouter(C, cfg.num_recursions, cfg.router))  # one, before recursion 1
+        elif cfg.variant == "mor":
             caps = capacities(cfg.num_recursions, cfg.router.capacity)
             if any(b > a for a, b in zip(caps, caps[1:])):
                 raise ValueError(f"model.router.capacity must be non-increasing (hierarchical), got {caps}")
             self.routers.extend(ExpertChoiceRouter(C, cfg.router) for _ in range(cfg.num_recursions))
         self.capacity_scale = 1.0  # < 1 during capacity warm-up; set by the trainer
+        # effective layer -> effective layer whose keys/values it attends over (model.kv)
+        self.kv_producers = kv_producers(self.plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
+        self.kv_sources = frozenset(p for e, p in enumerate(self.kv_producers) if p != e)
         init_weights(self, shape.init_std, len(self.plan.order))
+        self.relax = build_relaxation(self)  # after init_weights: LoRA B stays 0, PE gains 1
 
     # ------------------------------------------------------------------ structure
     @property
@@ -102,7 +111,33 @@ class MoRTransformer(nn.Module):
         The single place a layer is called, so per-recursion relaxations (LoRA, recursion
         position encodings) and KV strategies hook in here. h: (B, T, C); positions: (B, T).
         """
-        return self.unique_layers[layer_id](h, positions, self.rope, kv=kv, attn_mask=attn_mask)
+        layer = self.unique_layers[layer_id]
+        if self.relax is not None and recursion is not None:
+            return self.relax.run(layer, layer_id, recursion, h, positions, self.rope, kv=kv, attn_mask=attn_mask)
+        return layer(h, positions, self.rope, kv=kv, attn_mask=attn_mask)
+
+    def layer_kv(self, layer_id: int, h, positions, recursion: int | None):
+        """Keys/values unique layer ``layer_id`` computes from h at ``recursion``: (B, Hkv, T, hd)
+        each, keys rotated. Runs inside the relaxation's context like ``run_layer`` (LoRA on
+        k_proj/v_proj applies), so KV sharing and the decode cache see the KV a layer call would.
+        """
+        layer = self.unique_layers[layer_id]
+        if self.relax is not None and recursion is not None:
+            return self.relax.layer_kv(layer, layer_id, recursion, h, positions, self.rope)
+        return layer.project_kv(h, positions, self.rope)
+
+    def end_recursion(self, recursion: int, h: torch.Tensor) -> torch.Tensor:
+        """Output of recursion block ``recursion`` (B, T, C) -> what follows it (recursion PE hook).
+
+        Every recursion loop calls it once after the block's last layer, before any gating.
+        """
+        return h if self.relax is None else self.relax.end_recursion(recursion, h)
+
+    def after_optimizer_step(self) -> None:
+        """Non-gradient state updates after ``optimizer.step()`` (loss-free balancing bias)."""
+        for router in self.routers:
+            if hasattr(router, "after_optimizer_step"):
+                router.after_optimizer_step()
 
     def num_params(self) -> int:
         """Unique trainable parameters (tied tensors counted once, as the paper counts)."""
@@ -121,11 +156,16 @@ class MoRTransformer(nn.Module):
         routing = RoutingTrace() if self.routers else None
         aux = h.new_zeros((), dtype=torch.float32)
         if self.routers:
-            h, aux = run_expert_choice(self, h, positions, routing)
+            run = run_token_choice if self.cfg.router.type == "token_choice" else run_expert_choice
+            h, aux = run(self, h, positions, routing)
         else:
+            kv_store: dict = {}  # producer layer -> its (k, v, positions), for KV sharing
+            e = len(self.plan.prefix)  # effective index of the next layer
             for r, rec in enumerate(self.plan.recursions):
                 for layer_id in rec:
-                    h = self.run_layer(layer_id, h, positions, recursion=r)
+                    h = run_kv_layer(self, e, layer_id, h, positions, r, kv_store)
+                    e += 1
+                h = self.end_recursion(r, h)
         for layer_id in self.plan.suffix:
             h = self.run_layer(layer_id, h, positions, recursion=None)
         logits = F.linear(self.norm(h), self.lm_head_weight)  # (B, T, V)

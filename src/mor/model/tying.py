@@ -87,3 +87,50 @@ def _check(scheme: str, num_recursions: int) -> None:
         raise ValueError(f"unknown tying scheme {scheme!r}; choose one of {list(SCHEMES)}")
     if num_recursions < 1:
         raise ValueError(f"num_recursions must be >= 1, got {num_recursions}")
+
+
+def kv_producers(plan: TyingPlan, kv: str, variant: str, pattern: str, num_recursions: int) -> tuple[int, ...]:
+    """For each effective layer (an index into ``plan.order``), the effective layer whose
+    keys/values its attention reads. A layer that maps to itself computes its own.
+
+    recursion_wise   every layer its own KV (no sharing).
+    recursive / MoR  ``shared`` and ``shared_dagger``: recursion r > 1 reads the KV that the
+                     layer at the SAME POSITION of recursion 1 computed (PAPER.md "every
+                     recursion reuses the KV pairs of the first recursion"); the unshared
+                     prefix/suffix layers keep their own. For Cycle tying that layer is
+                     also the same unique layer; for Sequence tying it is not (position j
+                     of recursion 1 is another unique layer), which is the rule the
+                     token-choice path uses too.
+    vanilla          ``shared``: adjacent layers share KV in groups of ``num_recursions``
+                     (2, i.e. layer pairs as in cross-layer attention, when it is 1),
+                     laid out like the tying schemes (Table 15 "Vanilla" rows):
+                     cycle    layer i reads layer i mod P, P = ceil(n / group)
+                     sequence layer i reads layer group * (i // group)
+                     middle_* the same over the middle layers; first and last unshared.
+    """
+    n = len(plan.order)
+    own = tuple(range(n))
+    if kv == "recursion_wise":
+        return own
+    if kv not in ("shared", "shared_dagger"):
+        raise ValueError(f"unknown KV strategy {kv!r}")
+    if variant != "vanilla":
+        start, per = len(plan.prefix), len(plan.recursions[0])
+        out = list(own)
+        for e in range(start + per, start + per * len(plan.recursions)):
+            out[e] = start + (e - start) % per
+        return tuple(out)
+    if kv == "shared_dagger":
+        raise ValueError("kv='shared_dagger' needs routing (variant 'mor'): without it every token is active")
+    if pattern not in SCHEMES:
+        raise ValueError(f"unknown KV sharing pattern {pattern!r}; choose one of {list(SCHEMES)}")
+    group = num_recursions if num_recursions > 1 else 2
+    lo, hi = (1, n - 1) if pattern.startswith("middle") else (0, n)
+    body = hi - lo
+    if body < 1:
+        return own
+    out = list(own)
+    blocks = -(-body // group)  # ceil: layers in the Cycle block that compute KV
+    for i in range(body):
+        out[lo + i] = lo + (i % blocks if pattern.endswith("cycle") else group * (i // group))
+    return tuple(out)

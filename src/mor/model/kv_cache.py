@@ -1,0 +1,249 @@
+"""KV strategies: recursion-wise caching, recursive KV sharing (and its dagger variant),
+the training-time sharing they imply, and the static-size inference KV cache.
+
+Who computes the keys/values an effective layer attends over is one map,
+``tying.kv_producers`` (held by the model as ``model.kv_producers``): a layer either
+produces its own KV or reads the KV of an earlier "producer" layer.
+
+    recursion_wise  every layer its own KV; in MoR a recursion's layers see (and cache)
+                    only the tokens routed to that recursion.
+    shared          recursion r > 1 reads the KV that the same layer position of recursion
+                    1 computed for all its tokens; only the active tokens' queries are
+                    computed (mask: causal over original positions).
+    shared_dagger   as shared for the inactive positions, fresh KV for the active ones
+                    (App. H.2, the dagger rows of Table 15).
+
+Inference cache shape contract (``KVCache``), one ``KVSlot`` per effective layer e that
+stores KV (``cache.specs[e].kind`` 'own' or 'dagger'; 'shared' layers store nothing and
+read their producer's slot):
+
+    k, v    (B, Hkv, S_e, hd)  preallocated once (static shapes, App. E: torch.compile);
+                               keys already rotated by RoPE at their original position
+    pos     (B, S_e) long      original position of each filled entry, ascending; EMPTY
+                               (int64 max) past the row's length
+    length  (B,) long          filled entries per sequence. Recursion-wise MoR slots differ
+                               per sequence: only the tokens that reached the recursion
+                               were written.
+
+    S_e = max_len ('full' sizing), or the recursion's top-k capacity of max_len
+    ('capacity' sizing: the memory the paper's cost table counts; a router that keeps more
+    tokens than that fails loudly instead of overwriting).
+
+Attention over a slot always spans all S_e entries with a boolean mask
+``pos <= query position`` (unfilled entries hold EMPTY, so they never pass), so the
+attention shapes never change while decoding (writes index the filled entries, which
+needs one host sync per layer: a compiled decoder would move them to a fixed-shape scatter). A 'dagger' slot mirrors its producer's entries and overwrites the entries
+of the tokens that reached its recursion with fresh KV.
+
+Misuse fails loudly: decoding without a cache, a cache built for another model, a wrong
+batch size, or running past ``max_len``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from mor.config import capacities, tokens_kept
+
+EMPTY = torch.iinfo(torch.long).max  # position of an unfilled cache entry: never <= a query
+SlotKind = Literal["own", "shared", "dagger"]
+
+
+# --------------------------------------------------------------------------------------
+# Training-time KV sharing (no cache): one effective layer on the tokens it is given
+# --------------------------------------------------------------------------------------
+def causal_kv_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """(B, 1, Tq, S) bool: a query at position p sees every key at a position <= p."""
+    return (k_pos.unsqueeze(1) <= q_pos.unsqueeze(2)).unsqueeze(1)  # (B, 1, Tq, S)
+
+
+def run_kv_layer(model, e: int, layer_id: int, x: torch.Tensor, positions: torch.Tensor, recursion, store: dict):
+    """Apply effective layer ``e`` (unique layer ``layer_id``) to x under ``model.cfg.kv``.
+
+    x: (B, Tq, C) the tokens this layer runs on, ascending original ``positions`` (B, Tq).
+    ``store`` maps a producer's effective index to its (k, v, positions); a producer
+    fills it, a consumer reads it. The tokens a consumer runs on are a subset of its
+    producer's (hierarchical routing), so only their queries are computed: a 'shared'
+    consumer projects no keys/values at all.
+    """
+    p = model.kv_producers[e]
+    if p == e:
+        if e not in model.kv_sources:  # nobody reads this layer's KV: plain layer call
+            return model.run_layer(layer_id, x, positions, recursion)
+        k, v = model.layer_kv(layer_id, x, positions, recursion)  # (B, Hkv, Tq, hd) each
+        store[e] = (k, v, positions)
+        return model.run_layer(layer_id, x, positions, recursion, kv=(k, v))
+    k, v, k_pos = store[p]  # (B, Hkv, S, hd), (B, S)
+    if model.cfg.kv == "shared_dagger":
+        fk, fv = model.layer_kv(layer_id, x, positions, recursion)  # (B, Hkv, Tq, hd) fresh
+        slot = torch.searchsorted(k_pos.contiguous(), positions.contiguous())  # (B, Tq) entry of each query token
+        sel = slot[:, None, :, None].expand_as(fk)  # (B, Hkv, Tq, hd)
+        k, v = k.scatter(2, sel, fk), v.scatter(2, sel, fv)  # (B, Hkv, S, hd) active entries fresh
+    # same token count => same tokens (subset), so the plain causal square applies
+    mask = None if x.shape[1] == k_pos.shape[1] else causal_kv_mask(positions, k_pos)
+    return model.run_layer(layer_id, x, positions, recursion, kv=(k, v), attn_mask=mask)
+
+
+# --------------------------------------------------------------------------------------
+# Cache layout
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SlotSpec:
+    """What effective layer e keeps in the cache: its own slot, none (reads ``source``'s),
+    or a dagger slot mirroring ``source``. ``size``: entries per sequence (0 for shared)."""
+
+    kind: SlotKind
+    source: int
+    size: int
+
+
+def recursion_of(plan, e: int) -> int | None:
+    """Recursion (0-based) that effective layer e belongs to; None for prefix/suffix."""
+    start, per = len(plan.prefix), len(plan.recursions[0])
+    r = (e - start) // per if e >= start else None
+    return r if r is not None and r < len(plan.recursions) else None
+
+
+def cache_layout(cfg, plan, producers: tuple[int, ...], max_len: int, sizing: str = "full") -> list[SlotSpec]:
+    """One ``SlotSpec`` per effective layer of ``plan.order``.
+
+    sizing 'full': every slot holds max_len tokens. 'capacity': a recursion-r slot of an
+    expert-choice MoR model holds its top-k share tokens_kept(max_len, c_r); other slots
+    max_len (token-choice has no capacity, so it is refused).
+    """
+    if sizing not in ("full", "capacity"):
+        raise ValueError(f"sizing={sizing!r}; choose 'full' or 'capacity'")
+    routed_ec = cfg.variant == "mor" and cfg.router.type == "expert_choice"
+    if sizing == "capacity" and cfg.variant == "mor" and not routed_ec:
+        raise ValueError("sizing='capacity' needs expert-choice routing (token-choice depths have no capacity)")
+    caps = capacities(cfg.num_recursions, cfg.router.capacity) if routed_ec else None
+
+    def size(e: int) -> int:
+        r = recursion_of(plan, e) if sizing == "capacity" and caps is not None else None
+        return max_len if r is None else tokens_kept(max_len, caps[r])
+
+    specs = []
+    for e, p in enumerate(producers):
+        if p == e:
+            specs.append(SlotSpec("own", e, size(e)))
+        elif cfg.kv == "shared_dagger":
+            specs.append(SlotSpec("dagger", p, size(p)))
+        else:
+            specs.append(SlotSpec("shared", p, 0))
+    return specs
+
+
+# --------------------------------------------------------------------------------------
+# Static-size cache
+# --------------------------------------------------------------------------------------
+class KVSlot:
+    """Keys/values of one effective layer for B sequences (shapes: module docstring)."""
+
+    def __init__(self, name: str, batch: int, kv_heads: int, size: int, head_dim: int, dtype, device):
+        self.name = name
+        self.k = torch.zeros(batch, kv_heads, size, head_dim, dtype=dtype, device=device)  # (B, Hkv, S, hd)
+        self.v = torch.zeros_like(self.k)  # (B, Hkv, S, hd)
+        self.pos = torch.full((batch, size), EMPTY, dtype=torch.long, device=device)  # (B, S)
+        self.length = torch.zeros(batch, dtype=torch.long, device=device)  # (B,)
+
+    @property
+    def size(self) -> int:
+        return self.k.shape[2]
+
+    def nbytes(self) -> int:
+        """Bytes of keys and values (the position bookkeeping is not counted)."""
+        return self.k.numel() * self.k.element_size() * 2
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, valid: torch.Tensor) -> None:
+        """Write the valid tokens, in order, after each row's last entry.
+
+        k, v: (B, Hkv, n, hd); pos, valid: (B, n). Tokens arrive in position order, so each
+        row's entries stay sorted by position.
+        """
+        new_len = self.length + valid.sum(1)  # (B,)
+        if bool((new_len > self.size).any()):
+            raise RuntimeError(
+                f"KV cache slot {self.name} is full: {int(new_len.max())} tokens routed to it, room for "
+                f"{self.size}. The router kept more tokens than a 'capacity'-sized cache holds, or the "
+                f"sequence outgrew max_len; use init_cache(..., sizing='full') or a larger max_len"
+            )
+        dest = self.length.unsqueeze(1) + valid.long().cumsum(1) - 1  # (B, n) entry of each valid token
+        b, t = valid.nonzero(as_tuple=True)  # (N,), (N,)
+        d = dest[b, t]  # (N,)
+        self.k[b, :, d] = k[b, :, t]  # (N, Hkv, hd)
+        self.v[b, :, d] = v[b, :, t]
+        self.pos[b, d] = pos[b, t]
+        self.length = new_len
+
+    def mirror(self, src: "KVSlot") -> None:
+        """Dagger: copy the producer's entries this slot has not seen yet (same layout)."""
+        new = torch.arange(self.size, device=self.k.device) >= self.length.unsqueeze(1)  # (B, S)
+        self.k = torch.where(new[:, None, :, None], src.k, self.k)  # (B, Hkv, S, hd)
+        self.v = torch.where(new[:, None, :, None], src.v, self.v)
+        self.pos = src.pos.clone()
+        self.length = src.length.clone()
+
+    def overwrite(self, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, valid: torch.Tensor) -> None:
+        """Dagger: replace the entries of the valid tokens (found by position) with fresh KV."""
+        entry = torch.searchsorted(self.pos, pos.contiguous())  # (B, n)
+        b, t = valid.nonzero(as_tuple=True)  # (N,), (N,)
+        d = entry[b, t]  # (N,)
+        if bool((d >= self.size).any()) or bool((self.pos[b, d.clamp(max=self.size - 1)] != pos[b, t]).any()):
+            raise RuntimeError(f"KV cache slot {self.name}: a token to refresh has no entry in its producer's slot")
+        self.k[b, :, d] = k[b, :, t]  # (N, Hkv, hd)
+        self.v[b, :, d] = v[b, :, t]
+
+    def mask(self, q_pos: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """(B, 1, Tq, S) bool: filled entries at positions <= the query's. A padded query row
+        (valid False) sees every entry so it never softmaxes over nothing (its output is
+        discarded)."""
+        m = self.pos.unsqueeze(1) <= q_pos.unsqueeze(2)  # (B, Tq, S)
+        return (m | ~valid.unsqueeze(2)).unsqueeze(1)  # (B, 1, Tq, S)
+
+
+class KVCache:
+    """The KV cache of one model for ``batch`` sequences of up to ``max_len`` tokens.
+
+    ``seen``: tokens consumed per sequence (all sequences advance together; ragged prompts
+    are not supported). ``depth`` (B, max_len): recursions each consumed token reached
+    (-1: not consumed yet, or not computed because nothing downstream needed it).
+    """
+
+    def __init__(self, specs: list[SlotSpec], batch: int, max_len: int, kv_heads: int, head_dim: int,
+                 dtype, device, owner: int):
+        if batch < 1 or max_len < 1:
+            raise ValueError(f"KV cache needs batch >= 1 and max_len >= 1, got batch={batch}, max_len={max_len}")
+        self.specs, self.batch, self.max_len, self.owner = specs, batch, max_len, owner
+        self.slots = {
+            e: KVSlot(f"e{e}", batch, kv_heads, s.size, head_dim, dtype, device)
+            for e, s in enumerate(specs)
+            if s.kind != "shared"
+        }
+        self.seen = 0
+        self.depth = torch.full((batch, max_len), -1, dtype=torch.long, device=device)  # (B, max_len)
+        # layers after the last one that writes a slot only matter for the logits they give
+        self.last_writer = max(self.slots, default=-1)
+
+    def slot(self, e: int) -> KVSlot:
+        """The slot effective layer e attends over (its producer's for a 'shared' layer)."""
+        spec = self.specs[e]
+        return self.slots[spec.source if spec.kind == "shared" else e]
+
+    def nbytes(self) -> int:
+        """Bytes of all preallocated keys and values."""
+        return sum(s.nbytes() for s in self.slots.values())
+
+    def check(self, model, batch: int, new_tokens: int) -> None:
+        """Fail loudly on misuse before anything is written."""
+        if self.owner != id(model):
+            raise RuntimeError("this KV cache was built for another model; call init_cache(model, ...) for this one")
+        if batch != self.batch:
+            raise ValueError(f"batch size {batch} does not match the KV cache's batch size {self.batch}")
+        if self.seen + new_tokens > self.max_len:
+            raise ValueError(
+                f"the KV cache holds at most max_len={self.max_len} tokens per sequence; it has {self.seen} "
+                f"and got {new_tokens} more. Allocate a larger one with init_cache(model, batch, max_len=...)"
+            )
