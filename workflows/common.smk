@@ -12,6 +12,17 @@ TAGS = config["tags"] if isinstance(config["tags"], list) else [t for t in str(c
 DATA = Path(config["data_root"])
 PY = f"{sys.executable} -m mor"
 
+# Where train / eval jobs run: inline (local) or as Slurm jobs through submitit (slurm;
+# resources from the preset file, validated now so a bad preset fails before any job).
+LAUNCHER = config.get("launcher", "local")
+PRESETS = Path(config.get("presets") or Path(workflow.basedir) / "slurm" / "presets.yaml").absolute()
+LAUNCH_ARGS = f"--launcher {LAUNCHER}"
+if LAUNCHER == "slurm":
+    from mor.launch.slurm import load_presets
+
+    load_presets(PRESETS)
+    LAUNCH_ARGS += f" --presets {PRESETS}"
+
 # Parse and validate every grid now: a malformed grid stops the workflow before any job.
 GRIDS = {p.stem: load_grid(p, MODE) for p in all_grids(Path(config["grids_dir"]))}
 ARTIFACT_GRID = {a: g.name for g in GRIDS.values() for a in g.artifacts}

@@ -16,8 +16,9 @@ rule eval:
     log:
         "logs/{grid}/{run_id}/eval.log",
     shell:
-        "{PY} eval --grid {input.grid} --run-id {wildcards.run_id} --mode {params.mode}"
-        " --run-dir {params.run_dir} --data-root {DATA} --threads {threads} --out {output} > {log} 2>&1"
+        "{PY}.launch eval --grid {input.grid} --run-id {wildcards.run_id} --mode {params.mode}"
+        " --run-dir {params.run_dir} --data-root {DATA} --threads {threads} --out {output} {LAUNCH_ARGS}"
+        " > {log} 2>&1"
 
 
 rule collect:

@@ -17,5 +17,5 @@ rule train:
     log:
         "logs/{grid}/{run_id}/train.log",
     shell:
-        "{PY} train --grid {input.grid} --run-id {wildcards.run_id} --mode {params.mode}"
-        " --run-dir {params.run_dir} --data-root {DATA} --threads {threads} > {log} 2>&1"
+        "{PY}.launch train --grid {input.grid} --run-id {wildcards.run_id} --mode {params.mode}"
+        " --run-dir {params.run_dir} --data-root {DATA} --threads {threads} {LAUNCH_ARGS} > {log} 2>&1"

@@ -28,12 +28,21 @@ def tokenizer_vocab(spec: str) -> int:
 
 
 def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = "data",
-              device: str = "auto", dist: DistInfo | None = None, threads: int = 0) -> dict:
-    """Train (or resume) one run of a grid; returns the training summary."""
+              device: str = "auto", dist: DistInfo | None = None, threads: int = 0, parallel: str = "ddp") -> dict:
+    """Train (or resume) one run of a grid; returns the training summary.
+
+    With ``dist.world_size > 1`` (torch.distributed already initialised by
+    ``mor.launch.distributed``) the model is wrapped for ``parallel`` ('ddp' or 'fsdp').
+    """
     run = load_grid(grid, mode).run(run_id).config
     paths = data_paths(run.data, Path(data_root))
-    trainer = Trainer(run, Path(run_dir), paths.train_tokens, tokenizer_vocab(paths.tokenizer), device=device, dist=dist,
-                      threads=threads)
+    cls = Trainer
+    if dist is not None and dist.world_size > 1:
+        from mor.launch.distributed import trainer_class
+
+        cls = trainer_class(parallel)
+    trainer = cls(run, Path(run_dir), paths.train_tokens, tokenizer_vocab(paths.tokenizer), device=device, dist=dist,
+                  threads=threads)
     return trainer.fit()
 
 
@@ -56,7 +65,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
     summary = json.loads(summary_file.read_text())
     paths = data_paths(run.data, Path(data_root))
     dev = pick_device(device)
-    model = make_model(run, tokenizer_vocab(paths.tokenizer), dev)
+    model = make_model(run, tokenizer_vocab(paths.tokenizer), dev, load_init=False)  # final weights follow
     try:
         load_model_weights(run_dir_p / "final" / "model.safetensors", model)
     except CheckpointError as e:
@@ -68,10 +77,12 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
     row = {
         "run_id": run_id, "grid": g.name, "config_hash": run.config_hash, "git_commit": git_commit(),
         "mode": mode, "scale": m.scale, "paper_scale": run.paper_scale, "seed": run.train.seed,
-        "label": run.label, "variant": m.variant, "tying": m.tying if m.variant != "vanilla" else None,
+        "label": run.label, "variant": m.variant,
+        # vanilla models have no tying, except as the KV-sharing pattern when kv is shared
+        "tying": m.tying if m.variant != "vanilla" or m.kv != "recursion_wise" else None,
         "num_recursions": m.num_recursions, "reduced": m.reduced,
         "router_type": m.router.type if m.variant == "mor" else None,
-        "kv": m.kv if m.variant == "mor" else None,
+        "kv": m.kv,
         "n_params": model.num_params(), "unique_layers": plan.num_unique, "effective_layers": len(plan.order),
         "train_tokens": summary["tokens_seen"], "train_steps": summary["steps"],
         "train_flops": train_flops(m, shape, model.vocab_size, run.train.seq_len, summary["tokens_seen"]),
@@ -80,6 +91,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
         "val_nll": metrics["val_nll"], "val_tokens": metrics["val_tokens"],
         "accuracy": {}, "avg_accuracy": None,
         "dead_token_ratio": metrics.get("dead_token_ratio"), "sampling_accuracy": metrics.get("sampling_accuracy"),
+        "max_vio": metrics.get("max_vio"), "entropy": metrics.get("entropy"),
         "mean_depth": metrics.get("mean_depth"), "depth_histogram": metrics.get("depth_histogram"),
         "config_json": json.dumps(run.to_dict(), sort_keys=True),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

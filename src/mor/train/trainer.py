@@ -14,6 +14,7 @@ Outputs under ``run_dir``::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -45,6 +46,24 @@ class DistInfo:
         return self.rank == 0
 
 
+@contextlib.contextmanager
+def grad_sync(model: torch.nn.Module, sync: bool):
+    """Skip the gradient all-reduce of DDP (``no_sync``) / FSDP2 on all but the last micro-batch.
+
+    Gradients still accumulate locally; the reduction at the last micro-batch covers them all,
+    so the result is the same with one collective per optimizer step instead of ``accum``.
+    A plain module is untouched.
+    """
+    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2 (torch.distributed.fsdp.fully_shard)
+        model.set_requires_gradient_sync(sync)
+        yield
+    elif hasattr(model, "no_sync") and not sync:  # DistributedDataParallel
+        with model.no_sync():
+            yield
+    else:
+        yield
+
+
 def pick_device(requested: str = "auto") -> torch.device:
     if requested != "auto":
         return torch.device(requested)
@@ -62,12 +81,19 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return None
 
 
-def make_model(run: RunConfig, vocab_size: int, device: torch.device) -> MoRTransformer:
+def make_model(run: RunConfig, vocab_size: int, device: torch.device, load_init: bool = True) -> MoRTransformer:
+    """The run's model; ``model.init_checkpoint`` (up-training) is loaded unless ``load_init``
+    is False (eval, which overwrites every weight with the run's final ones anyway)."""
     shape = load_scales()[run.model.scale]
     vocab = shape.vocab or vocab_size
     if shape.vocab and shape.vocab < vocab_size:
         raise ValueError(f"scale {shape.name} has vocab {shape.vocab} < tokenizer's {vocab_size}")
-    return build_model(run.model, shape, vocab, device=device)
+    model = build_model(run.model, shape, vocab, device=device)
+    if load_init and run.model.init_checkpoint:
+        from mor.model.init_from_hf import init_from_checkpoint
+
+        init_from_checkpoint(model, run.model.init_checkpoint, run.model.tied_init)
+    return model
 
 
 def make_optimizer(model: torch.nn.Module, run: RunConfig) -> torch.optim.AdamW:
@@ -129,7 +155,8 @@ class Trainer:
         if state.get("config_hash") != self.run.config_hash:
             raise RuntimeError(f"{path} belongs to config {state.get('config_hash')}, not {self.run.config_hash}")
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
-        self._trim_log(self.step)
+        if self.dist.is_main:  # one writer: ranks replacing the same file concurrently would race
+            self._trim_log(self.step)
         return True
 
     def state(self) -> dict:
@@ -138,6 +165,16 @@ class Trainer:
     def save(self) -> None:
         if self.dist.is_main:
             save_checkpoint(self.ckpt_dir, self.model, self.optimizer, self.state())
+
+    def full_params(self) -> dict[str, torch.Tensor]:
+        """Unsharded parameters by name, on CPU, on the main rank ({} elsewhere).
+
+        mor.launch.distributed overrides it (and ``save``/``resume``) for FSDP, where
+        gathering the shards is a collective every rank must join.
+        """
+        if not self.dist.is_main:
+            return {}
+        return {n: p.detach().contiguous().cpu() for n, p in self.model.named_parameters()}
 
     def _trim_log(self, step: int) -> None:
         """Drop log lines past the resumed step so a resumed run never duplicates rows."""
@@ -164,13 +201,19 @@ class Trainer:
         for micro in range(self.accum):
             x, y = self.sampler.batch(self.step, micro, self.dist.rank, self.micro)
             x, y = x.to(self.device), y.to(self.device)
-            with torch.autocast(self.device.type, dtype=self.amp, enabled=self.amp is not None):
-                out = model(x, y)
-            (out.loss / self.accum).backward()
+            with grad_sync(model, micro == self.accum - 1):  # DDP/FSDP reduce gradients once per step
+                with torch.autocast(self.device.type, dtype=self.amp, enabled=self.amp is not None):
+                    out = model(x, y)
+                (out.loss / self.accum).backward()
             lm_total += out.lm_loss.item() / self.accum
             aux_total += float(out.aux_loss.detach()) / self.accum
+        if self.dist.world_size > 1 and torch.distributed.is_initialized():  # log the global-batch mean
+            totals = torch.tensor([lm_total, aux_total], dtype=torch.float64, device=self.device)
+            torch.distributed.all_reduce(totals)
+            lm_total, aux_total = (totals / self.dist.world_size).tolist()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
         self.optimizer.step()
+        self.model.after_optimizer_step()  # e.g. the loss-free balancing bias of token-choice
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens_seen += t.tokens_per_step
@@ -224,13 +267,14 @@ class Trainer:
             "device": str(self.device),
             "world_size": self.dist.world_size,
         }
+        params = self.full_params()  # a collective under FSDP: every rank takes part
         if self.dist.is_main:
             final = self.run_dir / "final"
             final.mkdir(exist_ok=True)
             from safetensors.torch import save_file
 
             tmp = final / "model.safetensors.tmp"
-            save_file({n: p.detach().contiguous().cpu() for n, p in self.model.named_parameters()}, str(tmp))
+            save_file(params, str(tmp))
             os.replace(tmp, final / "model.safetensors")
             write_json_atomic(self.run_dir / "train_summary.json", summary)
         return summary

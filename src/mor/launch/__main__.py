@@ -1,0 +1,138 @@
+"""``python -m mor.launch <kind> ...``: the thin launcher the train / eval rules run.
+
+    train | eval   run one job of one run: inline (``--launcher local``), or as a Slurm job
+                   through submitit (``--launcher slurm``), waiting for it and failing with
+                   the Slurm log path in the message if it fails
+    plan           dry run: jobs per kind, GPU-hours per table, run ids (nothing submitted)
+
+With the Slurm launcher the job's resources come from the preset for the run's scale and
+the job kind (``--presets``, default slurm/presets.yaml); its submitit folder, Slurm logs
+and ``job.json`` / ``result.json`` go to ``logs/slurm/<grid>/<run_id>/<kind>/``. This
+process stays light (no torch): Snakemake runs many of them side by side on a login node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mor.grids import GridError, load_grid
+from mor.launch.slurm import DEFAULT_PRESETS, LaunchError, PresetError, load_presets
+
+
+def log_dir(root: str, grid_name: str, run_id: str, kind: str) -> Path:
+    return Path(root) / grid_name / run_id / kind
+
+
+def _local(a) -> int:
+    if a.kind == "train":
+        from mor.jobs import train_job
+
+        s = train_job(a.grid, a.run_id, a.mode, a.run_dir, a.data_root, a.device, threads=a.threads)
+        print(f"trained {s['run_id']}: {s['steps']} steps, final loss {s['final_loss']:.4f}, "
+              f"{s['tokens_per_s']:.0f} tok/s, {s['train_time_s']:.1f}s")
+    else:
+        from mor.jobs import eval_job
+
+        row = eval_job(a.grid, a.run_id, a.mode, a.run_dir, a.out, a.data_root, a.device, threads=a.threads)
+        print(f"eval {row['run_id']}: val NLL {row['val_nll']:.4f} over {row['val_tokens']} tokens")
+    return 0
+
+
+def _slurm(a) -> int:
+    from mor.launch.checkpointable import EvalJob, TrainJob
+    from mor.launch.slurm import env_poll_s, pythonpath_setup, submit_and_wait
+
+    grid = load_grid(a.grid, a.mode)
+    run = grid.run(a.run_id).config
+    preset = load_presets(a.presets).get(run.model.scale, a.kind)
+    folder = log_dir(a.log_root, grid.name, a.run_id, a.kind).absolute()
+    common = dict(grid=str(Path(a.grid).absolute()), run_id=a.run_id, mode=a.mode,
+                  run_dir=str(Path(a.run_dir).absolute()), data_root=str(Path(a.data_root).absolute()),
+                  threads=preset.cpus_per_task, device=a.device)
+    if a.kind == "train":
+        fn = TrainJob(**common, parallel=preset.parallel)
+    else:
+        fn = EvalJob(**common, out=str(Path(a.out).absolute()))
+    what = f"{a.kind} of {grid.name}/{a.run_id}"
+    results = submit_and_wait(fn, preset, folder, name=f"mor-{a.kind}-{a.run_id}", what=what,
+                              setup=pythonpath_setup(), poll_s=env_poll_s())
+    (folder / "result.json").write_text(json.dumps(results, indent=2, default=str))
+    prints = {r.get("param_fingerprint") for r in results}
+    if len(results) > 1 and len(prints) != 1:
+        raise LaunchError(f"{what}: the {len(results)} ranks finished with different parameters "
+                          f"({sorted(map(str, prints))}); see {folder / 'result.json'}")
+    main = results[0]
+    if a.kind == "train":
+        print(f"trained {main['run_id']} on {main['world_size']} rank(s): {main['steps']} steps, "
+              f"final loss {main['final_loss']:.4f}, resumed from {main['resumed_from']}, {main['train_time_s']:.1f}s")
+    else:
+        print(f"eval {main['run_id']}: val NLL {main['val_nll']:.4f} over {main['val_tokens']} tokens")
+    return 0
+
+
+def _job(a) -> int:
+    return _slurm(a) if a.launcher == "slurm" else _local(a)
+
+
+def _plan(a) -> int:
+    from mor.launch.plan import format_plan, plan_grid
+
+    presets = load_presets(a.presets)
+    total_est = total_req = 0.0
+    run_ids: list[str] = []
+    for path in a.grid:
+        grid = load_grid(path, a.mode)
+        jobs = plan_grid(grid, presets, a.tags)
+        print(format_plan(grid, jobs, presets))
+        print()
+        total_est += sum(j.gpu_hours for j in jobs)
+        total_req += sum(j.gpu_hours_requested for j in jobs)
+        run_ids += sorted({j.run_id for j in jobs})
+    if len(a.grid) > 1:
+        print(f"all grids: {len(run_ids)} runs, {total_est:.1f} GPU-h estimated, {total_req:.1f} GPU-h requested")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mor.launch", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for kind in ("train", "eval"):
+        p = sub.add_parser(kind, help=f"run one {kind} job (inline or on Slurm)")
+        p.add_argument("--grid", required=True)
+        p.add_argument("--run-id", required=True)
+        p.add_argument("--mode", default="local")
+        p.add_argument("--run-dir", required=True)
+        p.add_argument("--data-root", default="data")
+        p.add_argument("--device", default="auto")
+        p.add_argument("--threads", type=int, default=0, help="CPU threads inline (Slurm: the preset's cpus_per_task)")
+        p.add_argument("--launcher", choices=("local", "slurm"), default="local")
+        p.add_argument("--presets", default=str(DEFAULT_PRESETS))
+        p.add_argument("--log-root", default="logs/slurm", help="submitit folders: <root>/<grid>/<run_id>/<kind>")
+        if kind == "eval":
+            p.add_argument("--out", required=True)
+        p.set_defaults(fn=_job, kind=kind)
+
+    p = sub.add_parser("plan", help="dry run: jobs, GPU-hours and run ids per grid")
+    p.add_argument("--grid", required=True, action="append", help="grid file (repeatable)")
+    p.add_argument("--mode", default="cluster")
+    p.add_argument("--presets", default=str(DEFAULT_PRESETS))
+    p.add_argument("--tags", nargs="*")
+    p.set_defaults(fn=_plan)
+
+    a = ap.parse_args(argv)
+    try:
+        return a.fn(a)
+    except (GridError, PresetError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except LaunchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Dry run for the cluster: jobs per kind, GPU-hours per table and the run ids, before any sbatch.
+
+    python -m mor.launch plan --grid grids/table10.yaml --mode cluster --presets slurm/presets.yaml
+
+Time of one training job = training FLOPs (``mor.flops.train_flops``: 6N per token plus
+attention, scaled by MoR capacities) / (GPUs x the preset's assumed ``tflops_per_gpu``).
+An eval job scores ``eval.nll_tokens`` tokens forward only (2N per token; lm-eval tasks are
+not counted). A job longer than its preset's ``time_min`` runs as several Slurm segments
+(time-out -> checkpoint -> requeue), each asking for the full time limit, so
+
+    GPU-h estimated = hours x GPUs        GPU-h requested = segments x time_min/60 x GPUs
+
+"requested" is what the scheduler books (and what a fair-share account is charged at most);
+"estimated" is what the run should use if the throughput assumption holds. On CPU presets
+(gpus_per_node 0) both GPU columns are 0 and the hours are per CPU task.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mor.config import RunConfig, load_scales
+from mor.flops import forward_flops_per_token, train_flops
+from mor.grids import Grid
+from mor.launch.slurm import Preset, Presets
+
+
+@dataclass(frozen=True)
+class JobEstimate:
+    run_id: str
+    kind: str  # train | eval
+    scale: str
+    nodes: int
+    gpus: int  # whole job
+    world_size: int
+    time_min: int
+    flops: float
+    hours: float  # estimated wall-clock hours
+    segments: int  # Slurm jobs (1 + requeues after time-outs)
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.hours * self.gpus
+
+    @property
+    def gpu_hours_requested(self) -> float:
+        return self.segments * self.time_min / 60 * self.gpus
+
+
+def run_vocab(run: RunConfig) -> int:
+    """Vocabulary size without loading a tokenizer: the scale's, else the local BPE's."""
+    shape = load_scales()[run.model.scale]
+    vocab = shape.vocab or run.data.bpe_vocab
+    if not vocab:
+        raise ValueError(f"run {run.run_id}: scale {shape.name} has vocab 0 and tokenizer {run.data.tokenizer!r} "
+                         "is not a local 'bpe-<vocab>'; cannot size the LM head")
+    return vocab
+
+
+def job_flops(run: RunConfig, kind: str) -> float:
+    shape = load_scales()[run.model.scale]
+    vocab, t = run_vocab(run), run.train
+    if kind == "train":
+        return train_flops(run.model, shape, vocab, t.seq_len, t.steps * t.tokens_per_step)
+    if kind == "eval":
+        return forward_flops_per_token(run.model, shape, vocab, t.seq_len) * run.eval.nll_tokens
+    raise ValueError(f"no FLOPs model for job kind {kind!r}")
+
+
+def estimate(run: RunConfig, kind: str, preset: Preset) -> JobEstimate:
+    flops = job_flops(run, kind)
+    devices = preset.gpus or preset.world_size  # GPUs, or CPU tasks on a CPU preset
+    hours = flops / (preset.tflops_per_gpu * 1e12 * devices) / 3600
+    segments = max(1, math.ceil(hours * 60 / preset.time_min))
+    return JobEstimate(run.run_id, kind, run.model.scale, preset.nodes, preset.gpus, preset.world_size,
+                       preset.time_min, flops, hours, segments)
+
+
+def plan_grid(grid: Grid, presets: Presets, tags: list[str] | None = None,
+              kinds: tuple[str, ...] = ("train", "eval")) -> list[JobEstimate]:
+    """One estimate per job the workflow would submit for this grid (train and eval per run)."""
+    return [estimate(r.config, kind, presets.get(r.config.model.scale, kind))
+            for r in grid.select(tags) for kind in kinds]
+
+
+def _hm(minutes: int) -> str:
+    return f"{minutes // 60}:{minutes % 60:02d}"
+
+
+def format_plan(grid: Grid, jobs: list[JobEstimate], presets: Presets) -> str:
+    kinds = sorted({j.kind for j in jobs}, key=("train", "eval", "throughput").index)
+    per_kind = {k: [j for j in jobs if j.kind == k] for k in kinds}
+    est = sum(j.gpu_hours for j in jobs)
+    req = sum(j.gpu_hours_requested for j in jobs)
+    by_kind = ", ".join(f"{k} {sum(j.gpu_hours_requested for j in v):.1f}" for k, v in per_kind.items())
+    artifacts = ", ".join(grid.artifacts) or "(no artifacts)"
+    lines = [
+        f"{grid.name} ({grid.path}, mode {grid.mode}) -> {artifacts}",
+        f"  runs: {len({j.run_id for j in jobs})}; jobs: " + ", ".join(f"{k} {len(v)}" for k, v in per_kind.items()),
+        f"  GPU-hours for {artifacts}: {est:.1f} estimated, {req:.1f} requested ({by_kind})",
+        f"  presets: {presets.path}",
+        f"  {'run id':<44} {'kind':<5} {'scale':<6} {'nodes x GPUs':>12} {'limit':>6} {'PFLOP':>10} "
+        f"{'est. h':>8} {'jobs':>4} {'GPU-h est':>9} {'GPU-h req':>9}",
+    ]
+    for j in jobs:
+        lines.append(
+            f"  {j.run_id:<44} {j.kind:<5} {j.scale:<6} {f'{j.nodes} x {j.gpus // j.nodes}':>12} "
+            f"{_hm(j.time_min):>6} {j.flops / 1e15:>10.3g} {j.hours:>8.2f} {j.segments:>4} "
+            f"{j.gpu_hours:>9.1f} {j.gpu_hours_requested:>9.1f}")
+    return "\n".join(lines)

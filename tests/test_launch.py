@@ -1,0 +1,278 @@
+"""mor.launch without Slurm: presets, the plan's numbers, rank discovery, the pickled callables,
+the inline launcher, and FSDP (2 gloo ranks) against a single-process run of the same batches.
+
+The real-Slurm behaviour (profile, DDP job, requeue, failure) is in test_slurm_workflow.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import pickle
+import subprocess
+import sys
+from contextlib import redirect_stdout
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import VOCAB, tiny_run
+from mor.config import load_scales
+from mor.flops import train_flops
+from mor.grids import load_grid
+from mor.launch import distributed
+from mor.launch.__main__ import main as launch_main
+from mor.launch.checkpointable import EvalJob, TrainJob
+from mor.launch.plan import estimate, plan_grid
+from mor.launch.slurm import DEFAULT_PRESETS, Preset, PresetError, load_presets
+from mor.train.trainer import DistInfo, Trainer
+
+REPO = Path(__file__).resolve().parent.parent
+PAPER_SCALES = ("135M", "360M", "730M", "1.7B")
+
+
+# ------------------------------------------------------------------ a reference for data parallelism
+class RanksInOneProcess:
+    """Sampler wrapper: one process draws, micro-batch after micro-batch, what ``world`` ranks draw.
+
+    A Trainer on R ranks gives rank r the micro-batches (step, m, r) for m < accum; a single
+    process with ``accum * R`` micro-batches of the same size, mapped here to (m % accum,
+    m // accum), sees exactly the same sequences, averages the same per-micro losses and so
+    takes the same optimizer steps (up to the order of float additions).
+    """
+
+    def __init__(self, sampler, per_rank_accum: int):
+        self.sampler, self.accum = sampler, per_rank_accum
+
+    def batch(self, step, micro, rank, size):
+        assert rank == 0
+        return self.sampler.batch(step, micro % self.accum, micro // self.accum, size)
+
+
+def single_process_reference(run, run_dir: Path, tokens: Path, world: int) -> tuple[Trainer, dict]:
+    """Train ``run`` in this process on the batches that ``world`` ranks would draw."""
+    t = run.train
+    per_rank = t.global_batch // world
+    tr = Trainer(run, run_dir, tokens, VOCAB, progress=False)
+    assert tr.micro == min(t.micro_batch, per_rank), "reference needs micro_batch <= global_batch / world"
+    tr.sampler = RanksInOneProcess(tr.sampler, per_rank // tr.micro)
+    return tr, tr.fit()
+
+
+# ------------------------------------------------------------------ presets
+def test_shipped_presets_cover_every_paper_scale_and_job_kind():
+    presets = load_presets(DEFAULT_PRESETS)
+    for scale in PAPER_SCALES:
+        train = presets.get(scale, "train")
+        assert 1 <= train.gpus <= 4 and train.world_size == train.gpus, (scale, train)
+        assert train.time_min * 60 > train.signal_delay_s
+        for kind in ("eval", "throughput"):
+            assert presets.get(scale, kind).world_size == 1
+    assert presets.get("1.7B", "train").parallel == "fsdp"
+    assert presets.get("135M", "train").parallel == "ddp"
+    cpu = presets.get("tiny", "train")
+    assert cpu.gpus_per_node == 0 and cpu.world_size == 1
+    assert presets.get("small", "eval") == presets.get("medium", "eval")  # the YAML anchor
+
+
+BAD_PRESETS = [
+    ("scales: {135M: {train: {gpus_per_node: two}}}",
+     "scales.135M.train.gpus_per_node: expected an integer >= 0, got 'two'"),
+    ("scales: {135M: {train: {gpu: 1}}}", "scales.135M.train: unknown key(s) ['gpu']"),
+    ("scales: {999M: {train: {}}}", "scales.999M: unknown scale '999M'"),
+    ("scales: {135M: {training: {}}}", "scales.135M: unknown job kind(s) ['training']"),
+    ("scales: {135M: {eval: {gpus_per_node: 2}}}", "scales.135M.eval: a eval job runs one process"),
+    ("scales: {135M: {train: {parallel: zero}}}", "scales.135M.train.parallel: 'zero' is not allowed"),
+    ("defaults: {time_min: 0}\nscales: {135M: {train: {}}}", "defaults.time_min: expected an integer >= 1"),
+    ("scales: {135M: {train: {gpus_per_node: 4, tasks_per_node: 2}}}",
+     "scales.135M.train.tasks_per_node: 2 != gpus_per_node=4"),
+    ("scales: {135M: {train: {time_min: 1, signal_delay_s: 90}}}", "scales.135M.train.signal_delay_s"),
+    ("scales: {135M: {train: {sbatch: [exclusive]}}}", "scales.135M.train.sbatch: expected a mapping"),
+    ("partitions: {}\nscales: {135M: {train: {}}}", "unknown top-level key(s) ['partitions']"),
+    ("scales: [135M]", "key scales: expected a mapping"),
+]
+
+
+@pytest.mark.parametrize("text, message", BAD_PRESETS)
+def test_bad_presets_fail_naming_the_file_and_the_key(tmp_path, text, message):
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    with pytest.raises(PresetError) as err:
+        load_presets(path)
+    assert str(err.value).startswith(f"{path}: "), str(err.value)
+    assert message in str(err.value)
+
+
+def test_missing_preset_file_and_entry_are_named(tmp_path):
+    with pytest.raises(PresetError, match="nope.yaml: preset file not found"):
+        load_presets(tmp_path / "nope.yaml")
+    path = tmp_path / "mine.yaml"
+    path.write_text("scales: {135M: {train: {gpus_per_node: 1}}}")
+    presets = load_presets(path)
+    with pytest.raises(PresetError, match=r"mine.yaml: key scales.360M is missing.*\['135M'\]"):
+        presets.get("360M", "train")
+    with pytest.raises(PresetError, match=r"mine.yaml: key scales.135M.eval is missing; scale 135M has \['train'\]"):
+        presets.get("135M", "eval")
+
+
+def test_preset_to_submitit_parameters(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text("defaults: {partition: gpu, account: proj1, sbatch: {exclusive: true, mail-type: FAIL}}\n"
+                    "scales:\n  360M: {train: {nodes: 2, gpus_per_node: 4, cpus_per_task: 12, mem_gb: 400,"
+                    " time_min: 720, qos: high}}\n  tiny: {train: {tasks_per_node: 2, mem_gb: 1.5}}\n")
+    presets = load_presets(path)
+    gpu = presets.get("360M", "train").submitit_parameters("job")
+    assert gpu == {"name": "job", "timeout_min": 720, "nodes": 2, "tasks_per_node": 4, "cpus_per_task": 12,
+                   "mem_gb": 400.0, "slurm_signal_delay_s": 120, "gpus_per_node": 4, "slurm_partition": "gpu",
+                   "slurm_account": "proj1", "slurm_qos": "high",
+                   "slurm_additional_parameters": {"exclusive": True, "mail-type": "FAIL"}}
+    cpu = presets.get("tiny", "train")
+    assert cpu.world_size == 2 and "gpus_per_node" not in cpu.submitit_parameters("j")  # no --gpus-per-node=0
+    assert "slurm_constraint" not in gpu  # unset site fields are omitted, not sent empty
+
+
+# ------------------------------------------------------------------ plan
+def test_plan_counts_jobs_and_gpu_hours_of_table10():
+    grid = load_grid(REPO / "grids" / "table10.yaml", "cluster")
+    presets = load_presets(DEFAULT_PRESETS)
+    jobs = plan_grid(grid, presets)
+    assert sum(j.kind == "train" for j in jobs) == 22 and sum(j.kind == "eval" for j in jobs) == 22
+    run = next(r.config for r in grid.runs if r.config.model.scale == "135M")
+    job = next(j for j in jobs if j.run_id == run.run_id and j.kind == "train")
+    flops = train_flops(run.model, load_scales()["135M"], 49152, 2048, run.train.steps * 1024 * 2048)
+    assert job.flops == pytest.approx(flops) and 1e19 < flops < 2e19  # ~6N per token x 10B tokens, + attention
+    hours = flops / (120e12 * 2) / 3600  # 2 GPUs at the preset's assumed 120 TFLOP/s each
+    assert job.hours == pytest.approx(hours) and job.gpu_hours == pytest.approx(2 * hours)
+    assert job.segments == 1 and job.gpu_hours_requested == pytest.approx(48.0)  # one 24 h slot x 2 GPUs
+    # a shorter time limit: the run is split into ceil(hours / limit) requeued segments
+    short = estimate(run, "train", Preset(gpus_per_node=2, time_min=120, tflops_per_gpu=120))
+    assert short.segments == math.ceil(hours / 2) and short.gpu_hours_requested == pytest.approx(short.segments * 4)
+
+
+def test_plan_command_prints_jobs_gpu_hours_and_run_ids():
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert launch_main(["plan", "--grid", str(REPO / "grids" / "table10.yaml"), "--mode", "cluster"]) == 0
+    text = out.getvalue()
+    grid = load_grid(REPO / "grids" / "table10.yaml", "cluster")
+    assert "jobs: train 22, eval 22" in text
+    assert "GPU-hours for tables/table10, figures/fig6:" in text
+    assert all(r.run_id in text for r in grid.runs)
+
+
+# ------------------------------------------------------------------ ranks and callables
+def test_dist_info_from_a_submitit_slurm_environment(monkeypatch):
+    for k in ("SUBMITIT_EXECUTOR", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    assert distributed.dist_info() == DistInfo(0, 1, 0)  # outside a job: one process
+    env = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "1234", "SLURM_PROCID": "5", "SLURM_NTASKS": "8",
+           "SLURM_LOCALID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    job_env = distributed.job_environment()
+    assert distributed.dist_info(job_env) == DistInfo(rank=5, world_size=8, local_rank=1)
+    assert distributed.rendezvous(job_env) == ("gpu07", distributed.PORT_BASE + 1234)
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
+    assert distributed.rendezvous(job_env)[0] == "127.0.0.1"  # one node: loopback, no name resolution
+
+
+def test_callables_pickle_paths_only_and_checkpoint_resubmits_the_same_call():
+    job = TrainJob(grid="/g/table10.yaml", run_id="r1", mode="cluster", run_dir="/runs/r1", data_root="/data",
+                   threads=8, parallel="fsdp")
+    again = pickle.loads(pickle.dumps(job))
+    assert again == job and len(pickle.dumps(job)) < 1000
+    delayed = job.checkpoint()
+    assert delayed.function == job and delayed.function is not job and delayed.args == ()
+    ev = EvalJob(grid="g", run_id="r", mode="local", run_dir="d", out="o.parquet", data_root="data")
+    assert ev.checkpoint().function == ev
+
+
+def test_launcher_imports_no_torch():
+    code = ("import sys, mor.launch.__main__, mor.launch.checkpointable, mor.launch.slurm, mor.launch.plan; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60,
+                   env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
+
+
+def test_local_launcher_trains_and_evaluates_inline(data_root, tmp_path):
+    grid = tmp_path / "tiny.yaml"
+    grid.write_text("name: tiny\nruns:\n  - axes: {model.scale: [135M]}\n    set: {model.variant: vanilla}\n"
+                    "modes:\n  local:\n    scale_map: {135M: tiny}\n    set:\n"
+                    "      train: {tokens: 512, seq_len: 32, global_batch: 4, micro_batch: 4, checkpoint_every: 2}\n"
+                    "      eval: {nll_tokens: 256, batch: 4}\n")
+    run_id = load_grid(grid, "local").runs[0].run_id
+    common = ["--grid", str(grid), "--run-id", run_id, "--mode", "local", "--run-dir", str(tmp_path / "run"),
+              "--data-root", str(data_root), "--threads", "1"]
+    assert launch_main(["train", *common]) == 0
+    summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
+    assert summary["steps"] == 4 and summary["world_size"] == 1
+    assert launch_main(["eval", *common, "--out", str(tmp_path / "row.parquet")]) == 0
+    assert (tmp_path / "row.parquet").stat().st_size > 0
+    assert not (tmp_path / "logs").exists()  # inline: nothing submitted
+
+
+def test_unknown_run_id_is_an_error_naming_the_grid(tmp_path, capsys):
+    rc = launch_main(["train", "--grid", str(REPO / "grids" / "table10.yaml"), "--run-id", "no-such-run",
+                      "--run-dir", str(tmp_path), "--launcher", "slurm"])
+    assert rc == 2 and "table10.yaml: no run with id 'no-such-run'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ FSDP on 2 gloo ranks
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _FakeEnv:
+    """The fields of submitit.JobEnvironment that init_distributed reads."""
+
+    def __init__(self, rank: int, world: int):
+        self.global_rank, self.num_tasks, self.local_rank = rank, world, rank
+        self.num_nodes, self.raw_job_id, self.hostnames = 1, "0", ["localhost"]
+
+
+def _fsdp_worker(rank, world, run, tokens, run_dir, port):
+    import os
+
+    os.environ["MASTER_PORT"] = str(port)
+    info = distributed.init_distributed("cpu", env=_FakeEnv(rank, world))
+    try:
+        cls = distributed.trainer_class("fsdp")
+        first = cls(run, run_dir, tokens, VOCAB, device="cpu", dist=info, progress=False)
+        for _ in range(4):  # "preempted" after the step-4 checkpoint
+            first.train_step()
+        first.save()
+        resumed = cls(run, run_dir, tokens, VOCAB, device="cpu", dist=info, progress=False)
+        summary = resumed.fit()
+        if rank == 0:
+            (run_dir / "rank0.json").write_text(json.dumps(summary))
+    finally:
+        distributed.shutdown()
+
+
+@pytest.mark.slow
+def test_fsdp_on_two_gloo_ranks_resumes_to_the_single_process_result(data_root, tmp_path):
+    """2 processes shard a recursive model (a layer called twice per forward) with FSDP2,
+    stop after the step-4 checkpoint, resume, and end where one process ends that trains on
+    the same sequences: same final loss, same parameters (up to float summation order: max diff ~3e-6)."""
+    from safetensors.torch import load_file
+
+    run = tiny_run(variant="recursive", tying="cycle", nr=2, steps=8, batch=4)
+    run = replace(run, train=replace(run.train, micro_batch=2))  # the ranks' micro-batch: 4 sequences / 2 ranks
+    tokens = data_root / "tokens" / f"train-bpe-{VOCAB}.npy"
+    torch.multiprocessing.spawn(_fsdp_worker, args=(2, run, tokens, tmp_path / "fsdp", _free_port()), nprocs=2, join=True)
+    got = json.loads((tmp_path / "fsdp" / "rank0.json").read_text())
+    ref, ref_summary = single_process_reference(run, tmp_path / "ref", tokens, world=2)
+    assert got["resumed_from"] == 4 and got["steps"] == 8 and got["world_size"] == 2
+    assert got["final_loss"] == pytest.approx(ref_summary["final_loss"], rel=1e-5)
+    final = load_file(str(tmp_path / "fsdp" / "final" / "model.safetensors"))
+    for n, p in ref.model.named_parameters():
+        torch.testing.assert_close(final[n], p.detach(), rtol=1e-4, atol=1e-5, msg=n)  # float-order noise ~3e-6
+    steps = [json.loads(x)["step"] for x in (tmp_path / "fsdp" / "train_log.jsonl").read_text().splitlines()]
+    assert steps == [5, 6, 7, 8]  # steps 1-4 ran outside fit (no log lines); the resumed fit logs each step once

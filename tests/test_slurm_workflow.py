@@ -1,0 +1,225 @@
+"""The Slurm launcher against the real loopback cluster (slurm/testcluster): a grid through
+``--profile slurm``, a 2-rank DDP job, a preempted job that requeues and resumes, and a
+failing job whose Slurm log path reaches the Snakemake error.
+
+CPU scales on partition ``debug``: ``mode=local`` (tiny models, the embedded corpus) with
+``launcher=slurm``, and a preset file written here in place of slurm/presets.yaml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+try:
+    from slurm_cluster import slurm_cluster  # noqa: F401  (session fixture)
+except ImportError:  # tests/ not on sys.path (e.g. --import-mode=importlib)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from slurm_cluster import slurm_cluster  # noqa: F401
+
+from mor.grids import load_grid
+from test_launch import single_process_reference
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parent.parent
+JOB_S = 240  # generous bound for one launcher on a 2-CPU cluster shared with other tests
+
+
+def write_presets(path: Path, tasks: int = 1) -> Path:
+    path.write_text(
+        "defaults: {partition: debug, cpus_per_task: 1, mem_gb: 1, time_min: 10, signal_delay_s: 30}\n"
+        "scales:\n"
+        f"  tiny:\n    train: {{gpus_per_node: 0, tasks_per_node: {tasks}}}\n    eval: {{gpus_per_node: 0}}\n")
+    return path
+
+
+def write_grid(grids: Path, name: str, steps: int, tying: bool = True, checkpoint_every: int = 4) -> Path:
+    """A 1- or 2-run grid at the 'tiny' scale (vanilla + middle-cycle recursive)."""
+    grids.mkdir(parents=True, exist_ok=True)
+    blocks = "  - label: Vanilla\n    set: {model.variant: vanilla}\n    axes: {model.scale: [135M]}\n"
+    if tying:
+        blocks += ("  - label: \"{model_tying}\"\n    set: {model.variant: recursive, model.num_recursions: 2}\n"
+                   "    axes: {model.scale: [135M], model.tying: [middle_cycle]}\n")
+    path = grids / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\nartifacts: [tables/table10]\ndefaults:\n  data: {{source: django-docs, tokenizer: bpe-4096}}\n"
+        f"runs:\n{blocks}modes:\n  local:\n    scale_map: {{135M: tiny}}\n    set:\n"
+        f"      train: {{tokens: {steps * 8 * 32}, seq_len: 32, global_batch: 8, micro_batch: 4, "
+        f"checkpoint_every: {checkpoint_every}}}\n"
+        "      eval: {nll_tokens: 1024, batch: 8}\n"
+        "reference:\n  - {paper_scale: 135M, variant: recursive, tying: middle_cycle, num_recursions: 2, val_nll: 3.0330}\n")
+    return path
+
+
+def env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(REPO / "src"), MOR_LAUNCH_POLL_S="0.5")
+
+
+def snakemake(workdir: Path, *config: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--profile", str(REPO / "slurm"),
+           "tables/table10", "--directory", str(workdir), "--config", "mode=local", *config]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env(), timeout=2 * JOB_S)
+
+
+def launch(kind: str, grid: Path, run_id: str, workdir: Path, data_root: Path, *extra: str, popen=False):
+    cmd = [sys.executable, "-m", "mor.launch", kind, "--grid", str(grid), "--run-id", run_id, "--mode", "local",
+           "--run-dir", f"runs/{grid.stem}/{run_id}", "--data-root", str(data_root), *extra]
+    if popen:
+        return subprocess.Popen(cmd, cwd=workdir, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, cwd=workdir, env=env(), capture_output=True, text=True, timeout=JOB_S)
+
+
+def job_ids(workdir: Path) -> dict[str, str]:
+    """{'<run_id>/<kind>': slurm job id} from the launchers' job.json records."""
+    return {f"{p.parent.parent.name}/{p.parent.name}": json.loads(p.read_text())["job_id"]
+            for p in (workdir / "logs" / "slurm").rglob("job.json")}
+
+
+def sacct_states(job_id: str) -> list[str]:
+    """Every state sacct recorded for the job, oldest first (a requeue leaves a REQUEUED record)."""
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "--duplicates", "-j", job_id, "-o", "State"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return [ln.split()[0] for ln in out.splitlines() if ln.strip()]
+
+
+def wait_for(pred, what: str, within_s: float = JOB_S, every_s: float = 0.2):
+    deadline = time.monotonic() + within_s
+    while not (value := pred()):
+        assert time.monotonic() < deadline, f"timed out after {within_s}s waiting for {what}"
+        time.sleep(every_s)
+    return value
+
+
+def test_grid_through_the_slurm_profile(slurm_cluster, tmp_path, data_root):
+    """(a) 2 runs -> 4 Slurm jobs (train, eval) -> parquet -> table; rerun submits nothing."""
+    grids = tmp_path / "grids"
+    write_grid(grids, "e2e", steps=8)
+    cfg = [f"grids_dir={grids}", f"data_root={data_root}", f"presets={write_presets(tmp_path / 'presets.yaml')}"]
+    proc = snakemake(tmp_path, *cfg)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+    rows = pq.read_table(tmp_path / "results" / "e2e.parquet").to_pylist()
+    assert len(rows) == 2 and {r["variant"] for r in rows} == {"vanilla", "recursive"}
+    assert all(0 < r["val_nll"] < 9 and r["train_steps"] == 8 for r in rows)
+    md = (tmp_path / "tables" / "table10" / "table10.md").read_text()
+    assert all(r["run_id"] in md for r in rows)
+
+    ids = job_ids(tmp_path)
+    assert sorted(ids) == sorted(f"{r['run_id']}/{k}" for r in rows for k in ("train", "eval"))
+    for key, jid in ids.items():  # every job went through Slurm and is accounted for
+        states = wait_for(lambda: (s := sacct_states(jid)) and s[-1] == "COMPLETED" and s, f"sacct COMPLETED {key}", 60)
+        assert states == ["COMPLETED"], (key, states)
+        assert (tmp_path / "logs" / "slurm" / "e2e" / key / f"{jid}_0_log.out").exists()
+
+    again = snakemake(tmp_path, *cfg)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert job_ids(tmp_path) == ids  # no job submitted twice
+
+
+def test_two_rank_ddp_job_equals_one_process_on_the_same_batches(slurm_cluster, tmp_path, data_root):
+    """(b) nodes=1, 2 tasks: both ranks end with identical parameters, and the result equals
+    one process that trains on the two ranks' micro-batches (up to float summation order)."""
+    grid = write_grid(tmp_path / "grids", "ddp", steps=12, tying=False)
+    run = load_grid(grid, "local").runs[0].config
+    proc = launch("train", grid, run.run_id, tmp_path, data_root, "--launcher", "slurm",
+                  "--presets", str(write_presets(tmp_path / "presets.yaml", tasks=2)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder = tmp_path / "logs" / "slurm" / "ddp" / run.run_id / "train"
+    ranks = json.loads((folder / "result.json").read_text())
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["world_size"] == 2 for r in ranks)
+    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"]
+    assert ranks[0]["final_loss"] == ranks[1]["final_loss"]  # the logged loss is the global-batch mean
+
+    run_dir = tmp_path / "runs" / "ddp" / run.run_id
+    losses = [json.loads(x)["loss"] for x in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    assert len(losses) == 12 and all(map(torch.isfinite, torch.tensor(losses)))
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.2, losses
+
+    from safetensors.torch import load_file
+
+    ref, ref_summary = single_process_reference(run, tmp_path / "ref", data_root / "tokens" / "train-bpe-4096.npy", 2)
+    assert ranks[0]["final_loss"] == pytest.approx(ref_summary["final_loss"], rel=1e-6)
+    final = load_file(str(run_dir / "final" / "model.safetensors"))
+    for n, p in ref.model.named_parameters():
+        torch.testing.assert_close(final[n], p.detach(), rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_preempted_job_requeues_and_resumes_to_the_uninterrupted_result(slurm_cluster, tmp_path, data_root):
+    """(c) SIGUSR2 (what Slurm sends before a time limit or on preemption) mid-training:
+    submitit checkpoints the callable and requeues the job; the requeued job resumes from the
+    run's last checkpoint and ends with the loss and weights of an uninterrupted run."""
+    grid = write_grid(tmp_path / "grids", "rq", steps=80, tying=False, checkpoint_every=10)
+    run = load_grid(grid, "local").runs[0].config
+    launcher = launch("train", grid, run.run_id, tmp_path, data_root, "--launcher", "slurm",
+                      "--presets", str(write_presets(tmp_path / "presets.yaml")), popen=True)
+    try:
+        run_dir = tmp_path / "runs" / "rq" / run.run_id
+        wait_for(lambda: (run_dir / "checkpoints" / "latest.json").exists(), "the first checkpoint")
+        jid = job_ids(tmp_path)[f"{run.run_id}/train"]
+        subprocess.run(["scancel", "--signal=USR2", jid], check=True, timeout=30)  # as submitit's job._interrupt()
+        wait_for(lambda: subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T"], capture_output=True, text=True,
+                                        timeout=30).stdout.strip() == "PENDING", "the requeued job to pend", 60)
+        subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True, timeout=30)
+        out, _ = launcher.communicate(timeout=JOB_S)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, out
+    summary = json.loads((run_dir / "train_summary.json").read_text())
+    assert summary["steps"] == 80 and 10 <= summary["resumed_from"] < 80, summary
+    wait_for(lambda: sacct_states(jid)[-1:] == ["COMPLETED"], "sacct COMPLETED", 60)  # the result lands first
+    assert sacct_states(jid) == ["REQUEUED", "COMPLETED"]
+    log = (tmp_path / "logs" / "slurm" / "rq" / run.run_id / "train" / f"{jid}_0_log.out").read_text()
+    assert "Calling checkpoint method" in log and f"Requeued job {jid}" in log  # submitit's own record
+    assert log.count("Starting with JobEnvironment") == 2  # the job ran twice under one id
+    steps = [json.loads(x)["step"] for x in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 81))  # the resumed log has no duplicated or missing rows
+
+    from mor.jobs import train_job  # the same run, uninterrupted, in this process
+
+    threads = torch.get_num_threads()
+    try:  # one thread, as in the Slurm job (cpus_per_task: 1): the same float reduction order
+        straight = train_job(str(grid), run.run_id, "local", str(tmp_path / "straight"), str(data_root), "cpu",
+                             threads=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert straight["resumed_from"] is None
+    assert summary["final_loss"] == straight["final_loss"]
+    from safetensors.torch import load_file
+
+    a, b = load_file(str(run_dir / "final" / "model.safetensors")), load_file(str(tmp_path / "straight" / "final" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_failing_job_fails_the_rule_with_the_slurm_log_path(slurm_cluster, tmp_path, data_root):
+    """(d) a corrupt token file: the job raises, the launcher exits 1 naming the Slurm log,
+    and Snakemake reports the train rule failed, showing that message."""
+    bad = tmp_path / "bad-data"
+    (bad / "tokens").mkdir(parents=True)
+    for d in ("corpus", "tokenizer"):
+        (bad / d).symlink_to(data_root / d)
+    (bad / "tokens" / "val-bpe-4096.npy").symlink_to(data_root / "tokens" / "val-bpe-4096.npy")
+    (bad / "tokens" / "train-bpe-4096.npy").write_bytes(b"not a numpy file")
+    grids = tmp_path / "grids"
+    write_grid(grids, "bad", steps=4, tying=False)
+    proc = snakemake(tmp_path, f"grids_dir={grids}", f"data_root={bad}",
+                     f"presets={write_presets(tmp_path / 'presets.yaml')}")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Error in rule train" in text
+    run_id = load_grid(grids / "bad.yaml", "local").runs[0].run_id
+    jid = job_ids(tmp_path)[f"{run_id}/train"]
+    log = tmp_path / "logs" / "slurm" / "bad" / run_id / "train" / f"{jid}_0_log.err"
+    assert f"Slurm job {jid} (train of bad/{run_id}) failed: ValueError: token file" in text
+    assert f"Slurm log: {log}" in text and "corrupt" in log.read_text()
+    assert wait_for(lambda: sacct_states(jid)[-1:] == ["FAILED"], "sacct FAILED", 60)
+    assert not (tmp_path / "results").exists()
