@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -20,6 +22,8 @@ def test_router_tables_13_and_14_end_to_end(tmp_path, data_root):
         assert 0 <= r["dead_token_ratio"] <= 2 / 3 and 0 <= r["sampling_accuracy"] <= 1
         assert 1 <= r["mean_depth"] <= 3 and sum(r["depth_histogram"]) > 0
         assert r["max_vio"] is None
+        assert len(json.loads(r["router_output_hist"])) == 3  # Fig. 5b material, per recursion
+        assert len(r["sample_token_depths"]) == len(r["sample_token_ids"]) > 0  # Table 17 material
     t13 = pd.read_csv(tmp_path / "tables" / "table13" / "table13.csv")
     assert set(t13["aux"]) == {"aux_router", "aux_loss"}
     assert t13["Sampling acc"].notna().all()

@@ -93,6 +93,8 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
         "dead_token_ratio": metrics.get("dead_token_ratio"), "sampling_accuracy": metrics.get("sampling_accuracy"),
         "max_vio": metrics.get("max_vio"), "entropy": metrics.get("entropy"),
         "mean_depth": metrics.get("mean_depth"), "depth_histogram": metrics.get("depth_histogram"),
+        "router_output_hist": json.dumps(metrics["router_output_hist"]) if "router_output_hist" in metrics else None,
+        "sample_token_ids": metrics.get("sample_token_ids"), "sample_token_depths": metrics.get("sample_token_depths"),
         "config_json": json.dumps(run.to_dict(), sort_keys=True),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

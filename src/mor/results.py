@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 RUN_SCHEMA = pa.schema(
     [
@@ -59,6 +59,11 @@ RUN_SCHEMA = pa.schema(
         ("entropy", pa.float64()),
         ("mean_depth", pa.float64()),
         ("depth_histogram", pa.list_(pa.int64())),
+        # for figures: Fig. 5b router outputs (JSON: per recursion, selected vs unselected
+        # histograms) and Table 17 / Fig. 1 tokens with the recursion depth each received
+        ("router_output_hist", pa.string()),
+        ("sample_token_ids", pa.list_(pa.int64())),
+        ("sample_token_depths", pa.list_(pa.int64())),
         # the whole resolved config, for anything not broken out above
         ("config_json", pa.string()),
         ("created_at", pa.string()),

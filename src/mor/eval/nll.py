@@ -16,9 +16,19 @@ import torch
 from mor.metrics import routing as rm
 
 
+SAMPLE_WINDOWS = 2  # validation windows whose per-token depths are kept (Table 17, Fig. 1)
+HIST_BINS = 20
+
+
 @torch.no_grad()
 def evaluate(model, tokens: np.ndarray, seq_len: int, max_tokens: int, batch: int, device) -> dict:
-    """Return {'val_nll', 'val_tokens'} plus router statistics for MoR models."""
+    """Return {'val_nll', 'val_tokens'} plus router statistics for MoR models.
+
+    For MoR models it also returns, for the figures: ``router_output_hist`` (per recursion,
+    normalised histograms of router outputs of selected vs unselected candidates, Fig. 5b)
+    and ``sample_token_ids`` / ``sample_token_depths`` (the first windows' tokens and the
+    recursion depth each received, Table 17 / Fig. 1).
+    """
     model.eval()
     n_windows = min(len(tokens) // (seq_len + 1), max(1, max_tokens // seq_len))
     if n_windows < 1:
@@ -27,6 +37,7 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, max_tokens: int, batch: in
     nll_sum, count = 0.0, 0
     selected_last, causal, topk, depths = [], [], [], []
     assign, probs = [], []  # token-choice
+    scores, chosen = [], []  # per batch: (Nr, candidates) router outputs and membership
     for i in range(0, n_windows, batch):
         chunk = torch.from_numpy(windows[i : i + batch]).to(device)  # (b, T+1)
         x, y = chunk[:, :-1], chunk[:, 1:]
@@ -37,6 +48,8 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, max_tokens: int, batch: in
         if out.routing is not None and out.routing.selected:
             tr = out.routing
             depths.append(tr.depths().cpu())
+            scores.append([sc[m].float().cpu() for sc, m in zip(tr.scores, tr.candidates)])
+            chosen.append([se[m].cpu() for se, m in zip(tr.selected, tr.candidates)])
             if tr.assignment is not None:  # token-choice: top-1 loads and selection probabilities
                 assign.append(tr.assignment.flatten().cpu())
                 probs.append(tr.probs.float().reshape(-1, tr.probs.shape[-1]).cpu())  # (b*T, Nr)
@@ -49,6 +62,13 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, max_tokens: int, batch: in
     if depths:
         d = torch.cat(depths).flatten().numpy()
         result.update(mean_depth=float(d.mean()), depth_histogram=rm.depth_histogram(d, model.cfg.num_recursions))
+        result["sample_token_ids"] = windows[:SAMPLE_WINDOWS, :-1].flatten().tolist()
+        result["sample_token_depths"] = torch.cat(depths)[:SAMPLE_WINDOWS].flatten().tolist()
+        result["router_output_hist"] = [
+            rm.router_output_histogram(torch.cat([b[r] for b in scores]).numpy(),
+                                       torch.cat([b[r] for b in chosen]).numpy(), bins=HIST_BINS)
+            for r in range(model.cfg.num_recursions)
+        ]
         if assign:  # MaxVio and entropy (App. G.2); sigmoid probs are renormalised to sum to 1
             result.update(
                 max_vio=rm.max_vio(torch.cat(assign).numpy(), model.cfg.num_recursions),
