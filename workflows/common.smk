@@ -10,6 +10,8 @@ from mor.grids import all_grids, load_grid
 MODE = config["mode"]
 TAGS = config["tags"] if isinstance(config["tags"], list) else [t for t in str(config["tags"]).split(",") if t]
 DATA = Path(config["data_root"])
+# PY, DATA and LAUNCH_ARGS are where and how jobs run, not what they compute: they stay out
+# of `params:` so that switching interpreter or launcher (local <-> slurm) never retrains.
 PY = f"{sys.executable} -m mor"
 
 # Where train / eval jobs run: inline (local) or as Slurm jobs through submitit (slurm;
@@ -55,9 +57,9 @@ def run_data_inputs(wildcards):
 
 def init_checkpoint_inputs(wildcards):
     """An up-training run waits for the run whose final weights it starts from."""
-    ckpt = run_config(wildcards).model.init_checkpoint
-    if ckpt.startswith("runs/") and ckpt.endswith("/final"):
-        return [ckpt.removesuffix("/final") + "/train_summary.json"]
+    ckpt = Path(run_config(wildcards).model.init_checkpoint)
+    if ckpt.parts[:1] == ("runs",) and ckpt.name == "final":
+        return [str(ckpt.parent / "train_summary.json")]
     return []
 
 

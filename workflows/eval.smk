@@ -11,13 +11,12 @@ rule eval:
         "results/runs/{grid}/{run_id}.parquet",
     params:
         mode=MODE,
-        run_dir="runs/{grid}/{run_id}",
     threads: config["threads"]
     log:
         "logs/{grid}/{run_id}/eval.log",
     shell:
         "{PY}.launch eval --grid {input.grid} --run-id {wildcards.run_id} --mode {params.mode}"
-        " --run-dir {params.run_dir} --data-root {DATA} --threads {threads} --out {output} {LAUNCH_ARGS}"
+        " --run-dir $(dirname {input.summary}) --data-root {DATA} --threads {threads} --out {output} {LAUNCH_ARGS}"
         " > {log} 2>&1"
 
 

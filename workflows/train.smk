@@ -10,7 +10,6 @@ rule train:
         summary="runs/{grid}/{run_id}/train_summary.json",
     params:
         mode=MODE,
-        run_dir="runs/{grid}/{run_id}",
     threads: config["threads"]
     resources:
         job_kind="train",
@@ -18,4 +17,4 @@ rule train:
         "logs/{grid}/{run_id}/train.log",
     shell:
         "{PY}.launch train --grid {input.grid} --run-id {wildcards.run_id} --mode {params.mode}"
-        " --run-dir {params.run_dir} --data-root {DATA} --threads {threads} {LAUNCH_ARGS} > {log} 2>&1"
+        " --run-dir $(dirname {output.summary}) --data-root {DATA} --threads {threads} {LAUNCH_ARGS} > {log} 2>&1"
