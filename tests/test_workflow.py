@@ -121,3 +121,14 @@ def test_snakemake_lint_reports_only_accepted_findings():
     findings = set(re.findall(r"^\s+\* (.+)$", proc.stdout + proc.stderr, re.M))
     assert findings, "lint printed nothing: did --lint run?"
     assert findings <= ACCEPTED_LINTS, findings - ACCEPTED_LINTS
+
+
+@pytest.mark.parametrize("grid, runs", [("table12", 11), ("table13", 12), ("table14", 8), ("table15", 14), ("table16", 9)])
+def test_dry_run_of_each_ablation_table(tmp_path, grid, runs):
+    from mor.grids import load_grid
+
+    assert len(load_grid(REPO / "grids" / f"{grid}.yaml", "local").runs) == runs
+    out = snakemake(f"tables/{grid}", "-n", "--nolock", "--directory", str(tmp_path),
+                    "--config", f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}")
+    counts = job_counts(out.stdout + out.stderr)
+    assert counts["train"] == counts["eval"] == runs and counts["table"] == 1 and counts["collect"] == 1
