@@ -132,3 +132,45 @@ def test_dry_run_of_each_ablation_table(tmp_path, grid, runs):
                     "--config", f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}")
     counts = job_counts(out.stdout + out.stderr)
     assert counts["train"] == counts["eval"] == runs and counts["table"] == 1 and counts["collect"] == 1
+
+
+UPTRAIN_GRID = """
+name: uptrain
+artifacts: [tables/table12]
+runs:
+  - name: pretrained
+    set: {model.variant: vanilla}
+    axes: {model.scale: [135M]}
+  - name: uptrained
+    set: {model.variant: recursive, model.num_recursions: 2, model.tied_init: stepwise,
+          model.init_checkpoint: "@pretrained"}
+    axes: {model.scale: [135M], model.tying: [middle_cycle]}
+modes:
+  local:
+    scale_map: {135M: tiny}
+    set:
+      data: {source: django-docs, tokenizer: bpe-4096}
+      train: {tokens: 8192, seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 8}
+      eval: {nll_tokens: 2048, batch: 8}
+"""
+
+
+def test_uptraining_starts_from_the_pretrained_run_of_the_same_grid(tmp_path, data_root):
+    import json
+
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    (grids / "uptrain.yaml").write_text(UPTRAIN_GRID)
+    snakemake("tables/table12", "--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}")
+    rows = {r["variant"]: r for r in pq.read_table(tmp_path / "results" / "uptrain.parquet").to_pylist()}
+    assert set(rows) == {"vanilla", "recursive"}
+    config = json.loads(rows["recursive"]["config_json"])
+    assert config["model"]["init_checkpoint"] == f"runs/uptrain/{rows['vanilla']['run_id']}/final"
+    # started from the pretrained weights, the up-trained model's first logged loss is far
+    # below a random init's (~ln 4096 = 8.3)
+    log = tmp_path / "runs" / "uptrain" / rows["recursive"]["run_id"] / "train_log.jsonl"
+    first = json.loads(log.read_text().splitlines()[0])["loss"]
+    pre_log = tmp_path / "runs" / "uptrain" / rows["vanilla"]["run_id"] / "train_log.jsonl"
+    pre_first = json.loads(pre_log.read_text().splitlines()[0])["loss"]
+    assert first < pre_first - 0.5, (first, pre_first)
+    assert "uptrain" in (tmp_path / "tables" / "table12" / "table12.md").read_text()

@@ -36,8 +36,8 @@ KV strategies in training (``model.kv``); recursion 1 always runs on every token
                   computed (explicit mask: causal over original positions).
   shared_dagger   as shared, but the active tokens' keys/values are computed afresh; only
                   the inactive positions keep their recursion-1 keys/values.
-The shared strategies compute keys/values with the layer's own projections (bypassing
-``run_layer`` hooks: recursion 1's keys are what is shared).
+The shared strategies compute keys/values with ``model.layer_kv``, which applies the same
+relaxation hooks (LoRA / DoRA on k/v projections) as ``run_layer``.
 
 Balancing warm-up (``router.capacity_warmup_steps`` reinterpreted for token-choice, as the
 authors' ``bal_warmup_step``): while the trainer's ``capacity_scale`` < 1, training sends
