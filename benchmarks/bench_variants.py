@@ -88,19 +88,24 @@ def main() -> None:
         flops[name] = count_flops(steps[name])
         for _ in range(2):  # warm-up
             steps[name]()
-    times: dict[str, list[float]] = {name: [] for name in steps}
+    wall: dict[str, list[float]] = {name: [] for name in steps}
+    cpu: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(a.repeats):  # interleaved, so machine noise hits every variant alike
         for name, step in steps.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             step()
-            times[name].append((time.perf_counter() - t) * 1e3)
-    med = {n: statistics.median(v) for n, v in times.items()}
+            wall[name].append((time.perf_counter() - t) * 1e3)
+            cpu[name].append((time.process_time() - c) * 1e3)
+    med = {n: statistics.median(v) for n, v in wall.items()}
+    cmed = {n: statistics.median(v) for n, v in cpu.items()}
     ref = "recursive"
     print(f"small scale, Middle-Cycle Nr=3, batch {a.batch} x {a.seq}, {a.threads} thread(s), median of {a.repeats}")
-    print(f"{'variant':26s} {'ms/step':>8s} {'GFLOP':>7s} {'time x':>7s} {'FLOP x':>7s} {'cost ratio':>10s}")
+    print("cost ratio = (time / recursive time) / (FLOPs / recursive FLOPs); wall and process-CPU time")
+    print(f"{'variant':26s} {'ms/step':>8s} {'GFLOP':>7s} {'FLOP x':>7s} {'wall x':>7s} {'cost':>6s} {'cpu x':>7s} {'cost':>6s}")
     for n in steps:
-        tr, fr = med[n] / med[ref], flops[n] / flops[ref]
-        print(f"{n:26s} {med[n]:8.1f} {flops[n] / 1e9:7.2f} {tr:7.3f} {fr:7.3f} {tr / fr:10.3f}")
+        fr = flops[n] / flops[ref]
+        tr, cr = med[n] / med[ref], cmed[n] / cmed[ref]
+        print(f"{n:26s} {med[n]:8.1f} {flops[n] / 1e9:7.2f} {fr:7.3f} {tr:7.3f} {tr / fr:6.3f} {cr:7.3f} {cr / fr:6.3f}")
     for router in ("MoR-EC", "MoR-TC"):
         rw, sh = med[f"{router} recursion-wise"], med[f"{router} kv=shared"]
         print(f"{router}: kv=shared step / recursion-wise step = {sh / rw:.3f} ({'cheaper' if sh < rw else 'NOT cheaper'})")
