@@ -138,7 +138,7 @@ def test_build_corpus_deterministic_split(tmp_path):
     _make_sdist(sdist, docs)
     m1 = build_corpus(tmp_path / "a", sdist=sdist, prefix="pkg-1.0/docs/",
                       val_fraction=0.25, expected=None)
-    m2 = build_corpus(tmp_path / "b", sdist=sdist, prefix="pkg-1.0/docs/",
+    build_corpus(tmp_path / "b", sdist=sdist, prefix="pkg-1.0/docs/",
                       val_fraction=0.25, expected=None)
     for f in ("train.txt", "val.txt", "manifest.json"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()

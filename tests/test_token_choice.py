@@ -73,7 +73,7 @@ def test_shapes_and_depths(func):
 
 def _reference(model, h, positions):
     """Per-sequence loop: the obvious, slow implementation the packed one must equal."""
-    rcfg, kv_mode, nr = model.cfg.router, model.cfg.kv, model.cfg.num_recursions
+    rcfg, kv_mode = model.cfg.router, model.cfg.kv
     router = model.routers[0]
     logits = router.logits(h)
     scores = router.scores(logits)

@@ -59,6 +59,19 @@ def _report(a) -> int:
     return 0
 
 
+def add_job_arguments(p: argparse.ArgumentParser, kind: str, threads_help: str) -> None:
+    """The arguments of one train / eval job (shared by ``mor`` and ``mor.launch``)."""
+    p.add_argument("--grid", required=True)
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--mode", default="local")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--data-root", default="data")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=0, help=threads_help)
+    if kind == "eval":
+        p.add_argument("--out", required=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mor", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -73,15 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for name, fn in (("train", _train), ("eval", _eval)):
         p = sub.add_parser(name)
-        p.add_argument("--grid", required=True)
-        p.add_argument("--run-id", required=True)
-        p.add_argument("--mode", default="local")
-        p.add_argument("--run-dir", required=True)
-        p.add_argument("--data-root", default="data")
-        p.add_argument("--device", default="auto")
-        p.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch default)")
-        if name == "eval":
-            p.add_argument("--out", required=True)
+        add_job_arguments(p, name, threads_help="CPU threads (0 = torch default)")
         p.set_defaults(fn=fn)
 
     p = sub.add_parser("collect")

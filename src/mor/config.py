@@ -89,6 +89,19 @@ class ScaleShape:
         return self.hidden // self.heads
 
 
+def read_yaml_mapping(path: Path, error: type[Exception], what: str, missing_hint: str = "") -> dict:
+    """Parse a YAML file whose top level must be a mapping; errors start with the file."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise error(f"{path}: {what} not found{missing_hint}") from None
+    except yaml.YAMLError as e:
+        raise error(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise error(f"{path}: a {what} must be a mapping at the top level")
+    return raw
+
+
 def load_scales(path: Path = SCALES_FILE) -> dict[str, ScaleShape]:
     """Read every named scale from YAML (the one place model sizes live)."""
     raw = yaml.safe_load(Path(path).read_text())

@@ -23,7 +23,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from mor.config import ConfigError, RunConfig, load_scales, run_config_from_dict
+from mor.config import ConfigError, RunConfig, load_scales, read_yaml_mapping, run_config_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO / "workflows" / "schemas" / "grid.schema.yaml"
@@ -94,15 +94,7 @@ def merge(target: dict, updates: dict) -> None:
 
 
 def _load_yaml(path: Path) -> dict:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise GridError(f"{path}: grid file not found") from None
-    except yaml.YAMLError as e:
-        raise GridError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(raw, dict):
-        raise GridError(f"{path}: a grid must be a mapping at the top level")
-    return raw
+    return read_yaml_mapping(path, GridError, "grid file")
 
 
 def _validate_structure(path: Path, raw: dict) -> None:

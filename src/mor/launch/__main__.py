@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from mor.cli import add_job_arguments
 from mor.grids import GridError, load_grid
 from mor.launch.slurm import DEFAULT_PRESETS, LaunchError, PresetError, load_presets
 
@@ -102,18 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for kind in ("train", "eval"):
         p = sub.add_parser(kind, help=f"run one {kind} job (inline or on Slurm)")
-        p.add_argument("--grid", required=True)
-        p.add_argument("--run-id", required=True)
-        p.add_argument("--mode", default="local")
-        p.add_argument("--run-dir", required=True)
-        p.add_argument("--data-root", default="data")
-        p.add_argument("--device", default="auto")
-        p.add_argument("--threads", type=int, default=0, help="CPU threads inline (Slurm: the preset's cpus_per_task)")
+        add_job_arguments(p, kind, threads_help="CPU threads inline (Slurm: the preset's cpus_per_task)")
         p.add_argument("--launcher", choices=("local", "slurm"), default="local")
         p.add_argument("--presets", default=str(DEFAULT_PRESETS))
         p.add_argument("--log-root", default="logs/slurm", help="submitit folders: <root>/<grid>/<run_id>/<kind>")
-        if kind == "eval":
-            p.add_argument("--out", required=True)
         p.set_defaults(fn=_job, kind=kind)
 
     p = sub.add_parser("plan", help="dry run: jobs, GPU-hours and run ids per grid")

@@ -27,9 +27,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 
-from mor.config import load_scales
+from mor.config import load_scales, read_yaml_mapping
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_PRESETS = REPO / "slurm" / "presets.yaml"
@@ -185,14 +184,8 @@ class Presets:
 def load_presets(path: str | Path = DEFAULT_PRESETS) -> Presets:
     """Parse and validate a preset file; every error names the file and the key."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise PresetError(f"{path}: preset file not found (set --config presets=/path/to/presets.yaml)") from None
-    except yaml.YAMLError as e:
-        raise PresetError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(raw, dict):
-        raise PresetError(f"{path}: expected a mapping with keys 'defaults' and 'scales'")
+    raw = read_yaml_mapping(path, PresetError, "preset file",
+                            missing_hint=" (set --config presets=/path/to/presets.yaml)")
     unknown = sorted(set(raw) - {"defaults", "scales"})
     if unknown:
         raise PresetError(f"{path}: unknown top-level key(s) {unknown}; allowed keys are ['defaults', 'scales']")
