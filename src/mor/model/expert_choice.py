@@ -36,11 +36,17 @@ def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace):
         k = min(tokens_kept(T, frac), int(active.sum(1).min()))
         logits = router.logits(h)  # (B, T)
         causal = router.causal_logits(h, logits)  # (B, T) sign = inference-time decision
-        idx = select_topk(logits, active, k)  # (B, k) ascending positions
-        selected = torch.zeros_like(active).scatter(1, idx, True)  # (B, T)
-        g = router.weights(logits).gather(1, idx)  # (B, k)
-        h_sel = gather_tokens(h, idx)  # (B, k, C)
-        pos_sel = positions.gather(1, idx)  # (B, k)
+        weights = router.weights(logits)  # (B, T) g for every token
+        full = k == T  # every token kept (hierarchical recursion 1): skip top-k, gather, scatter
+        if full:
+            idx, selected = None, active  # active is all True when k == T
+            g, h_sel, pos_sel = weights, h, positions  # (B, T), (B, T, C), (B, T)
+        else:
+            idx = select_topk(logits, active, k)  # (B, k) ascending positions
+            selected = torch.zeros_like(active).scatter(1, idx, True)  # (B, T)
+            g = weights.gather(1, idx)  # (B, k)
+            h_sel = gather_tokens(h, idx)  # (B, k, C)
+            pos_sel = positions.gather(1, idx)  # (B, k)
         out = h_sel
         for j, layer_id in enumerate(rec):  # KV strategy per layer: kv_cache.run_kv_layer
             e = len(model.plan.prefix) + r * len(rec) + j  # effective layer index
@@ -50,7 +56,7 @@ def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace):
             new = h_sel + g.unsqueeze(-1).to(out.dtype) * (out - h_sel)
         else:  # additive: the router weight is added to the updated state
             new = out + g.unsqueeze(-1).to(out.dtype)
-        h = scatter_tokens(h, idx, new)  # (B, T, C)
+        h = new if full else scatter_tokens(h, idx, new)  # (B, T, C)
         if model.training:
             target = causal if router.aux_head is not None else logits
             aux = aux + rcfg.aux_coeff * expert_choice_aux_bce(target[active], selected[active])
@@ -58,7 +64,7 @@ def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace):
                 aux = aux + rcfg.z_loss_coeff * router_z_loss(logits[active], per_token_scalar=True)
         trace.selected.append(selected)
         trace.candidates.append(active)
-        trace.scores.append(router.weights(logits).detach())
+        trace.scores.append(weights.detach())
         trace.causal_keep.append((causal.detach() > 0) & active)
         active = selected
     return h, aux
