@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from mor.config import load_scales
+from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
 from mor.data.sampler import load_tokens
 from mor.data.tokenizer import load_tokenizer
@@ -34,6 +35,7 @@ def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = 
     With ``dist.world_size > 1`` (torch.distributed already initialised by
     ``mor.launch.distributed``) the model is wrapped for ``parallel`` ('ddp' or 'fsdp').
     """
+    tune_cpu_allocator()  # before the first step's tensors: freed blocks are reused, not re-faulted
     run = load_grid(grid, mode).run(run_id).config
     paths = data_paths(run.data, Path(data_root))
     cls = Trainer
@@ -55,6 +57,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
 
     if threads:
         torch.set_num_threads(threads)
+    tune_cpu_allocator()
 
     g = load_grid(grid, mode)
     run = g.run(run_id).config
