@@ -198,3 +198,12 @@ def test_decoding_with_relaxed_kv_sharing(variant, relaxation):
     torch.testing.assert_close(logits, ref[:, :PROMPT], rtol=1e-5, atol=1e-5)
     for t in range(PROMPT, T):
         torch.testing.assert_close(decode_step(model, cache, x[:, t]), ref[:, t], rtol=1e-5, atol=1e-5)
+
+
+def test_positions_past_max_seq_len_fail_loudly():
+    """RoPE does not bounds-check positions (a device sync per call): each entry point checks."""
+    model = build_model(ModelConfig(scale="tiny"), TINY, V).eval()
+    x = torch.randint(0, V, (1, TINY.max_seq_len + 1))
+    for run in (model, lambda i: full_forward_causal(model, i), lambda i: prefill(model, i)):
+        with pytest.raises(ValueError, match="max_seq_len"):
+            run(x)

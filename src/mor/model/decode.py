@@ -135,6 +135,8 @@ def full_forward_routed(model, idx: torch.Tensor, selected: list[torch.Tensor]) 
 
 def _reference_forward(model, idx: torch.Tensor, decide: Decide) -> ModelOutput:
     B, T = idx.shape  # batch, tokens
+    if T > model.shape.max_seq_len:  # RoPE does not check positions (that would sync the device)
+        raise ValueError(f"sequence length {T} exceeds max_seq_len {model.shape.max_seq_len}")
     positions = torch.arange(T, device=idx.device).expand(B, T)  # (B, T)
     causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()  # (T, T)
     everyone = torch.ones(B, T, dtype=torch.bool, device=idx.device)  # (B, T)

@@ -38,24 +38,49 @@ class RMSNorm(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE tables computed once; looked up by arbitrary integer positions."""
+    """RoPE tables computed once; looked up by arbitrary integer positions.
+
+    HF Llama layout: dimension i pairs with i + hd/2 ("first half / second half"), which is
+    what HF-format checkpoints expect. The tables are stored at full head width with the
+    rotation's sign folded into ``sin``, so rotating is ``x * cos + rotate_half(x) * sin``
+    (two muls and an add, instead of four muls, an add and a sub on the halves).
+
+    No bounds check on ``positions``: it would cost a reduction and a device sync per call.
+    Positions are validated where they enter, from Python ints: ``MoRTransformer.forward`` and
+    decode's reference forward (T <= max_seq_len); cached decoding's ``init_cache``
+    (max_len <= max_seq_len) plus ``KVCache.check`` (never more than max_len tokens).
+    """
 
     def __init__(self, head_dim: int, max_positions: int, theta: float):
         super().__init__()
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         t = torch.arange(max_positions, dtype=torch.float32)
         freqs = torch.outer(t, inv_freq)  # (P, hd/2)
-        self.register_buffer("cos", freqs.cos(), persistent=False)
-        self.register_buffer("sin", freqs.sin(), persistent=False)
+        cos, sin = freqs.cos(), freqs.sin()
+        self.register_buffer("cos", torch.cat((cos, cos), dim=-1), persistent=False)  # (P, hd)
+        self.register_buffer("sin", torch.cat((-sin, sin), dim=-1), persistent=False)  # (P, hd)
+
+    def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin at ``positions`` (B, T): (B|1, 1, T, hd) each, broadcast over heads.
+
+        Positions whose rows are all one expanded row (stride 0, e.g. ``arange(T).expand(B, T)``
+        of a full forward) are looked up once instead of B times."""
+        if positions.dim() == 2 and positions.stride(0) == 0:
+            positions = positions[:1]  # (1, T): every row is this one
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # (B|1, 1, T, hd)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x: (B, H, T, hd); positions: (B, T) long. Rotates pairs (first half, second half)."""
-        if positions.max() >= self.cos.shape[0]:
-            raise ValueError(f"position {int(positions.max())} exceeds max_seq_len {self.cos.shape[0]}")
-        cos = self.cos[positions].unsqueeze(1).to(x.dtype)  # (B, 1, T, hd/2)
-        sin = self.sin[positions].unsqueeze(1).to(x.dtype)
-        x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, hd/2) each
-        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        """x: (B, H, T, hd); positions: (B, T) long."""
+        return apply_rotary(x, *self.tables(positions))
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, H, T, hd) rotated by tables from ``RotaryEmbedding.tables``, in x's dtype
+    (bf16 under autocast, where the tables are fp32)."""
+    if cos.dtype != x.dtype:
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, hd/2) each
+    return x * cos + torch.cat((x2, x1), dim=-1) * sin  # sin's first half is negated
 
 
 class Attention(nn.Module):
@@ -74,10 +99,14 @@ class Attention(nn.Module):
 
     def project_kv(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding):
         """Keys and values of x: (B, Hkv, T, hd) each, keys already rotated."""
+        return self._kv(x, rope.tables(positions))
+
+    def _kv(self, x: torch.Tensor, rot: tuple[torch.Tensor, torch.Tensor]):
+        """``project_kv`` with the RoPE tables already looked up (shared with the queries)."""
         B, T, _ = x.shape  # batch, tokens, channels
         k = self.k_proj(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         v = self.v_proj(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        return rope(k, positions), v
+        return apply_rotary(k, *rot), v
 
     def forward(
         self,
@@ -90,9 +119,10 @@ class Attention(nn.Module):
         """x: (B, T, C). ``kv`` replaces this layer's own keys/values (KV sharing, caches);
         ``attn_mask`` (B, 1, T, S) bool overrides the plain causal mask."""
         B, T, C = x.shape  # batch, tokens, channels
+        rot = rope.tables(positions)  # looked up once for queries and keys
         q = self.q_proj(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
-        q = rope(q, positions)
-        k, v = kv if kv is not None else self.project_kv(x, positions, rope)  # (B, Hkv, S, hd)
+        q = apply_rotary(q, *rot)
+        k, v = kv if kv is not None else self._kv(x, rot)  # (B, Hkv, S, hd)
         causal_square = attn_mask is None and k.shape[2] == T
         if self._use_flash(q) and causal_square:
             y = _flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
