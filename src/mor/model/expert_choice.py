@@ -18,53 +18,63 @@ import torch
 
 from mor.config import capacities, tokens_kept
 from mor.model.kv_cache import run_kv_layer
-from mor.model.router import gather_tokens, scatter_tokens, select_topk
+from mor.model.router import add_rows, flat_rows, select_topk, take_rows
 from mor.model.router_losses import expert_choice_aux_bce, router_z_loss
 
 
 def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace):
-    """h: (B, T, C) after the prefix layers -> (h, weighted router loss)."""
+    """h: (B, T, C) after the prefix layers -> (h, weighted router loss).
+
+    Selected rows move by index_select / index_add on the flattened (B*T, C) view (the
+    write-back adds the gated update delta = new - h_sel), router losses over the candidates
+    are masked means, and the number of candidates is tracked in Python: no host sync and no
+    data-dependent shapes.
+    """
     B, T, C = h.shape  # batch, tokens, channels
     rcfg = model.cfg.router
     caps = capacities(model.cfg.num_recursions, rcfg.capacity)
     active = torch.ones(B, T, dtype=torch.bool, device=h.device)  # (B, T)
+    n_active = T  # candidates per sequence: hierarchical top-k keeps exactly k in every row
     aux = h.new_zeros((), dtype=torch.float32)
     kv_store: dict = {}  # producer layer -> its (k, v, positions) over the tokens it ran on
     for r, rec in enumerate(model.plan.recursions):
         router = model.routers[r]
         frac = 1.0 - (1.0 - caps[r]) * model.capacity_scale  # capacity warm-up widens early steps
-        k = min(tokens_kept(T, frac), int(active.sum(1).min()))
+        k = min(tokens_kept(T, frac), n_active)
         logits = router.logits(h)  # (B, T)
         causal = router.causal_logits(h, logits)  # (B, T) sign = inference-time decision
         weights = router.weights(logits)  # (B, T) g for every token
+        cand = None if n_active == T else active  # None: every token is a candidate
         full = k == T  # every token kept (hierarchical recursion 1): skip top-k, gather, scatter
         if full:
-            idx, selected = None, active  # active is all True when k == T
+            selected = active  # all True when k == T
             g, h_sel, pos_sel = weights, h, positions  # (B, T), (B, T, C), (B, T)
         else:
-            idx = select_topk(logits, active, k)  # (B, k) ascending positions
+            idx = select_topk(logits, cand, k)  # (B, k) ascending positions
+            flat = flat_rows(idx, T)  # (B*k,) rows of the (B*T, C) view
             selected = torch.zeros_like(active).scatter(1, idx, True)  # (B, T)
-            g = weights.gather(1, idx)  # (B, k)
-            h_sel = gather_tokens(h, idx)  # (B, k, C)
+            g = take_rows(weights, flat)  # (B, k)
+            h_sel = take_rows(h, flat)  # (B, k, C)
             pos_sel = positions.gather(1, idx)  # (B, k)
         out = h_sel
         for j, layer_id in enumerate(rec):  # KV strategy per layer: kv_cache.run_kv_layer
             e = len(model.plan.prefix) + r * len(rec) + j  # effective layer index
             out = run_kv_layer(model, e, layer_id, out, pos_sel, r, kv_store)  # (B, k, C)
         out = model.end_recursion(r, out)  # (B, k, C) recursion PE relaxation hook
-        if rcfg.gating == "weighted":
-            new = h_sel + g.unsqueeze(-1).to(out.dtype) * (out - h_sel)
-        else:  # additive: the router weight is added to the updated state
-            new = out + g.unsqueeze(-1).to(out.dtype)
-        h = new if full else scatter_tokens(h, idx, new)  # (B, T, C)
+        g = g.unsqueeze(-1).to(out.dtype)  # (B, k, 1)
+        if full:
+            h = h_sel + g * (out - h_sel) if rcfg.gating == "weighted" else out + g  # (B, T, C)
+        else:  # h_sel + delta = the gated new state, written back by adding delta
+            delta = g * (out - h_sel) if rcfg.gating == "weighted" else out + g - h_sel  # (B, k, C)
+            h = add_rows(h, flat, delta)  # (B, T, C)
         if model.training:
             target = causal if router.aux_head is not None else logits
-            aux = aux + rcfg.aux_coeff * expert_choice_aux_bce(target[active], selected[active])
+            aux = aux + rcfg.aux_coeff * expert_choice_aux_bce(target, selected, cand)
             if rcfg.z_loss_coeff:
-                aux = aux + rcfg.z_loss_coeff * router_z_loss(logits[active], per_token_scalar=True)
+                aux = aux + rcfg.z_loss_coeff * router_z_loss(logits, per_token_scalar=True, mask=cand)
         trace.selected.append(selected)
         trace.candidates.append(active)
         trace.scores.append(weights.detach())
         trace.causal_keep.append((causal.detach() > 0) & active)
-        active = selected
+        active, n_active = selected, k
     return h, aux

@@ -38,6 +38,11 @@ def apply_router_func(logits: torch.Tensor, func: str, alpha: float) -> torch.Te
     return alpha * logits  # 'none'
 
 
+def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / temperature; temperature 1.0 (the default) skips the identity division and its backward."""
+    return logits if temperature == 1.0 else logits / temperature
+
+
 class ExpertChoiceRouter(nn.Module):
     """One scalar score per token for one recursion step."""
 
@@ -51,7 +56,7 @@ class ExpertChoiceRouter(nn.Module):
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h: (B, T, C) -> (B, T) pre-activation router logits."""
-        return self.head(h).squeeze(-1) / self.cfg.temperature
+        return _tempered(self.head(h).squeeze(-1), self.cfg.temperature)
 
     def weights(self, logits: torch.Tensor) -> torch.Tensor:
         return apply_router_func(logits, self.cfg.func, self.cfg.alpha)
@@ -63,12 +68,15 @@ class ExpertChoiceRouter(nn.Module):
         return self.aux_head(h.detach()).squeeze(-1)
 
 
-def select_topk(logits: torch.Tensor, active: torch.Tensor, k: int) -> torch.Tensor:
+def select_topk(logits: torch.Tensor, active: torch.Tensor | None, k: int) -> torch.Tensor:
     """Indices (B, k), ascending, of the k highest-scoring active tokens of each sequence.
 
-    Ascending order keeps the gathered subsequence causal for attention.
+    Ascending order keeps the gathered subsequence causal for attention. ``active`` None:
+    every token is a candidate (no masking).
     """
-    masked = logits.detach().masked_fill(~active, float("-inf"))  # (B, T)
+    masked = logits.detach()  # (B, T)
+    if active is not None:
+        masked = masked.masked_fill(~active, float("-inf"))
     idx = masked.topk(k, dim=1).indices  # (B, k)
     return idx.sort(dim=1).values
 
@@ -83,6 +91,38 @@ def scatter_tokens(x: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> 
     """Out-of-place x[b, idx[b, j]] = values[b, j]; x (B, T, C), values (B, k, C)."""
     return x.scatter(1, idx.unsqueeze(-1).expand_as(values), values)
 
+
+def flat_rows(idx: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """idx (B, k) token indices per sequence -> (B*k,) row indices into the (B*T, ...) view.
+
+    Lets ``take_rows`` / ``add_rows`` move whole rows (index_select / index_add over dim 0)
+    instead of gather / scatter with an index expanded over every channel.
+    """
+    offsets = torch.arange(idx.shape[0], device=idx.device).unsqueeze(1) * seq_len  # (B, 1)
+    return (idx + offsets).reshape(-1)  # (B*k,)
+
+
+def take_rows(x: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+    """x (B, T, ...) and ``flat_rows`` indices (B*k,) -> (B, k, ...); same as gather_tokens.
+
+    Backward is one index_add of rows into zeros (gather's is an elementwise scatter_add).
+    """
+    B, T = x.shape[:2]
+    rows = x.reshape(B * T, *x.shape[2:]).index_select(0, flat)  # (B*k, ...)
+    return rows.view(B, flat.numel() // B, *x.shape[2:])
+
+
+def add_rows(x: torch.Tensor, flat: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """Out-of-place x[b, idx[b, j]] += delta[b, j]; x (B, T, ...), delta (B, k, ...).
+
+    Writing back ``new`` as ``x_sel + (new - x_sel)`` this way replaces scatter_tokens: the
+    backward passes the gradient of x through unchanged and takes delta's rows by one
+    index_select, where scatter's backward copies and zeroes the gradient elementwise. The
+    indices of one call are unique, so every row gets at most one add: exact and deterministic.
+    """
+    B, T = x.shape[:2]
+    rows = delta.reshape(flat.numel(), *x.shape[2:])  # (B*k, ...)
+    return x.reshape(B * T, *x.shape[2:]).index_add(0, flat, rows).view(x.shape)
 
 
 class TokenChoiceRouter(nn.Module):
@@ -115,7 +155,7 @@ class TokenChoiceRouter(nn.Module):
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h: (B, T, C) -> (B, T, Nr) tempered router logits, one per depth."""
-        return self.head(h) / self.cfg.temperature
+        return _tempered(self.head(h), self.cfg.temperature)
 
     def scores(self, logits: torch.Tensor) -> torch.Tensor:
         """f(logits) without alpha: (B, T, Nr)."""

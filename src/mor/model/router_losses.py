@@ -37,7 +37,7 @@ def _check_assignment(assignment: Tensor, n_experts: int, name: str = "assignmen
     return flat.long()
 
 
-def router_z_loss(logits: Tensor, *, per_token_scalar: bool = False) -> Tensor:
+def router_z_loss(logits: Tensor, *, per_token_scalar: bool = False, mask: Tensor | None = None) -> Tensor:
     """Router z-loss (App. G.1):  L_z(x) = (1/B) * sum_{i=1..B} ( log sum_{j=1..Nr} exp(x_j^(i)) )^2.
 
     Shapes:
@@ -48,6 +48,11 @@ def router_z_loss(logits: Tensor, *, per_token_scalar: bool = False) -> Tensor:
         routers emit ONE scalar per token per recursion, any shape, e.g. (B,) or (batch, seq)).
         logsumexp over one logit is the logit itself, so L_z = mean(x^2). Passing (..., 1)
         without the flag gives the same value.
+
+    ``mask``: optional bool, one entry per token (the shape of ``logits``, less the Nr dim
+    unless ``per_token_scalar``): the mean runs over the True tokens only. Equals
+    ``router_z_loss(logits[mask])`` without boolean indexing, whose data-dependent shape
+    costs a host sync and a copy; an all-False mask gives NaN (0/0) instead of an error.
     """
     if per_token_scalar:
         logits = logits.reshape(-1, 1)  # (B, 1)
@@ -57,16 +62,21 @@ def router_z_loss(logits: Tensor, *, per_token_scalar: bool = False) -> Tensor:
     if logits.numel() == 0:
         raise ValueError("logits is empty")
     x = logits.float().reshape(-1, logits.shape[-1])  # (B, Nr)
-    return torch.logsumexp(x, dim=-1).pow(2).mean()   # scalar
+    # logsumexp over a single logit is the logit itself: skip it (and its backward)
+    lse = x.squeeze(-1) if x.shape[-1] == 1 else torch.logsumexp(x, dim=-1)  # (B,)
+    return _mean(lse.pow(2), mask)  # scalar
 
 
-def expert_choice_aux_bce(router_logits: Tensor, selected: Tensor) -> Tensor:
+def expert_choice_aux_bce(router_logits: Tensor, selected: Tensor, candidates: Tensor | None = None) -> Tensor:
     """Expert-choice auxiliary loss: mean_t BCE(sigmoid(z_t), 1[t in top-k]).
 
     ``router_logits``: pre-activation router outputs z, any shape (e.g. (batch, seq) for one
     recursion). ``selected``: bool top-k membership, same shape (used as a constant target).
     Training z to predict top-k membership lets inference replace the non-causal top-k by the
-    causal per-token decision ``sigmoid(z) > 0.5`` (i.e. ``z > 0``). Mean over all tokens.
+    causal per-token decision ``sigmoid(z) > 0.5`` (i.e. ``z > 0``). Mean over all tokens, or
+    over the True entries of the optional bool ``candidates`` (same shape): equal to
+    ``expert_choice_aux_bce(router_logits[candidates], selected[candidates])`` without the
+    boolean indexing (host sync, copies); an all-False mask gives NaN instead of an error.
     """
     if router_logits.shape != selected.shape:
         raise ValueError(f"selected shape {tuple(selected.shape)} != router_logits shape "
@@ -76,7 +86,21 @@ def expert_choice_aux_bce(router_logits: Tensor, selected: Tensor) -> Tensor:
     if router_logits.numel() == 0:
         raise ValueError("router_logits is empty")
     target = selected.to(torch.float32).detach()
-    return F.binary_cross_entropy_with_logits(router_logits.float(), target, reduction="mean")
+    if candidates is None:
+        return F.binary_cross_entropy_with_logits(router_logits.float(), target, reduction="mean")
+    loss = F.binary_cross_entropy_with_logits(router_logits.float(), target, reduction="none")
+    return _mean(loss, candidates)
+
+
+def _mean(values: Tensor, mask: Tensor | None) -> Tensor:
+    """Mean of float32 ``values``, over the entries where bool ``mask`` (same numel) is True."""
+    if mask is None:
+        return values.mean()
+    if mask.dtype != torch.bool or mask.numel() != values.numel():
+        raise ValueError(f"mask must be a bool tensor with {values.numel()} entries, got "
+                         f"{mask.dtype} {tuple(mask.shape)}")
+    m = mask.reshape(values.shape).to(values.dtype)
+    return (values * m).sum() / m.sum()
 
 
 def token_choice_balance_loss(probs: Tensor, assignment: Tensor, n_experts: int) -> Tensor:
