@@ -23,6 +23,7 @@ import time
 import torch
 
 from mor.config import ModelConfig, RouterConfig, ScaleShape, load_scales
+from mor.cpu_allocator import tune_cpu_allocator
 from mor.model.token_choice import run_token_choice
 from mor.model.transformer import RoutingTrace, build_model
 
@@ -123,7 +124,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats}")
+    tuned = tune_cpu_allocator()  # as the train and eval jobs do (mor.jobs)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats}, "
+          f"cpu allocator {'tuned' if tuned else 'default'}")
     if args.part in ("routing", "all"):
         print("\nrouting + packing only (shared layers = identity), fwd+bwd, d=256, seq=512, Nr=3")
         print("wall = elapsed ms; cpu = process CPU ms (all threads; no waiting for a busy core)")
