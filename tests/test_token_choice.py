@@ -10,7 +10,7 @@ from conftest import VOCAB, tiny_run
 from mor.config import EvalConfig, ModelConfig, RouterConfig, load_scales
 from mor.flops import forward_flops_per_token, layer_params, param_count
 from mor.model.router_losses import router_z_loss, token_choice_balance_loss
-from mor.model.token_choice import inverse_permutation, partition, permute_rows, run_token_choice
+from mor.model.token_choice import depth_counts, partition, run_token_choice
 from mor.model.transformer import RoutingTrace, build_model
 from mor.train.trainer import Trainer
 
@@ -36,18 +36,18 @@ def spread_router(model, scale=3.0):
 
 
 # ---------------------------------------------------------------------- packing
-def test_partition_is_stable_and_permutations_invert():
+def test_partition_is_stable_and_dest_inverts():
     active = torch.tensor([[0, 1, 1, 0, 1], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]], dtype=torch.bool)
-    perm, count = partition(active)
+    perm, dest, count = partition(active)
     assert perm.tolist() == [[1, 2, 4, 0, 3], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]
     assert count.tolist() == [3, 1, 0]
-    x = torch.randn(3, 5, 4, requires_grad=True)
-    y = permute_rows(x, perm)
-    torch.testing.assert_close(y, torch.stack([x[b, perm[b]] for b in range(3)]))
-    torch.testing.assert_close(permute_rows(y, inverse_permutation(perm)), x)
-    w = torch.randn(3, 5, 4)
-    (y * w).sum().backward()
-    torch.testing.assert_close(x.grad, permute_rows(w, inverse_permutation(perm)))
+    assert torch.equal(perm.gather(1, dest), torch.arange(5).expand(3, 5))  # dest = inverse permutation
+
+
+def test_depth_counts():
+    assignment = torch.tensor([[0, 2, 2, 1], [1, 1, 1, 0]])
+    run_max, run_total, stop_max = depth_counts(assignment, 3)
+    assert run_max == [4, 3, 2] and run_total == [8, 6, 2] and stop_max == [1, 3, 2]
 
 
 # ---------------------------------------------------------------------- routing
@@ -129,15 +129,34 @@ def test_all_tokens_one_depth_equals_reference(forced):
     assert (trace.assignment == forced).all()
 
 
-def _check_against_reference(model):
-    h = torch.randn(3, 20, model.shape.hidden)
-    positions = torch.arange(20).expand(3, 20)
+def _check_against_reference(model, B=3, T=20):
+    """Outputs and gradients (input, every parameter) of the packed code equal the reference."""
+    torch.manual_seed(1)
+    h = torch.randn(B, T, model.shape.hidden)
+    positions = torch.arange(T).expand(B, T)
+    weight = torch.randn(B, T, model.shape.hidden)  # a loss whose gradient differs per token
     trace = RoutingTrace()
-    with torch.no_grad():
-        got, _ = run_token_choice(model, h, positions, trace)
-        want = _reference(model, h, positions)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    grads = []
+    for fn in (lambda x: run_token_choice(model, x, positions, trace)[0], lambda x: _reference(model, x, positions)):
+        model.zero_grad(set_to_none=True)
+        x = h.clone().requires_grad_(True)
+        out = fn(x)
+        (out * weight).sum().backward()
+        params = [torch.zeros_like(p) if p.grad is None else p.grad for p in model.parameters()]
+        grads.append([out.detach(), x.grad, *params])
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     return trace
+
+
+@pytest.mark.parametrize("kv", KV)
+@pytest.mark.parametrize("gating", ["weighted", "additive"])
+def test_packed_gradients_equal_reference_over_several_boundaries(kv, gating):
+    """Nr=4: padding rows carry stale states through two splits; none of it may reach a result."""
+    model = tc_model(nr=4, tying="cycle", kv=kv, gating=gating, func="softmax").eval()
+    spread_router(model)
+    trace = _check_against_reference(model, B=4, T=24)
+    assert all(sel.sum(1).unique().numel() > 1 for sel in trace.selected[1:]), "no padding exercised"
 
 
 @pytest.mark.parametrize("kv", KV)
