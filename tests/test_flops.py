@@ -37,3 +37,25 @@ def test_tokens_for_budget_inverts_train_flops():
     cfg, s = ModelConfig(scale="360M"), S["360M"]
     tokens = tokens_for_budget(cfg, s, 49152, 2048, 2e18)
     assert train_flops(cfg, s, 49152, 2048, tokens) == pytest.approx(2e18, rel=1e-6)
+
+
+@pytest.mark.parametrize("tying", ["cycle", "sequence", "middle_cycle"])
+def test_vanilla_kv_sharing_saves_exactly_the_skipped_kv_projections(tying):
+    """The formula's saving equals what torch counts for the real model's forward."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mor.model.transformer import build_model
+
+    shape, vocab, T = load_scales()["small"], 64, 32
+    flops, counted = {}, {}
+    for kv, group in (("recursion_wise", 1), ("shared", 2)):  # num_recursions = KV-sharing group size
+        cfg = ModelConfig(scale="small", variant="vanilla", tying=tying, num_recursions=group, kv=kv)
+        flops[kv] = forward_flops_per_token(cfg, shape, vocab, T)
+        model = build_model(cfg, shape, vocab)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(torch.zeros(1, T, dtype=torch.long))
+        counted[kv] = counter.get_total_flops() / T  # per token; CPU SDPA is not counted (same in both)
+    saved = counted["recursion_wise"] - counted["shared"]
+    assert saved > 0
+    assert flops["recursion_wise"] - flops["shared"] == pytest.approx(saved)

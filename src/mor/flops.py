@@ -17,13 +17,15 @@ for (1/Nr of the tokens per depth), so the fraction reaching recursion r is (Nr-
 Recursive KV sharing (``model.kv`` shared / shared_dagger), for recursions r > 1: the c*T
 active queries attend to all T keys of recursion 1, so attention scales by c, not c^2
 (PAPER.md's cost table). 'shared' also skips the K and V projections there (the keys and
-values are recursion 1's); 'shared_dagger' recomputes them for the active tokens.
+values are recursion 1's); 'shared_dagger' recomputes them for the active tokens. Vanilla
+KV sharing (Table 15) skips the K and V projections of every layer that reads another
+layer's cache (``mor.model.tying.kv_producers``); its attention is unchanged.
 """
 
 from __future__ import annotations
 
 from mor.config import ModelConfig, ScaleShape, capacities
-from mor.model.tying import TyingPlan, effective_depth, reduced_depth, tying_plan, vanilla_plan
+from mor.model.tying import TyingPlan, effective_depth, kv_producers, reduced_depth, tying_plan, vanilla_plan
 
 
 def layer_params(s: ScaleShape) -> int:
@@ -106,12 +108,16 @@ def forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len
     else:
         fracs = [1.0] * len(plan.recursions)
     kv_proj_mm = 2 * 2 * s.hidden * s.kv_heads * s.head_dim  # K and V projections, forward
+    producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
+    e = len(plan.prefix)  # effective index of the next layer
     for r, (frac, rec) in enumerate(zip(fracs, plan.recursions)):
-        if r > 0 and cfg.kv != "recursion_wise":  # recursive KV sharing
-            mm = per_layer_mm - kv_proj_mm if cfg.kv == "shared" else per_layer_mm
-            flops += len(rec) * (frac * mm + frac * per_layer_attn)
-        else:
-            flops += len(rec) * (frac * per_layer_mm + frac * frac * per_layer_attn)
+        for _ in rec:
+            # a layer reading another layer's keys/values ('shared') skips its own K/V projections
+            mm = per_layer_mm - kv_proj_mm if cfg.kv == "shared" and producers[e] != e else per_layer_mm
+            # recursive KV sharing: the active queries of recursion r > 1 attend to all T keys
+            attn = frac if r > 0 and cfg.kv != "recursion_wise" else frac * frac
+            flops += frac * mm + attn * per_layer_attn
+            e += 1
     flops += 2 * (router_params(cfg, s) - _router_bias_params(cfg))
     flops += 2 * s.hidden * vocab  # LM head
     return float(flops)
@@ -185,8 +191,6 @@ def kv_cache_entries(cfg: ModelConfig, s: ScaleShape, max_len: int, sizing: str 
     MoR model hold tokens_kept(max_len, c_r); every other layer (and 'full') max_len.
     """
     from mor.config import tokens_kept  # noqa: PLC0415 (keep the module's import list short)
-    from mor.model.tying import kv_producers  # noqa: PLC0415
-
     if sizing not in ("full", "capacity"):
         raise ValueError(f"sizing={sizing!r}; choose 'full' or 'capacity'")
     plan = plan_for(cfg, s)
