@@ -1,4 +1,4 @@
-"""The fast expert-choice paths (row index_select / index_add, masked-mean router losses,
+"""Expert-choice recursion (run_expert_choice): its row index_select / index_add paths (row index_select / index_add, masked-mean router losses,
 no host sync) against the straightforward formulation they replaced: same forward, same
 gradients, same routing trace."""
 
