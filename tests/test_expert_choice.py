@@ -1,6 +1,6 @@
-"""Expert-choice recursion (run_expert_choice): its row index_select / index_add paths (row index_select / index_add, masked-mean router losses,
-no host sync) against the straightforward formulation they replaced: same forward, same
-gradients, same routing trace."""
+"""Expert-choice recursion (``run_expert_choice``) against the straightforward formulation
+it replaced (gather / scatter, boolean-indexed router losses, a host sync for k): same
+forward, same gradients, same routing trace."""
 
 import pytest
 import torch
