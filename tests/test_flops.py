@@ -59,3 +59,27 @@ def test_vanilla_kv_sharing_saves_exactly_the_skipped_kv_projections(tying):
     saved = counted["recursion_wise"] - counted["shared"]
     assert saved > 0
     assert flops["recursion_wise"] - flops["shared"] == pytest.approx(saved)
+
+
+@pytest.mark.parametrize(("relaxation", "rank"), [("lora", 2), ("prefix", 4)])
+@pytest.mark.parametrize("kv", ["recursion_wise", "shared"])
+def test_relaxation_flops_match_what_torch_counts(relaxation, rank, kv):
+    """LoRA's low-rank matmuls (none on k/v where a layer reads shared KV) and the prefix
+    keys' attention, as FlopCounterMode counts them on the real model's forward."""
+    import torch
+
+    from mor.flop_count import measured_flops
+    from mor.model.transformer import build_model
+
+    shape, vocab, T = load_scales()["small"], 64, 32
+    flops, counted = {}, {}
+    for relax, r in (("none", 0), (relaxation, rank)):
+        cfg = ModelConfig(scale="small", variant="recursive", tying="middle_cycle", num_recursions=3, kv=kv,
+                          relaxation=relax, relaxation_rank=r)
+        flops[relax] = forward_flops_per_token(cfg, shape, vocab, T)
+        model = build_model(cfg, shape, vocab)
+        with torch.no_grad():
+            counted[relax] = measured_flops(lambda: model(torch.zeros(1, T, dtype=torch.long))) / T
+    added = counted[relaxation] - counted["none"]
+    assert added > 0
+    assert flops[relaxation] - flops["none"] == pytest.approx(added)

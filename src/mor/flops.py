@@ -20,6 +20,9 @@ active queries attend to all T keys of recursion 1, so attention scales by c, no
 values are recursion 1's); 'shared_dagger' recomputes them for the active tokens. Vanilla
 KV sharing (Table 15) skips the K and V projections of every layer that reads another
 layer's cache (``mor.model.tying.kv_producers``); its attention is unchanged.
+
+Relaxations (Table 16) add their per-token work to every recursion-layer call
+(``relaxation_flops_per_token``): low-rank deltas and prefix attention.
 """
 
 from __future__ import annotations
@@ -113,14 +116,34 @@ def forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len
     for r, (frac, rec) in enumerate(zip(fracs, plan.recursions)):
         for _ in rec:
             # a layer reading another layer's keys/values ('shared') skips its own K/V projections
-            mm = per_layer_mm - kv_proj_mm if cfg.kv == "shared" and producers[e] != e else per_layer_mm
+            reads_kv = cfg.kv == "shared" and producers[e] != e
+            mm = per_layer_mm - kv_proj_mm if reads_kv else per_layer_mm
             # recursive KV sharing: the active queries of recursion r > 1 attend to all T keys
             attn = frac if r > 0 and cfg.kv != "recursion_wise" else frac * frac
-            flops += frac * mm + attn * per_layer_attn
+            flops += frac * (mm + relaxation_flops_per_token(cfg, s, reads_kv)) + attn * per_layer_attn
             e += 1
     flops += 2 * (router_params(cfg, s) - _router_bias_params(cfg))
     flops += 2 * s.hidden * vocab  # LM head
     return float(flops)
+
+
+def relaxation_flops_per_token(cfg: ModelConfig, s: ScaleShape, reads_kv: bool = False) -> float:
+    """Forward FLOPs a relaxation (mor.model.relax) adds to one recursion-layer call, per token.
+
+    LoRA / DoRA: 2 * rank * (in + out) per relaxed projection (x -> A x -> B A x), i.e. twice
+    the slot's low-rank parameters; a layer that reads shared KV (``reads_kv``) runs no k/v
+    projection, so no k/v delta either. DoRA's row norm of W + s B A is computed once per
+    layer call, not per token, and its gain is elementwise: neither is counted. Prefix: every
+    query also attends over the P learned keys/values (QK^T and AV: 4 * C * P). Recursion PE
+    is elementwise (not counted, like RMSNorm).
+    """
+    C, kv, M, rank = s.hidden, s.kv_heads * s.head_dim, s.mlp, cfg.relaxation_rank
+    if cfg.relaxation in ("lora", "dora"):
+        kv_deltas = 2 * (C + kv)  # k_proj and v_proj: in C, out kv
+        return 2.0 * rank * (9 * C + 2 * kv + 3 * M - (kv_deltas if reads_kv else 0))
+    if cfg.relaxation == "prefix":
+        return 4.0 * C * rank
+    return 0.0
 
 
 def train_flops(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int, tokens: int) -> float:
