@@ -3,18 +3,22 @@
 At the ``small`` CPU scale (Middle-Cycle, Nr=3, batch 16 x 128) it times one forward +
 backward of each variant and counts its FLOPs with ``torch.utils.flop_counter``. On CPU,
 torch's SDPA runs ``aten._scaled_dot_product_flash_attention_for_cpu``, which the counter
-does not know, so its formula (the same as the CUDA flash kernel's) is registered below.
+does not know, so its formula (the same as the CUDA flash kernel's) is registered
+(``mor.flop_count``).
 
     cost ratio = (t_variant / t_recursive) / (flops_variant / flops_recursive)
 
 A ratio <= 1.0 means the variant spends no more time per FLOP than the Recursive model of
 the same Nr: its routing, gathering and masking overhead is paid for by the compute it
-skips. It also reports whether KV sharing is cheaper per step than recursion-wise caching,
-for the Recursive model and for each router.
+skips. It also reports whether KV sharing is cheaper per step than recursion-wise caching:
+per training step, for the Recursive model and for each router, and per prompt prefill,
+for MoR under Cycle tying, where sharing runs only recursion 1 over the prompt (PAPER.md's
+cost table: sharing saves KV memory and prefill; in MoR training its active queries attend
+over all T keys, k*T instead of k^2, so its training step is not expected to be cheaper).
 
 The machine this runs on is shared and noisy, so every round times each variant once, in
-turn, and each ratio is taken within its round (the noise of a round hits all variants
-alike); the table gives the median and quartiles of those per-round ratios. The process
+a shuffled order, and each ratio is taken within its round (the noise of a round hits all
+variants alike); the table gives the median and quartiles of those per-round ratios. The process
 uses the tuned CPU allocator the training jobs use (``mor.cpu_allocator``); without it,
 page faults of the 32 MiB logits dominate every variant's step alike.
 
@@ -24,27 +28,18 @@ page faults of the 32 MiB logits dominate every variant's step alike.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import time
+from typing import Callable
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode, register_flop_formula, sdpa_backward_flop_count, sdpa_flop_count
 
 from mor.config import ModelConfig, RouterConfig, load_scales
 from mor.cpu_allocator import tune_cpu_allocator
+from mor.flop_count import measured_flops
+from mor.model.decode import prefill
 from mor.model.transformer import build_model
-
-aten = torch.ops.aten
-
-
-@register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu, get_raw=True)
-def _sdpa_cpu_flop(query, key, value, *args, out_val=None, **kwargs) -> int:
-    return sdpa_flop_count(query.shape, key.shape, value.shape)
-
-
-@register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu_backward, get_raw=True)
-def _sdpa_cpu_backward_flop(grad_out, query, key, value, *args, out_val=None, **kwargs) -> int:
-    return sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape)
 
 
 def variants() -> dict[str, ModelConfig]:
@@ -70,15 +65,48 @@ def step_fn(model, x):
     return step
 
 
-def count_flops(step) -> int:
-    with FlopCounterMode(display=False) as counter:
-        step()
-    return counter.get_total_flops()
+def prefill_fns(x: torch.Tensor) -> dict[str, Callable[[], object]]:
+    """Prompt prefill of MoR under Cycle tying, the scheme where KV sharing runs only
+    recursion 1 over the prompt (mor.model.decode): one function per router x KV strategy."""
+    shape = load_scales()["small"]
+    routers = {"EC": RouterConfig(type="expert_choice", alpha=0.1),
+               "TC": RouterConfig(type="token_choice", func="softmax", alpha=1.0)}
+    fns = {}
+    for name, router in routers.items():
+        for kv in ("recursion_wise", "shared"):
+            cfg = ModelConfig(variant="mor", router=router, scale="small", tying="cycle", num_recursions=3, kv=kv)
+            model = build_model(cfg, shape, 4096).eval()
+            fns[f"MoR-{name} {kv}"] = torch.no_grad()(lambda m=model: prefill(m, x))
+    return fns
+
+
+def interleaved_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Milliseconds per call of each function, one call of each per round in a shuffled order
+    (machine noise hits every function of a round alike; no function is always first)."""
+    for fn in fns.values():  # warm-up (also lets the heap reach its steady state)
+        for _ in range(3):
+            fn()
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    order, rng = list(fns), random.Random(0)
+    for _ in range(repeats):
+        rng.shuffle(order)
+        for name in order:
+            t = time.perf_counter()
+            fns[name]()
+            wall[name].append((time.perf_counter() - t) * 1e3)
+    return wall
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return q1, q2, q3
+
+
+def ratio_line(name: str, num: list[float], den: list[float]) -> str:
+    """Median and quartiles of the per-round ratios num / den, and whether they sit below 1."""
+    q1, med, q3 = quartiles([a / b for a, b in zip(num, den)])
+    verdict = "cheaper" if q3 < 1.0 else "not cheaper" if q1 > 1.0 else "within noise"
+    return f"  {name:48s} = {med:.3f} ({q1:.3f}-{q3:.3f}) {verdict}"
 
 
 def main() -> None:
@@ -95,17 +123,9 @@ def main() -> None:
     x = torch.randint(0, 4096, (a.batch, a.seq))
     steps, flops = {}, {}
     for name, cfg in variants().items():
-        model = build_model(cfg, shape, 4096).train()
-        steps[name] = step_fn(model, x)
-        flops[name] = count_flops(steps[name])
-        for _ in range(3):  # warm-up (also lets the heap reach its steady state)
-            steps[name]()
-    wall: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(a.repeats):  # interleaved rounds: machine noise hits every variant of a round alike
-        for name, step in steps.items():
-            t = time.perf_counter()
-            step()
-            wall[name].append((time.perf_counter() - t) * 1e3)
+        steps[name] = step_fn(build_model(cfg, shape, 4096).train(), x)
+        flops[name] = measured_flops(steps[name])
+    wall = interleaved_ms(steps, a.repeats)
     ref = "recursive"
     print(f"small scale, Middle-Cycle Nr=3, batch {a.batch} x {a.seq}, {a.threads} thread(s), {a.repeats} rounds, "
           f"cpu allocator {'tuned' if tuned else 'default'}")
@@ -118,12 +138,15 @@ def main() -> None:
         q1, tr, q3 = quartiles(ratios)
         print(f"{n:26s} {statistics.median(wall[n]):8.1f} {flops[n] / 1e9:7.2f} {fr:7.3f} {tr:7.3f} {tr / fr:6.3f} "
               f"{q1 / fr:5.3f}-{q3 / fr:5.3f}")
-    print("KV sharing vs recursion-wise caching, per-round step-time ratio (median, q1-q3):")
+    print("KV sharing vs recursion-wise caching, training step time, per-round ratio (median, q1-q3):")
     for plain, shared in (("recursive", "recursive kv=shared"), ("MoR-EC recursion-wise", "MoR-EC kv=shared"),
                           ("MoR-TC recursion-wise", "MoR-TC kv=shared")):
-        q1, med, q3 = quartiles([s / r for s, r in zip(wall[shared], wall[plain])])
-        print(f"  {shared:24s} / {plain:22s} = {med:.3f} ({q1:.3f}-{q3:.3f}) "
-              f"{'cheaper' if q3 < 1.0 else 'not cheaper' if q1 > 1.0 else 'within noise'}")
+        print(ratio_line(f"{shared} / {plain}", wall[shared], wall[plain]))
+    pre = interleaved_ms(prefill_fns(x), a.repeats)
+    print(f"KV sharing vs recursion-wise caching, prompt prefill ({a.batch} x {a.seq}, Cycle Nr=3), per-round ratio:")
+    for router in ("EC", "TC"):
+        print(ratio_line(f"MoR-{router} shared / recursion_wise", pre[f"MoR-{router} shared"],
+                         pre[f"MoR-{router} recursion_wise"]))
 
 
 if __name__ == "__main__":
