@@ -160,8 +160,8 @@ def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     and throws about half away. Split into chunks of ``QUERY_CHUNK`` queries, each chunk
     attends over the key prefix up to the last key any of its rows sees: exact (the dropped
     keys are masked for every row of the chunk, so they add nothing to the softmax, and
-    their gradients are zero), and at 512 keys and 171-341 routed queries 30-35 % faster
-    fwd+bwd on CPU (benchmarks/bench_variants.py, seq 512). Any other mask (the decode
+    their gradients are zero); fwd+bwd of 341 / 171 routed queries over 512 keys (16
+    sequences, 4 heads of 24) took 24 / 32 % less time on CPU. Any other mask (the decode
     cache's, a prefix relaxation's all-True prefix columns) is handled the same way; one
     whose chunks all need every key, or with fewer than ``CHUNK_MIN_KEYS`` keys, runs as one
     call. Costs one host sync per call to read the chunk limits.
