@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from conftest import VOCAB, tiny_run
-from mor.config import load_scales
+from mor.config import RouterConfig, load_scales
 from mor.flops import train_flops
 from mor.grids import load_grid
 from mor.launch import distributed
@@ -256,14 +256,24 @@ def _fsdp_worker(rank, world, run, tokens, run_dir, port):
         distributed.shutdown()
 
 
+FSDP_RUNS = {
+    "recursive": dict(variant="recursive", tying="cycle", nr=2),
+    # token-choice with loss-free balancing: the bias is a frozen parameter of the sharded root
+    # unit, updated after each optimizer step from the loads of every rank
+    "mor-tc-loss-free": dict(variant="mor", tying="cycle", nr=3, router=RouterConfig(
+        type="token_choice", balancing="loss_free", bias_update_rate=1e-4)),
+}
+
+
 @pytest.mark.slow
-def test_fsdp_on_two_gloo_ranks_resumes_to_the_single_process_result(data_root, tmp_path):
+@pytest.mark.parametrize("kind", list(FSDP_RUNS))
+def test_fsdp_on_two_gloo_ranks_resumes_to_the_single_process_result(data_root, tmp_path, kind):
     """2 processes shard a recursive model (a layer called twice per forward) with FSDP2,
     stop after the step-4 checkpoint, resume, and end where one process ends that trains on
     the same sequences: same final loss, same parameters (up to float summation order: max diff ~3e-6)."""
     from safetensors.torch import load_file
 
-    run = tiny_run(variant="recursive", tying="cycle", nr=2, steps=8, batch=4)
+    run = tiny_run(steps=8, batch=4, **FSDP_RUNS[kind])
     run = replace(run, train=replace(run.train, micro_batch=2))  # the ranks' micro-batch: 4 sequences / 2 ranks
     tokens = data_root / "tokens" / f"train-bpe-{VOCAB}.npy"
     torch.multiprocessing.spawn(_fsdp_worker, args=(2, run, tokens, tmp_path / "fsdp", _free_port()), nprocs=2, join=True)
@@ -274,5 +284,7 @@ def test_fsdp_on_two_gloo_ranks_resumes_to_the_single_process_result(data_root, 
     final = load_file(str(tmp_path / "fsdp" / "final" / "model.safetensors"))
     for n, p in ref.model.named_parameters():
         torch.testing.assert_close(final[n], p.detach(), rtol=1e-4, atol=1e-5, msg=n)  # float-order noise ~3e-6
+    if kind == "mor-tc-loss-free":  # the sharded bias moved, by the same steps as in one process
+        assert final["routers.0.bias"].abs().sum() > 0
     steps = [json.loads(x)["step"] for x in (tmp_path / "fsdp" / "train_log.jsonl").read_text().splitlines()]
     assert steps == [5, 6, 7, 8]  # steps 1-4 ran outside fit (no log lines); the resumed fit logs each step once

@@ -140,7 +140,8 @@ class TokenChoiceRouter(nn.Module):
     g. It is a frozen ``nn.Parameter`` (as in the authors' code), not a buffer, because
     checkpoints and the final weights store named parameters: a resumed run and the eval job
     route with the bias the run trained. It changes by ``loss_free_bias_update`` over the
-    top-1 loads of all micro-batches of one optimizer step (``after_optimizer_step``).
+    top-1 loads of all micro-batches of one optimizer step (``after_optimizer_step``), the
+    same on every rank (DDP: each holds the whole bias; FSDP2: each its shard).
     """
 
     def __init__(self, hidden: int, num_recursions: int, cfg: RouterConfig):
@@ -188,4 +189,19 @@ class TokenChoiceRouter(nn.Module):
             torch.distributed.all_reduce(load)  # every rank applies the same global step
         ids = torch.repeat_interleave(torch.arange(self.num_recursions, device=load.device), load)  # (N,)
         if ids.numel():
-            self.bias.copy_(loss_free_bias_update(self.bias, ids, self.num_recursions, self.cfg.bias_update_rate))
+            self.bias.copy_(self._as_bias(loss_free_bias_update(self._full_bias(), ids, self.num_recursions,
+                                                                self.cfg.bias_update_rate)))
+
+    def _full_bias(self) -> torch.Tensor:
+        """The whole (Nr,) bias; under FSDP2 it is a DTensor shard of the root unit (every
+        rank calls this after its optimizer step, so the all-gather is matched)."""
+        return self.bias.full_tensor() if hasattr(self.bias, "full_tensor") else self.bias
+
+    def _as_bias(self, full: torch.Tensor) -> torch.Tensor:
+        """``full`` laid out like the bias: this rank's shard under FSDP2 (cut locally: every
+        rank computed the same update from the all-reduced loads)."""
+        if not hasattr(self.bias, "device_mesh"):
+            return full
+        from torch.distributed.tensor import distribute_tensor  # noqa: PLC0415 (only under FSDP)
+
+        return distribute_tensor(full, self.bias.device_mesh, self.bias.placements, src_data_rank=None)
