@@ -262,6 +262,15 @@ FSDP_RUNS = {
     # unit, updated after each optimizer step from the loads of every rank
     "mor-tc-loss-free": dict(variant="mor", tying="cycle", nr=3, router=RouterConfig(
         type="token_choice", balancing="loss_free", bias_update_rate=1e-4)),
+    # expert-choice with an auxiliary router (a head trained on detached states) and KV sharing
+    "mor-ec-aux-router-shared": dict(variant="mor", tying="middle_cycle", nr=2, kv="shared",
+                                     router=RouterConfig(aux="aux_router")),
+    # relaxations under KV sharing: DoRA's hooks read the gathered tied weight; prefix and the
+    # shared KV call project_kv outside the layer's forward
+    "relax-dora": dict(variant="recursive", tying="middle_cycle", nr=2, kv="shared", relaxation="dora",
+                       relaxation_rank=2),
+    "relax-prefix": dict(variant="recursive", tying="middle_cycle", nr=2, kv="shared", relaxation="prefix",
+                         relaxation_rank=2),
 }
 
 
@@ -270,7 +279,8 @@ FSDP_RUNS = {
 def test_fsdp_on_two_gloo_ranks_resumes_to_the_single_process_result(data_root, tmp_path, kind):
     """2 processes shard a recursive model (a layer called twice per forward) with FSDP2,
     stop after the step-4 checkpoint, resume, and end where one process ends that trains on
-    the same sequences: same final loss, same parameters (up to float summation order: max diff ~3e-6)."""
+    the same sequences: same final loss, same parameters (up to float summation order: max diff ~3e-6).
+    The MoR and relaxation cases cover what runs outside a layer's forward under FSDP."""
     from safetensors.torch import load_file
 
     run = tiny_run(steps=8, batch=4, **FSDP_RUNS[kind])

@@ -144,10 +144,13 @@ class FSDPTrainer(Trainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
         for layer in self.model.unique_layers:
             fully_shard(layer)
+            # KV sharing and the prefix relaxation call a layer's project_kv outside its forward:
+            # FSDP must gather the layer's weights for that call too
+            register_fsdp_forward_method(layer, "project_kv")
         fully_shard(self.model)
         self.optimizer = make_optimizer(self.model, self.run)  # over the sharded parameters
         self.ddp_model = self.model

@@ -230,7 +230,7 @@ class PrefixRelaxation(Relaxation):
         prefix = self.slots[self._check_slot(layer_id, recursion, self.slots)]
         B, T, _ = h.shape  # batch, tokens, channels
         if kv is None:
-            kv = layer.self_attn.project_kv(layer.input_layernorm(h), positions, rope)
+            kv = layer.project_kv(h, positions, rope)  # (B, Hkv, T, hd) each
         k, v = kv  # (B, Hkv, S, hd) each
         S = k.shape[2]
         if attn_mask is None:
