@@ -207,3 +207,30 @@ def test_positions_past_max_seq_len_fail_loudly():
     for run in (model, lambda i: full_forward_causal(model, i), lambda i: prefill(model, i)):
         with pytest.raises(ValueError, match="max_seq_len"):
             run(x)
+
+
+@pytest.mark.parametrize("cfg", [
+    ModelConfig(scale="tiny", variant="mor", tying="cycle", num_recursions=3, kv=kv, router=RouterConfig(type=router))
+    for kv in ("recursion_wise", "shared_dagger") for router in ("expert_choice", "token_choice")
+], ids=cfg_id)
+def test_long_prefill_with_chunked_masked_attention_matches_the_reference(cfg, monkeypatch):
+    """At a 256-entry cache a long prompt's masked attention runs in query chunks over
+    trimmed keys (mor.model.layers.masked_attention), in the cached prefill and in the
+    reference; both equal the single-call results, and decoding goes on from there."""
+    from mor.model import layers
+
+    model, _ = make(cfg)
+    n = TINY.max_seq_len
+    x = torch.randint(0, V, (B, n), generator=torch.Generator().manual_seed(1))
+    keys = []
+    sdpa = layers.F.scaled_dot_product_attention
+    monkeypatch.setattr(layers.F, "scaled_dot_product_attention",
+                        lambda q, k, v, **kw: keys.append(k.shape[2]) or sdpa(q, k, v, **kw))
+    ref = full_forward_causal(model, x)
+    cache, logits = prefill(model, x[:, : n - 4], max_len=n, all_logits=True)
+    assert min(keys) < n  # some chunk attended over a trimmed key prefix
+    torch.testing.assert_close(logits, ref.logits[:, : n - 4], rtol=1e-5, atol=1e-5)
+    for t in range(n - 4, n):
+        torch.testing.assert_close(decode_step(model, cache, x[:, t]), ref.logits[:, t], rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(layers, "CHUNK_MIN_KEYS", 10**9)  # one call per attention
+    torch.testing.assert_close(full_forward_causal(model, x).logits, ref.logits, rtol=1e-5, atol=1e-5)
