@@ -1,0 +1,157 @@
+"""Device check: every model variant trains on this device, in its precision, at a real scale.
+
+What CPU tests cannot show: the flash-attn path, bf16 autocast, and the custom autograd
+Functions of the routers on a GPU. For each variant (vanilla, Recursive, MoR expert- and
+token-choice under each KV strategy) it runs ``--steps`` training steps (forward + backward
++ AdamW) at ``--scale`` under autocast and reports loss, tokens/s, peak memory and how many
+attention calls went to flash-attn. Two equivalence checks run on the device in fp32:
+
+  * the same ``tiny`` model's logits and loss on the device and on the CPU (every variant);
+  * chunked masked attention (``mor.model.layers.masked_attention``) against one SDPA call.
+
+    python benchmarks/device_check.py                       # cuda if present, 135M, bf16
+    python benchmarks/device_check.py --device cpu --scale tiny --seq 64 --batch 2 --dtype float32
+
+Writes ``device_check.json`` into ``$OUT`` (or ``--out``) when given. Exit status 1 when a
+loss is not finite or an equivalence check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from mor.config import ModelConfig, RouterConfig, load_scales
+from mor.model import layers
+from mor.model.transformer import build_model
+
+VOCAB = 49152  # the SmolLM vocabulary of the paper's scales
+
+
+def variants() -> dict[str, ModelConfig]:
+    base = dict(tying="middle_cycle", num_recursions=3)
+    ec = RouterConfig(type="expert_choice")
+    tc = RouterConfig(type="token_choice", func="softmax", alpha=1.0)
+    out = {"vanilla": {}, "recursive": dict(variant="recursive", **base)}
+    for kv in ("recursion_wise", "shared", "shared_dagger"):
+        out[f"mor-ec {kv}"] = dict(variant="mor", router=ec, kv=kv, **base)
+        out[f"mor-tc {kv}"] = dict(variant="mor", router=tc, kv=kv, **base)
+    return out
+
+
+FLASH_CALLS = [0]  # attention calls that went to flash-attn (counted once installed)
+
+
+def count_flash_calls() -> None:
+    """Route flash-attn (when installed) through a counter; call once per process."""
+    inner = layers._flash_attn_func
+    if inner is None or getattr(inner, "counted", False):
+        return
+
+    def counted(*args, **kwargs):
+        FLASH_CALLS[0] += 1
+        return inner(*args, **kwargs)
+
+    counted.counted = True
+    layers._flash_attn_func = counted
+
+
+def train_variant(name: str, kw: dict, a, device: torch.device, dtype) -> dict:
+    """``a.steps`` optimizer steps at ``a.scale``; loss, speed and memory of the last ones."""
+    shape = load_scales()[a.scale]
+    vocab = VOCAB if shape.vocab == 0 else shape.vocab
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(scale=a.scale, **kw), shape, vocab, device=device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
+    x = torch.randint(0, vocab, (a.batch, a.seq), device=device)
+    FLASH_CALLS[0] = 0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    losses, times = [], []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = model(x, x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        model.after_optimizer_step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+    steady = times[1:] or times  # the first step includes allocation and kernel selection
+    return {
+        "variant": name, "loss": losses[-1], "finite": all(math.isfinite(v) for v in losses),
+        "tokens_per_s": a.batch * a.seq / (sum(steady) / len(steady)),
+        "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+        "flash_calls": FLASH_CALLS[0], "params": model.num_params(),
+    }
+
+
+def device_matches_cpu(kw: dict, device: torch.device) -> float:
+    """Max |logit difference| of one tiny model in fp32 on the device and on the CPU."""
+    shape = load_scales()["tiny"]
+    torch.manual_seed(0)
+    cpu = build_model(ModelConfig(scale="tiny", **kw), shape, 64).eval()
+    dev = build_model(ModelConfig(scale="tiny", **kw), shape, 64, device=device).eval()
+    dev.load_state_dict(cpu.state_dict())
+    x = torch.randint(0, 64, (2, 48), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        return (dev(x.to(device), x.to(device)).logits.cpu() - cpu(x, x).logits).abs().max().item()
+
+
+def chunked_attention_error(device: torch.device) -> float:
+    """Max |difference| of chunked masked attention and one SDPA call (staircase mask, fp32)."""
+    g = torch.Generator().manual_seed(0)
+    B, H, Hkv, hd, S, k = 2, 4, 2, 16, 300, 150
+    pos = torch.rand(B, S, generator=g).topk(k, dim=1).indices.sort(1).values
+    mask = (torch.arange(S) <= pos.unsqueeze(-1)).unsqueeze(1).to(device)  # (B, 1, k, S)
+    q, kk, v = (torch.randn(B, h, n, hd, generator=g).to(device) for h, n in ((H, k), (Hkv, S), (Hkv, S)))
+    ref = F.scaled_dot_product_attention(q, kk, v, attn_mask=mask, enable_gqa=True)
+    return (layers.masked_attention(q, kk, v, mask, gqa=True) - ref).abs().max().item()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--scale", default="135M")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--only", nargs="*", help="variant names to run (default: all)")
+    ap.add_argument("--out", default=os.environ.get("OUT"), help="folder for device_check.json")
+    a = ap.parse_args(argv)
+    device, dtype = torch.device(a.device), getattr(torch, a.dtype)
+    count_flash_calls()
+    chosen = {n: kw for n, kw in variants().items() if not a.only or n in a.only}
+    report = {"device": str(device), "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+              "torch": torch.__version__, "flash_attn": layers.flash_available(), "dtype": a.dtype,
+              "scale": a.scale, "batch": a.batch, "seq": a.seq, "runs": [], "checks": {}}
+    report["checks"]["chunked_attention_max_err"] = chunked_attention_error(device)
+    for name, kw in chosen.items():
+        report["checks"][f"{name} device_vs_cpu_max_err"] = device_matches_cpu(kw, device)
+        report["runs"].append(train_variant(name, kw, a, device, dtype))
+        r = report["runs"][-1]
+        print(f"{name:24s} loss {r['loss']:8.4f} {r['tokens_per_s']:10.0f} tok/s  flash calls {r['flash_calls']:4d}  "
+              f"peak {r['peak_mem_gib'] or 0:6.2f} GiB", flush=True)
+    ok = all(r["finite"] for r in report["runs"]) and all(v < 1e-3 for v in report["checks"].values())
+    report["ok"] = ok
+    print(json.dumps(report["checks"], indent=1))
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "device_check.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main()["ok"] else 1)

@@ -1,0 +1,25 @@
+"""benchmarks/device_check.py, the script a session with a GPU runs first, works end to end
+on the CPU: it trains the variants it is given, runs its equivalence checks and writes its
+report (so device time is never spent on a broken script)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_device_check_runs_on_cpu_and_reports(tmp_path):
+    only = ["recursive", "mor-ec shared_dagger", "mor-tc shared"]
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "device_check.py"), "--device", "cpu", "--scale", "tiny",
+           "--seq", "64", "--batch", "2", "--steps", "2", "--dtype", "float32", "--out", str(tmp_path), "--only", *only]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "device_check.json").read_text())
+    assert report["ok"] and report["device"] == "cpu" and report["seq"] == 64
+    assert sorted(r["variant"] for r in report["runs"]) == sorted(only)
+    for run in report["runs"]:
+        assert run["finite"] and run["tokens_per_s"] > 0 and run["flash_calls"] == 0  # no flash-attn on CPU
+    assert set(report["checks"]) == {"chunked_attention_max_err", *(f"{n} device_vs_cpu_max_err" for n in only)}
+    assert report["checks"]["chunked_attention_max_err"] < 1e-5
