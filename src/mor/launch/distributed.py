@@ -25,6 +25,7 @@ import os
 
 import torch
 
+from mor.dtensor import gather_full, shard_like
 from mor.train.checkpoint import CheckpointError, latest_checkpoint, save_checkpoint
 from mor.train.trainer import DistInfo, Trainer, make_optimizer
 
@@ -115,11 +116,6 @@ class DDPTrainer(Trainer):
         return summary
 
 
-def _full(t: torch.Tensor) -> torch.Tensor:
-    """All-gather a DTensor shard (a collective); plain tensors pass through."""
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
-
-
 class _FullState:
     """Duck-types ``named_parameters()`` (a module) and ``.state`` (an optimizer) over gathered
     CPU tensors, so FSDP checkpoints reuse ``save_checkpoint`` and its on-disk format."""
@@ -158,9 +154,9 @@ class FSDPTrainer(Trainer):
     def _gathered(self) -> tuple[dict, dict]:
         params, states = {}, {}
         for n, p in self.model.named_parameters():  # same order on every rank
-            full = _full(p.detach())
+            full = gather_full(p.detach())
             s = self.optimizer.state.get(p)
-            moments = {k: _full(s[k]) for k in ("exp_avg", "exp_avg_sq")} if s else {}
+            moments = {k: gather_full(s[k]) for k in ("exp_avg", "exp_avg_sq")} if s else {}
             if self.dist.is_main:
                 params[n] = full.cpu()
                 if s:
@@ -179,7 +175,6 @@ class FSDPTrainer(Trainer):
     def resume(self) -> bool:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
-        from torch.distributed.tensor import distribute_tensor
 
         path = latest_checkpoint(self.ckpt_dir)
         if path is None:
@@ -193,12 +188,6 @@ class FSDPTrainer(Trainer):
         if state.get("config_hash") != self.run.config_hash:
             raise RuntimeError(f"{path} belongs to config {state.get('config_hash')}, not {self.run.config_hash}")
 
-        def shard(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-            full = full.to(device=like.device, dtype=like.dtype)
-            if hasattr(like, "device_mesh"):  # every rank holds the full tensor: cut locally, no traffic
-                return distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None)
-            return full
-
         names = dict(self.model.named_parameters())
         if set(names) != set(tensors):
             raise CheckpointError(f"{path}/model.safetensors does not match the model: "
@@ -206,12 +195,12 @@ class FSDPTrainer(Trainer):
                                   f"unexpected {sorted(set(tensors) - set(names))[:5]}")
         with torch.no_grad():
             for n, p in names.items():
-                p.copy_(shard(tensors[n], p))
+                p.copy_(shard_like(tensors[n], p))  # every rank read the whole tensor
                 if n in state["optimizer_steps"]:
                     self.optimizer.state[p] = {
                         "step": torch.tensor(state["optimizer_steps"][n]),
-                        "exp_avg": shard(moments[f"{n}.exp_avg"], p),
-                        "exp_avg_sq": shard(moments[f"{n}.exp_avg_sq"], p),
+                        "exp_avg": shard_like(moments[f"{n}.exp_avg"], p),
+                        "exp_avg_sq": shard_like(moments[f"{n}.exp_avg_sq"], p),
                     }
         torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from mor.config import RouterConfig
+from mor.dtensor import gather_full, shard_like
 from mor.model.router_losses import loss_free_bias_update
 
 
@@ -189,19 +190,5 @@ class TokenChoiceRouter(nn.Module):
             torch.distributed.all_reduce(load)  # every rank applies the same global step
         ids = torch.repeat_interleave(torch.arange(self.num_recursions, device=load.device), load)  # (N,)
         if ids.numel():
-            self.bias.copy_(self._as_bias(loss_free_bias_update(self._full_bias(), ids, self.num_recursions,
-                                                                self.cfg.bias_update_rate)))
-
-    def _full_bias(self) -> torch.Tensor:
-        """The whole (Nr,) bias; under FSDP2 it is a DTensor shard of the root unit (every
-        rank calls this after its optimizer step, so the all-gather is matched)."""
-        return self.bias.full_tensor() if hasattr(self.bias, "full_tensor") else self.bias
-
-    def _as_bias(self, full: torch.Tensor) -> torch.Tensor:
-        """``full`` laid out like the bias: this rank's shard under FSDP2 (cut locally: every
-        rank computed the same update from the all-reduced loads)."""
-        if not hasattr(self.bias, "device_mesh"):
-            return full
-        from torch.distributed.tensor import distribute_tensor  # noqa: PLC0415 (only under FSDP)
-
-        return distribute_tensor(full, self.bias.device_mesh, self.bias.placements, src_data_rank=None)
+            full = loss_free_bias_update(gather_full(self.bias), ids, self.num_recursions, self.cfg.bias_update_rate)
+            self.bias.copy_(shard_like(full, self.bias))  # FSDP2: this rank's shard of the same update
