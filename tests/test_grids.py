@@ -31,10 +31,59 @@ def test_table10_has_the_papers_axes():
     assert not set(r.run_id for r in grid.runs) & set(r.run_id for r in cluster.runs)
 
 
-def test_run_ids_are_stable_and_config_sensitive():
-    a = load_grid(REPO / "grids" / "table10.yaml", "local")
-    b = load_grid(REPO / "grids" / "table10.yaml", "local")
-    assert [r.run_id for r in a.runs] == [r.run_id for r in b.runs]
+ID_GRID = """
+name: g
+description: a grid
+artifacts: [tables/table10]
+runs:
+  - name: vanilla
+    label: Vanilla
+    set: {model.variant: vanilla}
+    axes: {model.scale: [135M]}
+modes:
+  local: {scale_map: {135M: tiny}, set: {train.tokens: 4096, eval.nll_tokens: 2048}}
+reference:
+  - {paper_scale: 135M, variant: vanilla, val_nll: 2.9}
+"""
+
+
+def _ids(tmp_path, text):
+    runs = load_grid(_write(tmp_path, text), "local").runs
+    return [(r.run_id, r.config.eval_hash) for r in runs]
+
+
+def test_run_id_is_the_training_config_alone(tmp_path):
+    (rid, eval_hash), = _ids(tmp_path, ID_GRID)
+    assert _ids(tmp_path, ID_GRID) == [(rid, eval_hash)]  # stable across loads
+    cosmetic = (ID_GRID.replace("label: Vanilla", "label: Vanilla 6L").replace("a grid", "edited")
+                .replace("val_nll: 2.9", "val_nll: 3.1").replace("[tables/table10]", "[tables/table12]"))
+    assert _ids(tmp_path, cosmetic) == [(rid, eval_hash)]
+    (rid_e, eval_e), = _ids(tmp_path, ID_GRID.replace("eval.nll_tokens: 2048", "eval.nll_tokens: 1024"))
+    assert rid_e == rid and eval_e != eval_hash  # same run, its eval re-runs
+    for training_edit in ("train.tokens: 8192", "train.tokens: 4096, train.seed: 1", "train.tokens: 4096, train.lr: 0.001",
+                          "train.tokens: 4096, data.val_tokens: 1000", "train.tokens: 4096, model.reduced: true, model.num_recursions: 2"):
+        (rid_t, _), = _ids(tmp_path, ID_GRID.replace("train.tokens: 4096", training_edit))
+        assert rid_t != rid, training_edit
+
+
+def test_two_blocks_with_one_training_config_name_both_blocks(tmp_path):
+    text = ID_GRID.replace("modes:", """  - name: vanilla-again
+    label: the same model under another label
+    set: {model.variant: vanilla, eval.batch: 4}
+    axes: {model.scale: [135M]}
+modes:""")
+    with pytest.raises(GridError, match=r"g\.yaml: runs\[1\] \(vanilla-again\) with model\.scale=135M: resolves to "
+                                        r"the same training config .* as runs\[0\] \(vanilla\) with model\.scale=135M"):
+        load_grid(_write(tmp_path, text), "local")
+
+
+def test_duplicate_block_names_are_an_error(tmp_path):
+    text = ID_GRID.replace("modes:", """  - name: vanilla
+    set: {model.variant: vanilla, model.reduced: true, model.num_recursions: 2}
+    axes: {model.scale: [135M]}
+modes:""")
+    with pytest.raises(GridError, match=r"g\.yaml: runs\[1\]: block name 'vanilla' is already used by runs\[0\]"):
+        load_grid(_write(tmp_path, text), "local")
 
 
 def _write(tmp_path, text, name="g"):

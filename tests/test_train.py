@@ -86,5 +86,6 @@ def test_resume_refuses_another_configs_checkpoint(data_root, tmp_path):
     a.save()
     other = tiny_run(steps=4, batch=4, variant="recursive", nr=2)
     b = Trainer(other, tmp_path / "r", _tokens(data_root), VOCAB, progress=False)
-    with pytest.raises((RuntimeError, CheckpointError)):
+    with pytest.raises(CheckpointError, match=f"written by training config {a.run.config_hash}, not this run's "
+                                              f"{other.config_hash}"):
         b.resume()

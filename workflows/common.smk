@@ -6,6 +6,12 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # works without `pip in
 
 from mor.data.paths import data_paths
 from mor.grids import all_grids, load_grid
+from mor.workflow_guard import clear_stale_locks
+
+# A workflow killed hard (SIGKILL, a rebooted login node) leaves Snakemake's lock files
+# behind; they are removed here when no other workflow is alive in this directory, so the
+# same command simply runs again (no `--unlock`). See mor.workflow_guard.
+clear_stale_locks()
 
 MODE = config["mode"]
 TAGS = config["tags"] if isinstance(config["tags"], list) else [t for t in str(config["tags"]).split(",") if t]
@@ -26,7 +32,8 @@ if LAUNCHER == "slurm":
     LAUNCH_ARGS += f" --presets {PRESETS}"
 
 # Parse and validate every grid now: a malformed grid stops the workflow before any job.
-GRIDS = {p.stem: load_grid(p, MODE) for p in all_grids(Path(config["grids_dir"]))}
+GRIDS_DIR = Path(config["grids_dir"]).absolute()
+GRIDS = {p.stem: load_grid(p, MODE) for p in all_grids(GRIDS_DIR)}
 ARTIFACT_GRID = {a: g.name for g in GRIDS.values() for a in g.artifacts}
 ALL_ARTIFACTS = sorted(ARTIFACT_GRID)
 
@@ -44,6 +51,17 @@ def grid_file(grid):
 
 def run_config(wildcards):
     return GRIDS[wildcards.grid].run(wildcards.run_id).config
+
+
+# Run identity (see README, "Run identity"). Train and eval jobs do not take the grid file as
+# an input: its mtime changes with every edit, and Snakemake would redo every run of the
+# grid. A train job's identity is its run id (the hash of its model / train / data fields),
+# so a finished run is never redone by a grid edit. An eval job's parameter is its run's
+# eval settings: Snakemake's params trigger re-runs that eval alone when they change.
+def eval_settings(wildcards):
+    import json
+
+    return json.dumps(run_config(wildcards).eval_dict(), sort_keys=True)
 
 
 def run_data_inputs(wildcards):
@@ -82,10 +100,6 @@ def artifact_grid_file(kind):
         return grid_file(ARTIFACT_GRID[f"{kind}/{wildcards.name}"])
 
     return inner
-
-
-def grid_input(wildcards):
-    return grid_file(wildcards.grid)
 
 
 def hub_name(wildcards):

@@ -1,21 +1,21 @@
 # Score each trained run (validation NLL, router statistics) into one parquet row, then
-# merge a grid's rows.
+# merge a grid's rows. Editing a run's eval.* settings re-runs its eval job, not its training.
 
 
 rule eval:
     input:
-        grid=grid_input,
         summary="runs/{grid}/{run_id}/train_summary.json",
         data=run_data_inputs,
     output:
         "results/runs/{grid}/{run_id}.parquet",
     params:
         mode=MODE,
+        eval_settings=eval_settings,  # an edit of eval.* re-runs this job alone
     threads: config["threads"]
     log:
         "logs/{grid}/{run_id}/eval.log",
     shell:
-        "{PY}.launch eval --grid {input.grid} --run-id {wildcards.run_id} --mode {params.mode}"
+        "{PY}.launch eval --grid {GRIDS_DIR}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
         " --run-dir $(dirname {input.summary}) --data-root {DATA} --threads {threads} --out {output} {LAUNCH_ARGS}"
         " > {log} 2>&1"
 

@@ -3,7 +3,6 @@
 
 rule train:
     input:
-        grid=grid_input,
         data=run_data_inputs,
         init=init_checkpoint_inputs,
     output:
@@ -16,5 +15,5 @@ rule train:
     log:
         "logs/{grid}/{run_id}/train.log",
     shell:
-        "{PY}.launch train --grid {input.grid} --run-id {wildcards.run_id} --mode {params.mode}"
+        "{PY}.launch train --grid {GRIDS_DIR}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
         " --run-dir $(dirname {output.summary}) --data-root {DATA} --threads {threads} {LAUNCH_ARGS} > {log} 2>&1"

@@ -317,9 +317,23 @@ class EvalConfig:
         _check_positive("eval", "batch", self.batch)
 
 
+# The run-identity rule. Fields that change what training computes make the run id; fields
+# that only change what the eval job measures re-run that job alone; presentation fields
+# (label, paper_scale's wording in tables, reference rows, artifacts) change neither. The
+# grid name is not hashed: it is the run's folder (runs/<grid>/<run_id>/).
+TRAINING_FIELDS = ("model", "train", "data")
+EVAL_FIELDS = ("eval",)
+
+
+def _digest(obj: Any) -> str:
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=list)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything that defines one run; its hash is the run's identity."""
+    """Everything that defines one run. Only the training fields are its identity
+    (``config_hash``, ``run_id``); see TRAINING_FIELDS."""
 
     grid: str
     model: ModelConfig
@@ -332,10 +346,25 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def training_dict(self) -> dict[str, Any]:
+        """The fields that decide the trained weights (model, train, data)."""
+        d = self.to_dict()
+        return {k: d[k] for k in TRAINING_FIELDS}
+
+    def eval_dict(self) -> dict[str, Any]:
+        """The fields that decide what the eval job measures of those weights."""
+        d = self.to_dict()
+        return {k: d[k] for k in EVAL_FIELDS}
+
     @property
     def config_hash(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=list)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+        """Hash of the training fields: the run's identity, also guarding resume."""
+        return _digest(self.training_dict())
+
+    @property
+    def eval_hash(self) -> str:
+        """Hash of the eval fields: when it changes, only the eval job re-runs."""
+        return _digest(self.eval_dict())
 
     @property
     def run_id(self) -> str:

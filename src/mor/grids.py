@@ -131,8 +131,14 @@ def load_grid(path: str | Path, mode: str = "local") -> Grid:
             raise GridError(f"{path}: key modes.{mode}.scale_map.{paper}: unknown scale {actual!r}; known {sorted(scales)}")
 
     runs: dict[str, Run] = {}
+    origin: dict[str, str] = {}  # run id -> where it came from, to name both sides of a clash
+    block_names: dict[str, int] = {}
     for b, block in enumerate(raw["runs"]):
         name = block.get("name", f"block{b}")
+        if name in block_names:
+            raise GridError(f"{path}: runs[{b}]: block name {name!r} is already used by runs[{block_names[name]}]; "
+                            "block names must be unique (model.init_checkpoint '@<block>' refers to them)")
+        block_names[name] = b
         if "only_modes" in block and mode not in block["only_modes"]:
             continue
         axes = block.get("axes", {})
@@ -147,7 +153,13 @@ def load_grid(path: str | Path, mode: str = "local") -> Grid:
                 set_dotted(cfg, k, v)
             where = f"{path}: runs[{b}] ({name}) with " + ", ".join(f"{k}={v}" for k, v in zip(keys, values))
             run = _resolve(cfg, raw["name"], scale_map, scales, where, block.get("label", ""), values, keys)
-            runs.setdefault(run.config.run_id, Run(run.config, name, tuple(block.get("tags", []))))
+            rid = run.config.run_id
+            if rid in runs:
+                raise GridError(f"{where}: resolves to the same training config (run {rid}) as {origin[rid]}; "
+                                "two runs would share one run directory. Remove one, or make them differ in a "
+                                "model / train / data field (labels and eval settings are not part of a run's identity)")
+            runs[rid] = Run(run.config, name, tuple(block.get("tags", [])))
+            origin[rid] = where.removeprefix(f"{path}: ")
     resolved = _resolve_run_references(path, raw["name"], list(runs.values()))
     return Grid(
         name=raw["name"],

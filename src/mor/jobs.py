@@ -8,6 +8,7 @@ its run from the grid file, so the grid stays the single source of truth.
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from mor.flops import plan_for, train_flops
 from mor.grids import load_grid
 from mor.provenance import git_commit
 from mor.results import write_rows
-from mor.train.checkpoint import CheckpointError, load_model_weights
+from mor.train.checkpoint import CheckpointError, file_digest, load_model_weights
 from mor.train.trainer import DistInfo, Trainer, make_model, pick_device
 
 
@@ -65,15 +66,30 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
     summary_file = run_dir_p / "train_summary.json"
     if not summary_file.exists():
         raise FileNotFoundError(f"{summary_file} missing: run {run_id} has not finished training")
-    summary = json.loads(summary_file.read_text())
+    redo = (f"delete {summary_file} and re-run the workflow: training resumes from its last checkpoint "
+            "and writes the final weights again")
+    try:
+        summary = json.loads(summary_file.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"run {run_id}: {summary_file} is unreadable ({e}); {redo}") from None
+    final = run_dir_p / "final" / "model.safetensors"
+    if summary.get("config_hash") not in (None, run.config_hash):
+        raise CheckpointError(f"run {run_id}: {summary_file} was written by training config {summary['config_hash']}, "
+                              f"not {run.config_hash}; {redo}")
+    if "final_sha256" in summary and (not final.exists() or file_digest(final) != summary["final_sha256"]):
+        raise CheckpointError(f"run {run_id}: {final} is missing or corrupt (its sha256 differs from the one in "
+                              f"{summary_file}); {redo}")
     paths = data_paths(run.data, Path(data_root))
     dev = pick_device(device)
     model = make_model(run, tokenizer_vocab(paths.tokenizer), dev, load_init=False)  # final weights follow
     try:
-        load_model_weights(run_dir_p / "final" / "model.safetensors", model)
+        load_model_weights(final, model)
     except CheckpointError as e:
-        raise CheckpointError(f"run {run_id}: {e}") from None
+        raise CheckpointError(f"run {run_id}: {e}; {redo}") from None
     metrics = evaluate(model, load_tokens(paths.val_tokens), run.train.seq_len, run.eval.nll_tokens, run.eval.batch, dev)
+    if not math.isfinite(metrics["val_nll"]):
+        raise FloatingPointError(f"run {run_id}: validation NLL is {metrics['val_nll']} (weights {final}); "
+                                 "no result row was written")
     shape = load_scales()[run.model.scale]
     plan = plan_for(run.model, shape)
     m = run.model

@@ -9,12 +9,14 @@ ran) are null. Tables and figures read these files only, never logs.
 from __future__ import annotations
 
 import json
-import os
+import math
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from mor.atomic import atomic_path
 
 SCHEMA_VERSION = 2
 
@@ -72,6 +74,7 @@ RUN_SCHEMA = pa.schema(
 )
 
 IDENTITY = ("run_id", "grid", "config_hash", "git_commit", "scale", "seed")
+FINITE = ("val_nll", "final_train_loss")  # a NaN here means a broken run, not a result
 
 
 class ResultsError(ValueError):
@@ -86,6 +89,10 @@ def validate_row(row: dict[str, Any]) -> dict[str, Any]:
     missing = [k for k in IDENTITY if row.get(k) in (None, "")]
     if missing:
         raise ResultsError(f"result row lacks identity column(s) {missing}")
+    for k in FINITE:
+        v = row.get(k)
+        if v is not None and not math.isfinite(v):
+            raise ResultsError(f"run {row['run_id']}: {k} is {v}; a non-finite metric is never written")
     return {name: row.get(name) for name in RUN_SCHEMA.names}
 
 
@@ -94,9 +101,8 @@ def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist([validate_row(r) for r in rows], schema=RUN_SCHEMA)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 def read_rows(paths: list[str | Path] | str | Path) -> pa.Table:
@@ -108,7 +114,8 @@ def read_rows(paths: list[str | Path] | str | Path) -> pa.Table:
         try:
             t = pq.read_table(p)
         except (OSError, pa.ArrowInvalid) as e:
-            raise ResultsError(f"{p}: unreadable parquet ({e})") from None
+            raise ResultsError(f"{p}: unreadable parquet ({e}); delete it and re-run the workflow, "
+                               "which writes it again from the run's files") from None
         if t.schema.remove_metadata() != RUN_SCHEMA.remove_metadata():
             raise ResultsError(f"{p}: schema differs from mor.results.RUN_SCHEMA; re-run its eval job")
         tables.append(t)

@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
+
+from mor.atomic import write_bytes_atomic
 
 PACKAGE = "Django"
 VERSION = "5.2.8"
@@ -231,12 +232,7 @@ def clean_rst(text: str) -> str:
 
 # --------------------------------------------------------------------------- build
 def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_bytes_atomic(path, data)
 
 
 def is_val(member_name: str, val_fraction: float) -> bool:

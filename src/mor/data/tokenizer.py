@@ -12,9 +12,10 @@ CLI: ``python -m mor.data.tokenizer --train data/corpus/train.txt --vocab-size 4
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
+
+from mor.atomic import write_text_atomic
 
 EOS = "<|endoftext|>"
 
@@ -39,9 +40,7 @@ def train_bpe(train_txt: Path, vocab_size: int, out_json: Path) -> Path:
         raise RuntimeError(f"{EOS} did not get id 0")
     out_json = Path(out_json)
     out_json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_json.with_name(out_json.name + ".tmp")
-    tmp.write_text(tok.to_str(pretty=True), encoding="utf-8")
-    os.replace(tmp, out_json)
+    write_text_atomic(out_json, tok.to_str(pretty=True))
     return out_json
 
 

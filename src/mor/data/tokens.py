@@ -12,12 +12,12 @@ CLI: ``python -m mor.data.tokens --text data/corpus/train.txt
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from mor.atomic import atomic_path
 from mor.data.corpus import DOC_SEP
 from mor.data.tokenizer import load_tokenizer
 
@@ -44,9 +44,8 @@ def encode_corpus(txt: Path, tokenizer_json: Path, out: Path) -> int:
     arr = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.npy")
-    np.save(tmp, arr)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp, open(tmp, "wb") as f:  # a file object: np.save adds no suffix
+        np.save(f, arr)
     return int(arr.size)
 
 

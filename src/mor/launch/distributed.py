@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import json
 import os
 
 import torch
 
 from mor.dtensor import gather_full, shard_like
-from mor.train.checkpoint import CheckpointError, latest_checkpoint, save_checkpoint
+from mor.train.checkpoint import apply_checkpoint, load_latest, save_checkpoint
 from mor.train.trainer import DistInfo, Trainer, make_optimizer
 
 PORT_BASE, PORT_SPAN = 20000, 20000  # rendezvous port = PORT_BASE + job id % PORT_SPAN
@@ -173,39 +172,13 @@ class FSDPTrainer(Trainer):
         return self._gathered()[0]
 
     def resume(self) -> bool:
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        path = latest_checkpoint(self.ckpt_dir)
-        if path is None:
+        """Every rank reads the full tensors of the newest intact checkpoint and keeps its shard."""
+        found = load_latest(self.ckpt_dir, self.run.config_hash)
+        if found is None:
             return False
-        try:
-            state = json.loads((path / "state.json").read_text())
-            tensors = load_file(str(path / "model.safetensors"))
-            moments = load_file(str(path / "optimizer.safetensors"))
-        except (OSError, json.JSONDecodeError, SafetensorError, ValueError) as e:
-            raise CheckpointError(f"{path} is corrupt or unreadable: {e}") from None
-        if state.get("config_hash") != self.run.config_hash:
-            raise RuntimeError(f"{path} belongs to config {state.get('config_hash')}, not {self.run.config_hash}")
-
-        names = dict(self.model.named_parameters())
-        if set(names) != set(tensors):
-            raise CheckpointError(f"{path}/model.safetensors does not match the model: "
-                                  f"missing {sorted(set(names) - set(tensors))[:5]}, "
-                                  f"unexpected {sorted(set(tensors) - set(names))[:5]}")
-        with torch.no_grad():
-            for n, p in names.items():
-                p.copy_(shard_like(tensors[n], p))  # every rank read the whole tensor
-                if n in state["optimizer_steps"]:
-                    self.optimizer.state[p] = {
-                        "step": torch.tensor(state["optimizer_steps"][n]),
-                        "exp_avg": shard_like(moments[f"{n}.exp_avg"], p),
-                        "exp_avg_sq": shard_like(moments[f"{n}.exp_avg_sq"], p),
-                    }
-        torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
-        self.step, self.tokens_seen = state["step"], state["tokens_seen"]
-        if self.dist.is_main:
-            self._trim_log(self.step)
+        path, state, tensors, moments = found
+        apply_checkpoint(self.model, self.optimizer, path, state, tensors, moments, place=shard_like)
+        self.restore_counters(state)
         return True
 
 

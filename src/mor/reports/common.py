@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from mor.atomic import remove_stale, replace_dir, temp_sibling
 from mor.results import read_frame
 
 TYING_NAMES = {"cycle": "Cycle", "sequence": "Sequence", "middle_cycle": "Middle-Cycle",
@@ -45,22 +45,23 @@ def _norm(value, key):
 
 
 class OutputDir:
-    """Write into ``<dir>.tmp`` and rename on success: no half-written artifact survives."""
+    """Write into a hidden temporary folder and swap it in on success: readers see the old
+    artifact or the whole new one, never half of one (``mor.atomic.replace_dir``)."""
 
     def __init__(self, final: Path):
-        self.final, self.tmp = Path(final), Path(str(final) + ".tmp")
+        self.final = Path(final)
+        self.tmp = temp_sibling(self.final)
 
     def __enter__(self) -> Path:
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        self.tmp.mkdir(parents=True)
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(self.final.parent)
+        self.tmp.mkdir()
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            return
-        shutil.rmtree(self.final, ignore_errors=True)
-        os.replace(self.tmp, self.final)
+        if exc_type is None:
+            replace_dir(self.tmp, self.final)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def files(self) -> list[Path]:
         return sorted(self.final.iterdir())

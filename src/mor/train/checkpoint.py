@@ -1,112 +1,228 @@
 """Checkpoints: model and optimizer tensors in safetensors, everything else in a small JSON.
 
-Layout of one checkpoint (written to ``step-N.tmp`` then renamed, so a crash never leaves a
-half-written ``step-N``)::
+Layout of one checkpoint::
 
     checkpoints/step-000120/
         model.safetensors       unique parameters by name (tied tensors stored once)
         optimizer.safetensors   AdamW exp_avg / exp_avg_sq by parameter name
-        state.json              step, tokens seen, optimizer step counts, torch RNG, config hash
-    checkpoints/latest.json     {"path": "step-000120"}  (replaced atomically)
+        state.json              step, tokens seen, optimizer step counts, torch RNG, config
+                                hash, training time so far, the last step's metrics, and the
+                                size and sha256 of both tensor files (written last)
+    checkpoints/latest.json     {"path": "step-000120"}
+
+Crash safety: a checkpoint is written into a hidden temporary folder and renamed into place
+(``mor.atomic.replace_dir``); the previous checkpoints stay until the new one is complete and
+``latest.json`` points at it. Resuming tries ``latest.json``'s checkpoint, then every other
+``step-*`` newest first, and skips (with a warning naming the file) any whose state is
+unreadable or whose tensor files do not match the sizes and digests recorded in its state,
+so a torn or corrupt file is never loaded and a kill at any moment costs at most the steps
+since the previous good checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import shutil
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
+
+from mor.atomic import remove_stale, replace_dir, temp_sibling, write_json_atomic
+
+TENSOR_FILES = ("model.safetensors", "optimizer.safetensors")
+
+__all__ = ["CheckpointError", "CheckpointMismatch", "save_checkpoint", "latest_checkpoint", "load_latest",
+           "load_model_weights", "file_digest", "write_json_atomic"]
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint on disk is missing, corrupt, or belongs to another config."""
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+class CheckpointMismatch(CheckpointError):
+    """The checkpoint folder belongs to another training config (never skipped silently)."""
 
 
-def save_checkpoint(ckpt_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict, keep: int = 2) -> Path:
+def file_digest(path: Path) -> str:
+    """sha256 of a file, read in 8 MiB blocks (bounded memory at any checkpoint size)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 23):
+            h.update(block)
+    return h.hexdigest()
+
+
+def save_checkpoint(ckpt_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict,
+                    keep: int = 2) -> Path:
     ckpt_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale(ckpt_dir)  # temporaries of a writer that was killed
     name = f"step-{state['step']:06d}"
-    tmp, final = ckpt_dir / f"{name}.tmp", ckpt_dir / name
-    shutil.rmtree(tmp, ignore_errors=True)
+    final = ckpt_dir / name
+    tmp = temp_sibling(final)
     tmp.mkdir()
-    params = {n: p.detach().contiguous().cpu() for n, p in model.named_parameters()}
-    save_file(params, str(tmp / "model.safetensors"))
-    opt_tensors, opt_steps = {}, {}
-    names = {id(p): n for n, p in model.named_parameters()}
-    for p, s in optimizer.state.items():
-        n = names[id(p)]
-        opt_tensors[f"{n}.exp_avg"] = s["exp_avg"].contiguous().cpu()
-        opt_tensors[f"{n}.exp_avg_sq"] = s["exp_avg_sq"].contiguous().cpu()
-        opt_steps[n] = float(s["step"])
-    save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
-    full_state = dict(state, optimizer_steps=opt_steps, torch_rng=torch.get_rng_state().tolist())
-    write_json_atomic(tmp / "state.json", full_state)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    try:
+        params = {n: p.detach().contiguous().cpu() for n, p in model.named_parameters()}
+        save_file(params, str(tmp / "model.safetensors"))
+        opt_tensors, opt_steps = {}, {}
+        names = {id(p): n for n, p in model.named_parameters()}
+        for p, s in optimizer.state.items():
+            n = names[id(p)]
+            opt_tensors[f"{n}.exp_avg"] = s["exp_avg"].contiguous().cpu()
+            opt_tensors[f"{n}.exp_avg_sq"] = s["exp_avg_sq"].contiguous().cpu()
+            opt_steps[n] = float(s["step"])
+        save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+        files = {f: {"bytes": (tmp / f).stat().st_size, "sha256": file_digest(tmp / f)} for f in TENSOR_FILES}
+        full_state = dict(state, optimizer_steps=opt_steps, torch_rng=torch.get_rng_state().tolist(), files=files)
+        write_json_atomic(tmp / "state.json", full_state)
+        replace_dir(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     write_json_atomic(ckpt_dir / "latest.json", {"path": name})
-    for old in sorted(p for p in ckpt_dir.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp"))[:-keep]:
+    for old in _step_dirs(ckpt_dir)[keep:]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def latest_checkpoint(ckpt_dir: Path) -> Path | None:
+def _step_dirs(ckpt_dir: Path) -> list[Path]:
+    """Complete-looking checkpoint folders, newest first (temporaries are hidden, not listed)."""
+    return sorted((p for p in ckpt_dir.glob("step-*") if p.is_dir()), reverse=True)
+
+
+def _candidates(ckpt_dir: Path, warn: Callable[[str], None]) -> list[Path]:
+    """``latest.json``'s checkpoint first, then every other one newest first."""
+    out: list[Path] = []
     pointer = ckpt_dir / "latest.json"
-    if not pointer.exists():
-        return None
+    if pointer.exists():
+        try:
+            out.append(ckpt_dir / json.loads(pointer.read_text())["path"])
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+            warn(f"{pointer} is unreadable ({e}); looking for the newest good checkpoint instead")
+    return list(dict.fromkeys(out + _step_dirs(ckpt_dir)))
+
+
+def read_state(path: Path) -> dict:
+    """A checkpoint's state.json, with its tensor files checked against the recorded sizes and
+    digests; raises CheckpointError naming the bad file."""
+    state_file = path / "state.json"
     try:
-        path = ckpt_dir / json.loads(pointer.read_text())["path"]
-    except (json.JSONDecodeError, KeyError) as e:
-        raise CheckpointError(f"{pointer} is corrupt ({e}); delete it to restart from scratch") from None
-    if not path.is_dir():
-        raise CheckpointError(f"{pointer} points at missing checkpoint {path}")
-    return path
+        state = json.loads(state_file.read_text())
+        files = state["files"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{state_file} is missing, corrupt or from an older format ({e!r})") from None
+    for f in TENSOR_FILES:
+        p = path / f
+        if not p.exists():
+            raise CheckpointError(f"{p} is missing")
+        if p.stat().st_size != files[f]["bytes"]:
+            raise CheckpointError(f"{p} is truncated or overwritten: {p.stat().st_size} bytes, "
+                                  f"{files[f]['bytes']} recorded")
+        if file_digest(p) != files[f]["sha256"]:
+            raise CheckpointError(f"{p} is corrupt: its sha256 differs from the one recorded in {state_file}")
+    return state
+
+
+def latest_checkpoint(ckpt_dir: Path, warn: Callable[[str], None] | None = None) -> Path | None:
+    """The newest checkpoint whose files are intact (None if there is none at all)."""
+    warn = warn or _warn
+    found, problems = _candidates(ckpt_dir, warn), []
+    for path in found:
+        try:
+            read_state(path)
+            return path
+        except CheckpointError as e:
+            warn(f"skipping checkpoint {path}: {e}")
+            problems.append(str(e))
+    if found:
+        raise CheckpointError(_none_good(ckpt_dir, problems))
+    return None
+
+
+def _none_good(ckpt_dir: Path, problems: list[str]) -> str:
+    return (f"no intact checkpoint in {ckpt_dir}: " + "; ".join(problems) +
+            f". Delete {ckpt_dir} to train this run from scratch")
+
+
+def _read_tensors(file: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"{file} is corrupt or unreadable: {e}") from None
+
+
+def load_latest(ckpt_dir: Path, config_hash: str, warn: Callable[[str], None] | None = None
+                ) -> tuple[Path, dict, dict[str, torch.Tensor], dict[str, torch.Tensor]] | None:
+    """(path, state, model tensors, optimizer tensors) of the newest intact checkpoint, or None.
+
+    A checkpoint of another training config raises ``CheckpointMismatch``: its folder is
+    another run's, and resuming from it (or skipping it) would mix two runs.
+    """
+    warn = warn or _warn
+    found, problems = _candidates(ckpt_dir, warn), []
+    for path in found:
+        try:
+            state = read_state(path)
+            if state.get("config_hash") != config_hash:
+                raise CheckpointMismatch(
+                    f"{path} was written by training config {state.get('config_hash')}, not this run's "
+                    f"{config_hash}: {ckpt_dir} belongs to another run; move it away to train this one")
+            return path, state, _read_tensors(path / "model.safetensors"), _read_tensors(path / "optimizer.safetensors")
+        except CheckpointMismatch:
+            raise
+        except CheckpointError as e:
+            warn(f"skipping checkpoint {path}: {e}")
+            problems.append(str(e))
+    if found:
+        raise CheckpointError(_none_good(ckpt_dir, problems))
+    return None
+
+
+def _warn(msg: str) -> None:
+    print(f"warning: {msg}", file=sys.stderr, flush=True)
+
+
+def check_names(file: Path | str, tensors: dict[str, Any], model: torch.nn.Module) -> None:
+    expected = {n for n, _ in model.named_parameters()}
+    missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
+    if missing or unexpected:
+        raise CheckpointError(f"{file} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
 
 
 def load_model_weights(path: Path, model: torch.nn.Module) -> None:
     """Load model.safetensors (a checkpoint folder or the file) into model, strictly."""
     file = path / "model.safetensors" if path.is_dir() else path
-    try:
-        tensors = load_file(str(file))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"{file} is corrupt or unreadable: {e}") from None
+    tensors = _read_tensors(file)
+    check_names(file, tensors, model)
     expected = dict(model.named_parameters())
-    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(f"{file} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
     with torch.no_grad():
         for n, p in expected.items():
             if tensors[n].shape != p.shape:
                 raise CheckpointError(f"{file}: {n} has shape {tuple(tensors[n].shape)}, model expects {tuple(p.shape)}")
+        for n, p in expected.items():
             p.copy_(tensors[n])
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Restore model, optimizer and RNG from a checkpoint folder; returns its state dict."""
-    try:
-        state = json.loads((path / "state.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path / 'state.json'} is corrupt or unreadable: {e}") from None
-    load_model_weights(path, model)
-    try:
-        opt = load_file(str(path / "optimizer.safetensors"))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"{path / 'optimizer.safetensors'} is corrupt or unreadable: {e}") from None
-    for n, p in model.named_parameters():
-        if n in state["optimizer_steps"]:
-            optimizer.state[p] = {
-                "step": torch.tensor(state["optimizer_steps"][n]),
-                "exp_avg": opt[f"{n}.exp_avg"].to(p.device),
-                "exp_avg_sq": opt[f"{n}.exp_avg_sq"].to(p.device),
-            }
+def apply_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path, state: dict,
+                     tensors: dict[str, torch.Tensor], moments: dict[str, torch.Tensor],
+                     place: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> None:
+    """Copy a checkpoint read by ``load_latest`` into model and optimizer, and restore the RNG.
+
+    ``place(full, param)`` turns a full tensor into what ``param`` holds (FSDP: this rank's
+    shard); by default it is moved to the parameter's device.
+    """
+    place = place or (lambda full, p: full.to(p.device))
+    check_names(path / "model.safetensors", tensors, model)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(place(tensors[n], p))
+            if n in state["optimizer_steps"]:
+                optimizer.state[p] = {
+                    "step": torch.tensor(state["optimizer_steps"][n]),
+                    "exp_avg": place(moments[f"{n}.exp_avg"], p),
+                    "exp_avg_sq": place(moments[f"{n}.exp_avg_sq"], p),
+                }
     torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
-    return state

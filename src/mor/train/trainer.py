@@ -10,6 +10,11 @@ Outputs under ``run_dir``::
     train_log.jsonl      one line per logged step (appended, flushed; trimmed on resume)
     checkpoints/         see mor.train.checkpoint
     final/model.safetensors, train_summary.json  (written last: the run's success marker)
+
+Every file is written atomically (``mor.atomic``). A finished run (its summary and final
+weights intact) re-entered for any reason returns its summary untouched; a run killed after
+its last checkpoint but before its summary writes the same summary an undisturbed run would
+(the last step's loss and the training time so far travel in the checkpoint).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +34,8 @@ from mor.config import RunConfig, load_scales
 from mor.data.sampler import TokenSampler, load_tokens
 from mor.model.transformer import MoRTransformer, build_model
 from mor.provenance import git_commit
-from mor.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, write_json_atomic
+from mor.atomic import atomic_path, write_json_atomic
+from mor.train.checkpoint import apply_checkpoint, file_digest, load_latest, save_checkpoint
 from mor.train.schedule import wsd_lr
 
 
@@ -141,26 +147,31 @@ class Trainer:
         self.accum = per_rank // self.micro  # gradient accumulation keeps the global batch fixed
         self.amp = autocast_dtype(t.precision, self.device)
         self.step, self.tokens_seen = 0, 0
+        self.train_time_s = 0.0  # summed over every session of this run, up to the last checkpoint
+        self.last_metrics: dict = {}  # the last step's logged metrics (for the summary after a resume)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.progress = progress and self.dist.is_main
         self.ddp_model = None  # set by mor.launch.distributed when world_size > 1
 
     # ------------------------------------------------------------------ state
     def resume(self) -> bool:
-        """Restore the latest checkpoint if there is one; True if resumed."""
-        path = latest_checkpoint(self.ckpt_dir)
-        if path is None:
+        """Restore the newest intact checkpoint if there is one; True if resumed."""
+        found = load_latest(self.ckpt_dir, self.run.config_hash)
+        if found is None:
             return False
-        state = load_checkpoint(path, self.model, self.optimizer)
-        if state.get("config_hash") != self.run.config_hash:
-            raise RuntimeError(f"{path} belongs to config {state.get('config_hash')}, not {self.run.config_hash}")
-        self.step, self.tokens_seen = state["step"], state["tokens_seen"]
-        if self.dist.is_main:  # one writer: ranks replacing the same file concurrently would race
-            self._trim_log(self.step)
+        path, state, tensors, moments = found
+        apply_checkpoint(self.model, self.optimizer, path, state, tensors, moments)
+        self.restore_counters(state)
         return True
 
+    def restore_counters(self, state: dict) -> None:
+        self.step, self.tokens_seen = state["step"], state["tokens_seen"]
+        self.train_time_s = float(state.get("train_time_s", 0.0))
+        self.last_metrics = dict(state.get("last_metrics", {}))
+
     def state(self) -> dict:
-        return {"step": self.step, "tokens_seen": self.tokens_seen, "config_hash": self.run.config_hash}
+        return {"step": self.step, "tokens_seen": self.tokens_seen, "config_hash": self.run.config_hash,
+                "train_time_s": self.train_time_s, "last_metrics": self.last_metrics}
 
     def save(self) -> None:
         if self.dist.is_main:
@@ -177,14 +188,46 @@ class Trainer:
         return {n: p.detach().contiguous().cpu() for n, p in self.model.named_parameters()}
 
     def _trim_log(self, step: int) -> None:
-        """Drop log lines past the resumed step so a resumed run never duplicates rows."""
+        """Keep the log lines up to ``step`` (0: none) so a resumed run never duplicates rows.
+
+        A job killed mid-write leaves a torn last line; it is dropped with the steps after the
+        checkpoint, which the resumed run logs again.
+        """
         log = self.run_dir / "train_log.jsonl"
         if not log.exists():
             return
-        keep = [ln for ln in log.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-        tmp = log.with_suffix(".tmp")
-        tmp.write_text("".join(k + "\n" for k in keep))
-        os.replace(tmp, log)
+        keep = []
+        for ln in log.read_text().splitlines():
+            try:
+                row = json.loads(ln)
+            except json.JSONDecodeError:
+                continue  # torn by a kill: the step is re-run and re-logged
+            if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= step:
+                keep.append(ln)
+        with atomic_path(log) as tmp:
+            tmp.write_text("".join(k + "\n" for k in keep))
+
+    def finished_summary(self) -> dict | None:
+        """The summary of a run that already finished, else None.
+
+        Finished means: ``final/summary.json`` and the final weights it records (sha256) are
+        intact. Snakemake deletes a job's output (``train_summary.json``) before re-running
+        it; the marker is then restored from ``final/summary.json`` byte for byte, mtime too.
+        """
+        marker, kept = self.run_dir / "train_summary.json", self.run_dir / "final" / "summary.json"
+        final = self.run_dir / "final" / "model.safetensors"
+        try:
+            summary = json.loads(kept.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        if summary.get("config_hash") != self.run.config_hash or summary.get("steps") != self.run.train.steps:
+            return None
+        if not final.exists() or file_digest(final) != summary.get("final_sha256"):
+            return None
+        if self.dist.is_main and (not marker.exists() or marker.read_bytes() != kept.read_bytes()):
+            with atomic_path(marker) as tmp:
+                shutil.copy2(kept, tmp)
+        return summary
 
     # ------------------------------------------------------------------ loop
     def train_step(self) -> dict:
@@ -212,18 +255,23 @@ class Trainer:
             torch.distributed.all_reduce(totals)
             lm_total, aux_total = (totals / self.dist.world_size).tolist()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+        for name, value in (("loss", lm_total), ("auxiliary loss", aux_total), ("gradient norm", float(grad_norm))):
+            if not math.isfinite(value):  # before the update: the saved weights stay finite
+                raise FloatingPointError(f"run {self.run.run_id}: {name} is {value} at step {self.step + 1}; "
+                                         f"nothing of this step was saved (last checkpoint: {self.ckpt_dir})")
         self.optimizer.step()
         self.model.after_optimizer_step()  # e.g. the loss-free balancing bias of token-choice
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens_seen += t.tokens_per_step
-        if not math.isfinite(lm_total):
-            raise FloatingPointError(f"loss became {lm_total} at step {self.step}")
         return {"step": self.step, "loss": lm_total, "aux_loss": aux_total, "lr": lr, "grad_norm": float(grad_norm)}
 
     def fit(self) -> dict:
         """Train to ``train.steps``, checkpointing periodically; returns the summary."""
         t = self.run.train
+        done = self.finished_summary()
+        if done is not None:  # re-entered after it finished: nothing to redo, nothing rewritten
+            return done
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             write_json_atomic(self.run_dir / "config.json", {
@@ -231,17 +279,20 @@ class Trainer:
                 "vocab_size": self.vocab_size, "n_params": self.model.num_params(), "config": self.run.to_dict(),
             })
         resumed_from = self.step if self.resume() else None
+        if self.dist.is_main:  # one writer: ranks replacing the same file concurrently would race
+            self._trim_log(self.step)
         log = open(self.run_dir / "train_log.jsonl", "a") if self.dist.is_main else None
         bar = tqdm(total=t.steps, initial=self.step, disable=not self.progress, desc=self.run.run_id,
                    unit="step", mininterval=2.0, dynamic_ncols=True)
-        start, start_tokens, last = time.perf_counter(), self.tokens_seen, {}
         try:
             while self.step < t.steps:
                 step_start = time.perf_counter()
                 last = self.train_step()
                 dt = time.perf_counter() - step_start
+                self.train_time_s += dt
                 last["tokens_per_s"] = t.tokens_per_step / dt
                 last["tokens_seen"] = self.tokens_seen
+                self.last_metrics = last
                 if log and (self.step % t.log_every == 0 or self.step == t.steps):
                     log.write(json.dumps(last) + "\n")
                     log.flush()
@@ -253,15 +304,16 @@ class Trainer:
             bar.close()
             if log:
                 log.close()
-        elapsed = time.perf_counter() - start
-        self.save()
+        if resumed_from != t.steps:  # a run resumed at its last step already has this checkpoint
+            self.save()
         summary = {
             "run_id": self.run.run_id,
+            "config_hash": self.run.config_hash,
             "steps": self.step,
             "tokens_seen": self.tokens_seen,
-            "final_loss": last.get("loss", float("nan")),
-            "train_time_s": elapsed,
-            "tokens_per_s": (self.tokens_seen - start_tokens) / elapsed if elapsed > 0 else float("nan"),
+            "final_loss": self.last_metrics.get("loss", float("nan")),
+            "train_time_s": self.train_time_s,
+            "tokens_per_s": self.tokens_seen / self.train_time_s if self.train_time_s > 0 else float("nan"),
             "resumed_from": resumed_from,
             "n_params": self.model.num_params(),
             "device": str(self.device),
@@ -273,8 +325,10 @@ class Trainer:
             final.mkdir(exist_ok=True)
             from safetensors.torch import save_file
 
-            tmp = final / "model.safetensors.tmp"
-            save_file(params, str(tmp))
-            os.replace(tmp, final / "model.safetensors")
-            write_json_atomic(self.run_dir / "train_summary.json", summary)
+            with atomic_path(final / "model.safetensors") as tmp:
+                save_file(params, str(tmp))
+            summary["final_sha256"] = file_digest(final / "model.safetensors")
+            write_json_atomic(final / "summary.json", summary)
+            with atomic_path(self.run_dir / "train_summary.json") as tmp:  # last: the success marker
+                shutil.copy2(final / "summary.json", tmp)
         return summary

@@ -1,0 +1,111 @@
+"""Crash-safe file writes: every file or folder a job leaves is either the old one or the
+whole new one, never half of either.
+
+A writer fills a temporary sibling with a name no other writer can pick (host, pid and a
+random part), flushes it to disk and renames it over the target (``os.replace``, atomic on
+POSIX). A folder cannot be renamed over a non-empty folder, so ``replace_dir`` moves the old
+one aside first: a kill between the two renames leaves the target absent (a reader then
+redoes the work or falls back, see ``mor.train.checkpoint``), never mixed. Temporaries are
+hidden (leading dot), so globs such as ``step-*`` never see them; those left by a killed
+writer on this host are removed by ``remove_stale``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+_HOST = socket.gethostname().replace("-", "_").replace(".", "_")
+
+
+def temp_sibling(path: Path, kind: str = "tmp") -> Path:
+    """``dir/.name.<kind>-<host>-<pid>-<random>``: unique to this writer."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{kind}-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path to write ``path``'s content to; on success it replaces ``path``.
+
+    For writers that want a file name (safetensors ``save_file``, ``pq.write_table``). On an
+    exception the temporary is removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    tmp = temp_sibling(path)
+    try:
+        yield tmp
+        _fsync_file(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode())
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True))
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    """Put the complete folder ``tmp`` at ``final``, replacing any old ``final``."""
+    tmp, final = Path(tmp), Path(final)
+    old = None
+    if final.exists():
+        old = temp_sibling(final, "old")
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def remove_stale(directory: Path) -> list[Path]:
+    """Remove temporaries in ``directory`` whose writer (on this host) no longer runs."""
+    removed = []
+    directory = Path(directory)
+    if not directory.is_dir():
+        return removed
+    for p in directory.glob(".*"):
+        parts = p.name.rsplit(".", 1)[-1].split("-")
+        if len(parts) != 4 or parts[0] not in ("tmp", "old") or parts[1] != _HOST or not parts[2].isdigit():
+            continue
+        if _pid_alive(int(parts[2])):  # a live writer (this process included) is still filling it
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
