@@ -61,7 +61,10 @@ def write_grid(grids: Path, name: str, steps: int, tying: bool = True, checkpoin
 
 
 def env() -> dict:
-    return dict(os.environ, PYTHONPATH=str(REPO / "src"), MOR_LAUNCH_POLL_S="0.5")
+    """Launchers that look for results every 0.5 s and ask Slurm every 1 s; a job that ended
+    without a result gets 2 s for it to show up (local disk), a vanished one 30 s."""
+    return dict(os.environ, PYTHONPATH=str(REPO / "src"), MOR_LAUNCH_POLL_S="0.5", MOR_LAUNCH_STATE_POLL_S="1",
+                MOR_LAUNCH_RESULT_WAIT_S="2", MOR_LAUNCH_UNKNOWN_S="30")
 
 
 def snakemake(workdir: Path, *config: str) -> subprocess.CompletedProcess:

@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from mor.atomic import write_text_atomic
 from mor.cli import add_job_arguments
 from mor.grids import GridError, load_grid
 from mor.launch.slurm import DEFAULT_PRESETS, LaunchError, PresetError, load_presets
@@ -60,7 +61,7 @@ def _slurm(a) -> int:
     what = f"{a.kind} of {grid.name}/{a.run_id}"
     results = submit_and_wait(fn, preset, folder, name=f"mor-{a.kind}-{a.run_id}", what=what,
                               setup=pythonpath_setup(), poll_s=env_poll_s())
-    (folder / "result.json").write_text(json.dumps(results, indent=2, default=str))
+    write_text_atomic(folder / "result.json", json.dumps(results, indent=2, default=str))
     prints = {r.get("param_fingerprint") for r in results}
     if len(results) > 1 and len(prints) != 1:
         raise LaunchError(f"{what}: the {len(results)} ranks finished with different parameters "

@@ -13,8 +13,9 @@ Slurm job asks for. Sites differ, so it is data a user edits (or copies and poin
 The whole file is validated on load; an error names the file and the key
 (``slurm/presets.yaml: scales.135M.train.gpus_per_node: expected an integer >= 0, got 'two'``).
 
-Only this module and the launcher talk to Slurm, and only through submitit: the Snakemake
-process never imports torch or Slurm tooling.
+Only this module and the launcher talk to Slurm: submitit submits and cancels, and the
+job's state comes from ``sacct`` and ``squeue`` (see "Submit and wait" below for why not
+submitit's watcher). The Snakemake process never imports torch or Slurm tooling.
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+from mor.atomic import write_json_atomic
 from mor.config import load_scales, read_yaml_mapping
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_PRESETS = REPO / "slurm" / "presets.yaml"
 KINDS = ("train", "eval", "throughput")
 PARALLEL = ("ddp", "fsdp")
-# sacct states after which a job will not run again (anything else may still run or requeue)
+# sacct / squeue states after which a job may still run or requeue; any other state is final
 _INCOMPLETE = {"READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING", "PREEMPTED", "SUSPENDED",
-               "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "CONFIGURING"}
+               "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "CONFIGURING", "STOPPED", "SIGNALING", "STAGE_OUT",
+               "RESV_DEL_HOLD"}
 
 
 class PresetError(ValueError):
@@ -214,91 +217,298 @@ def load_presets(path: str | Path = DEFAULT_PRESETS) -> Presets:
 # --------------------------------------------------------------------------------------
 # Submit and wait
 # --------------------------------------------------------------------------------------
+# The launcher asks Slurm itself (not submitit's watcher, which backs off to one sacct call
+# every 10 min and calls a job it cannot find UNKNOWN, i.e. "not done", forever): sacct
+# first, squeue when sacct fails (slurmdbd down) or does not know the job (not recorded
+# yet, or lost), and a bounded grace period for a job that neither knows.
+UNKNOWN_S = 300.0  # MOR_LAUNCH_UNKNOWN_S: a job neither sacct nor squeue knows this long has vanished
+STATE_POLL_S = 30.0  # MOR_LAUNCH_STATE_POLL_S: seconds between two questions to Slurm
+RESULT_WAIT_S = 15.0  # MOR_LAUNCH_RESULT_WAIT_S: a result file may show up late on a shared file system
+_CLI_TIMEOUT_S = 30  # one sacct / squeue call; a hung client counts as a failed one
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one Slurm client said about a job: a state, ``""`` (no such job) or ``None`` (it failed)."""
+
+    state: str | None
+    note: str
+
+
+@dataclass(frozen=True)
+class SlurmState:
+    """The launcher's view of a job: its Slurm state (``""`` if unknown) and where that came from.
+
+    ``queue_answered`` is true when slurmctld itself answered (squeue ran): only then does
+    "unknown" mean the job cannot still be pending or running.
+    """
+
+    state: str
+    detail: str
+    queue_answered: bool = False
+
+    @property
+    def known(self) -> bool:
+        return bool(self.state) and self.state != "UNKNOWN"
+
+    @property
+    def finished(self) -> bool:
+        """Slurm says the job will not run again (COMPLETED, FAILED, CANCELLED, NODE_FAIL, ...)."""
+        return self.known and self.state not in _INCOMPLETE
+
+
+def _client(cmd: list[str]) -> tuple[int, str, str] | None:
+    """(returncode, stdout, stderr) of a Slurm client, or None if it is missing or hangs."""
+    import subprocess
+
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=_CLI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return p.returncode, p.stdout, p.stderr
+
+
+def _first_state(stdout: str) -> str:
+    """``CANCELLED by 0`` / ``RUNNING+`` -> ``CANCELLED`` / ``RUNNING``: the last listed record's state."""
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    return lines[-1].split()[0].rstrip("+").upper() if lines else ""
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def sacct_answer(job_id: str) -> Answer:
+    """The job's state in the accounting database (slurmdbd); fails while slurmdbd is down."""
+    out = _client(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"])
+    if out is None:
+        return Answer(None, "sacct did not run or timed out")
+    rc, stdout, stderr = out
+    if rc != 0:
+        return Answer(None, f"sacct failed: {_last_line(stderr)}")
+    state = _first_state(stdout)
+    return Answer(state, f"sacct: {state}" if state else "sacct has no record of it")
+
+
+def squeue_answer(job_id: str) -> Answer:
+    """The job's state in slurmctld (``-t all``: ended jobs too, until MinJobAge forgets them)."""
+    out = _client(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"])
+    if out is None:
+        return Answer(None, "squeue did not run or timed out")
+    rc, stdout, stderr = out
+    if rc != 0 and "invalid job id" not in stderr.lower():
+        return Answer(None, f"squeue failed: {_last_line(stderr)}")
+    state = _first_state(stdout) if rc == 0 else ""
+    return Answer(state, f"squeue: {state}" if state else "squeue does not know it")
+
+
+def slurm_state(job_id: str) -> SlurmState:
+    """Ask sacct, then squeue; squeue's live answer wins over sacct's "still running".
+
+    sacct is the only one that remembers an ended job for long, so its final states are
+    taken at once. Any other answer is checked with slurmctld: sacct may be down, may not
+    have the job yet, or may still say RUNNING for a job the controller no longer holds.
+    """
+    acct = sacct_answer(job_id)
+    if acct.state and acct.state not in _INCOMPLETE:
+        return SlurmState(acct.state, acct.note)
+    queue = squeue_answer(job_id)
+    detail = f"{acct.note}; {queue.note}"
+    if queue.state:
+        return SlurmState(queue.state, detail, queue_answered=True)
+    if acct.state and queue.state is None:  # controller unreachable: trust the database
+        return SlurmState(acct.state, detail)
+    return SlurmState("", detail, queue_answered=queue.state == "")
+
+
+def env_unknown_s(default: float = UNKNOWN_S) -> float:
+    return float(os.environ.get("MOR_LAUNCH_UNKNOWN_S", default))
+
+
+def env_state_poll_s(default: float = STATE_POLL_S) -> float:
+    return float(os.environ.get("MOR_LAUNCH_STATE_POLL_S", default))
+
+
+def env_result_wait_s(default: float = RESULT_WAIT_S) -> float:
+    return float(os.environ.get("MOR_LAUNCH_RESULT_WAIT_S", default))
+
+
 def _job_record(folder: Path) -> Path:
     return folder / "job.json"
 
 
-def _sacct_state(job_id: str) -> str:
-    """Last sacct state of a job ('' if sacct does not know it)."""
-    import subprocess
-
+def _recorded_job_id(folder: Path) -> str | None:
+    """The job id a previous launcher wrote to ``folder/job.json`` (None if none or unreadable)."""
     try:
-        out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True,
-                             text=True, timeout=60, check=True).stdout.strip().splitlines()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return out[-1].split()[0] if out and out[-1].strip() else ""  # "CANCELLED by 0" -> "CANCELLED"
+        return str(json.loads(_job_record(folder).read_text())["job_id"])
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError, OSError):
+        return None
 
 
-def _reattach(folder: Path, tasks: int):
+def _reattach(folder: Path, tasks: int, what: str = "job"):
     """The job a previous launcher submitted for this folder, if it can still run (else None).
 
     A launcher killed without a chance to cancel (login node reboot, SIGKILL) leaves its job
     running; re-running the workflow waits for that job instead of starting a second one
-    that would write the same run directory.
+    that would write the same run directory. When neither sacct nor squeue can say whether
+    that job still runs, this raises ``LaunchError`` rather than risk a duplicate.
     """
     import submitit
 
+    job_id = _recorded_job_id(folder)
+    if job_id is None:
+        return None
+    st = slurm_state(job_id)
+    if st.known and not st.finished:
+        return submitit.SlurmJob(folder=folder, job_id=job_id, tasks=tuple(range(tasks)))
+    if st.finished or st.queue_answered:  # ended, or slurmctld does not hold it: safe to submit anew
+        return None
     record = _job_record(folder)
-    if not record.exists():
-        return None
+    raise LaunchError(
+        f"cannot tell whether Slurm job {job_id} ({what}) from an earlier launch is still running "
+        f"({st.detail}); not submitting a second job for the same run.\n"
+        f"  Check `squeue -j {job_id}` and `sacct -j {job_id}` once Slurm answers: if the job is running, run "
+        f"this again to wait for it (or `scancel {job_id}`); if it is gone, delete {record} and run this again.\n"
+        f"  folder: {folder}")
+
+
+def _tasks(job) -> list:
+    """One submitit job per task (rank): the job itself when it has a single task."""
+    return list(getattr(job, "_sub_jobs", None) or [job])
+
+
+def _results_ready(job) -> bool:
+    """Every task has written its result file (a value or a traceback)."""
+    return all(t.paths.result_pickle.exists() for t in _tasks(job))
+
+
+def _wait(job, what: str, poll_s: float, state_poll_s: float, unknown_s: float) -> SlurmState | None:
+    """Block until every task left a result (returns None) or Slurm says the job ended (its state).
+
+    Raises ``LaunchError`` once neither sacct nor squeue has known the job for ``unknown_s``
+    seconds and no result came: a job cancelled and forgotten while slurmdbd was down, or
+    lost with its node, would otherwise be waited for forever.
+    """
+    unknown_since: float | None = None
+    next_ask = time.monotonic()
+    while True:
+        if _results_ready(job):
+            return None
+        now = time.monotonic()
+        if now >= next_ask:
+            st = slurm_state(job.job_id)
+            next_ask = now + state_poll_s
+            if st.finished:
+                return st
+            if st.known:
+                unknown_since = None
+            else:
+                unknown_since = now if unknown_since is None else unknown_since
+                if now - unknown_since >= unknown_s and not _results_ready(job):
+                    raise LaunchError(_vanished_message(job, what, st, now - unknown_since))
+        time.sleep(min(poll_s, state_poll_s))
+
+
+def _log_paths(task) -> str:
+    p = task.paths
+    return f"  Slurm log: {p.stderr}\n  stdout:    {p.stdout}\n  folder:    {p.folder}\n"
+
+
+def _vanished_message(job, what: str, st: SlurmState, unknown_for: float) -> str:
+    return (f"Slurm job {job.job_id} ({what}) vanished: neither sacct nor squeue has known it for "
+            f"{unknown_for:.0f}s ({st.detail}) and it left no result "
+            f"(the limit is MOR_LAUNCH_UNKNOWN_S={env_unknown_s():g}s).\n{_log_paths(_tasks(job)[0])}"
+            f"  Check `sacct -j {job.job_id}` / `squeue -j {job.job_id}`; running this again submits a new job, "
+            f"which resumes from the run's last checkpoint.")
+
+
+def _tail(path: Path, n: int = 25) -> list[str]:
     try:
-        job_id = str(json.loads(record.read_text())["job_id"])
-    except (json.JSONDecodeError, KeyError, OSError):
-        return None
-    state = _sacct_state(job_id).rstrip("+").upper()
-    if state not in _INCOMPLETE or state == "UNKNOWN":
-        return None
-    return submitit.SlurmJob(folder=folder, job_id=job_id, tasks=tuple(range(tasks)))
+        return path.read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return [f"(no {path.name})"]
 
 
-def _failure_message(job, what: str, error: BaseException) -> str:
+def _failure_message(task, job_id: str, what: str, cause: str, trace: list[str]) -> str:
     """One line saying what went wrong, then the log paths, then the tail of the traceback."""
-    from submitit.core.utils import FailedJobError
-
-    paths = job._sub_jobs[0].paths if getattr(job, "_sub_jobs", None) else job.paths
-    lines = [ln for ln in str(error).strip().splitlines()]
-    if isinstance(error, FailedJobError):  # the callable raised: submitit quotes the traceback between dashes
-        dashes = [i for i, ln in enumerate(lines) if ln.startswith("-----")]
-        trace = lines[dashes[0] + 1:dashes[-1]] if len(dashes) >= 2 else lines
-        cause = next((ln for ln in reversed(trace) if ln.strip()), "an exception")
-    else:  # killed, cancelled, out of memory or out of requeues: no result pickle
-        trace = lines
-        state = ""
-        try:
-            state = job.get_info(mode="force").get("State", "")
-        except Exception:  # noqa: BLE001 - the message must be written whatever sacct does
-            pass
-        cause = f"no result (Slurm state {state or 'unknown'}): {lines[0] if lines else ''}"
     tail = "\n".join("    " + ln for ln in trace[-25:])
-    return (f"Slurm job {job.job_id} ({what}) failed: {cause.strip()}\n"
-            f"  Slurm log: {paths.stderr}\n  stdout:    {paths.stdout}\n  folder:    {paths.folder}\n"
+    return (f"Slurm job {job_id} ({what}) failed: {cause.strip()}\n{_log_paths(task)}"
             f"  end of the job's error output:\n{tail}")
+
+
+def _wait_for_file(path: Path, within_s: float) -> bool:
+    """True once ``path`` exists; shared file systems may show a job's last file late."""
+    deadline = time.monotonic() + within_s
+    while not path.exists():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(1.0, within_s))
+    return True
+
+
+def _raise_if_raised(task, job_id: str, what: str, outcome: tuple[str, Any]) -> None:
+    """``LaunchError`` quoting the traceback if the task's callable raised (submitit's ("error", trace))."""
+    kind, value = outcome
+    if kind == "error":
+        trace = str(value).strip().splitlines()
+        cause = next((ln for ln in reversed(trace) if ln.strip()), "an exception")
+        raise LaunchError(_failure_message(task, job_id, what, cause, trace))
+
+
+def _collect(job, what: str, st: SlurmState | None, result_wait_s: float) -> list:
+    """Every task's return value, or ``LaunchError`` naming the first task that raised or left nothing.
+
+    A rank's traceback is the real cause when another rank was killed waiting for it, so
+    tracebacks are looked for before missing results.
+    """
+    from submitit.core.utils import pickle_load
+
+    tasks = _tasks(job)
+    outcomes = {i: pickle_load(t.paths.result_pickle) for i, t in enumerate(tasks) if t.paths.result_pickle.exists()}
+    for i, outcome in outcomes.items():
+        _raise_if_raised(tasks[i], job.job_id, what, outcome)
+    for i, task in enumerate(tasks):
+        if i in outcomes:
+            continue
+        if not _wait_for_file(task.paths.result_pickle, result_wait_s):
+            state = f"{st.state}; {st.detail}" if st else "unknown"
+            cause = f"no result (Slurm state {state}): killed, cancelled, out of memory or out of requeues"
+            raise LaunchError(_failure_message(task, job.job_id, what, cause, _tail(task.paths.stderr)))
+        outcomes[i] = pickle_load(task.paths.result_pickle)
+        _raise_if_raised(task, job.job_id, what, outcomes[i])
+    return [outcomes[i][1] for i in range(len(tasks))]
 
 
 def submit_and_wait(fn: Callable[[], Any], preset: Preset, folder: Path, name: str, what: str,
                     python: str | None = None, setup: list[str] | None = None, poll_s: float = 2.0,
-                    on_submit: Callable[[str], None] | None = None) -> list:
+                    on_submit: Callable[[str], None] | None = None, state_poll_s: float | None = None,
+                    unknown_s: float | None = None, result_wait_s: float | None = None) -> list:
     """Run ``fn()`` as one Slurm job through submitit and block until it ends.
 
     Returns every task's return value (one per rank). Raises ``LaunchError`` naming the job,
-    its final state and its log files if it fails, is cancelled, or runs out of requeues.
+    its final state and its log files if it fails, is cancelled, runs out of requeues, or
+    vanishes (unknown to sacct and squeue for ``unknown_s``). Slurm is asked every
+    ``state_poll_s``; a job Slurm says has ended gets ``result_wait_s`` for its result file
+    to appear. Unset, these come from MOR_LAUNCH_UNKNOWN_S / _STATE_POLL_S / _RESULT_WAIT_S.
     SIGINT / SIGTERM to this process cancel the job (a user stopping the workflow), so no
     job outlives the workflow that asked for it, except after a hard kill; then the next
     launcher for the same folder re-attaches to it (``folder/job.json``).
     """
     import submitit
-    from submitit.core.utils import FailedJobError, UncompletedJobError
 
+    state_poll_s = env_state_poll_s() if state_poll_s is None else state_poll_s
+    unknown_s = env_unknown_s() if unknown_s is None else unknown_s
+    result_wait_s = env_result_wait_s() if result_wait_s is None else result_wait_s
     folder = Path(folder).absolute()
     folder.mkdir(parents=True, exist_ok=True)
-    job = _reattach(folder, preset.world_size)
+    job = _reattach(folder, preset.world_size, what)
     if job is None:
         executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=preset.max_timeouts,
                                          slurm_python=python)
         executor.update_parameters(**preset.submitit_parameters(name), slurm_setup=list(setup or []))
         job = executor.submit(fn)
-        _job_record(folder).write_text(json.dumps({"job_id": job.job_id, "name": name, "submitted": time.time()}))
+        write_json_atomic(_job_record(folder), {"job_id": job.job_id, "name": name, "submitted": time.time()})
         print(f"submitted Slurm job {job.job_id} ({what}); logs in {folder}", flush=True)
     else:
         print(f"re-attached to Slurm job {job.job_id} ({what}), still running; logs in {folder}", flush=True)
@@ -312,12 +522,8 @@ def submit_and_wait(fn: Callable[[], Any], preset: Preset, folder: Path, name: s
 
     previous = {s: signal.signal(s, cancel) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not job.done():
-            time.sleep(poll_s)
-        try:
-            return job.results()
-        except (FailedJobError, UncompletedJobError) as e:
-            raise LaunchError(_failure_message(job, what, e)) from None
+        st = _wait(job, what, poll_s, state_poll_s, unknown_s)
+        return _collect(job, what, st, result_wait_s)
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

@@ -1,0 +1,410 @@
+"""Slurm faults never hang the launcher and never double-submit a run.
+
+Without a cluster: the launcher's decisions (what a job's state is, whether to re-attach,
+resubmit or refuse, when a job has vanished) against fake ``sacct`` / ``squeue`` /
+``sbatch`` executables on PATH that answer what each test writes for them.
+
+On the loopback cluster (slurm/testcluster, opt-in with MOR_TESTS): a train job cancelled
+hard mid-training fails its launcher within a minute naming the job and its log; with
+slurmdbd stopped (sacct fails) a killed launcher's job is re-attached through squeue, not
+submitted twice, and its cancellation still fails the launcher; a re-run after either
+resumes from the run's last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+try:
+    from slurm_cluster import restart_cluster, slurm_cluster, slurm_tests_enabled, stop_daemon  # noqa: F401
+except ImportError:  # tests/ not on sys.path (e.g. --import-mode=importlib)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from slurm_cluster import restart_cluster, slurm_cluster, slurm_tests_enabled, stop_daemon  # noqa: F401
+from submitit.core.utils import JobPaths, cloudpickle_dump
+from test_slurm_workflow import job_ids, launch, sacct_states, wait_for, write_grid, write_presets
+
+from mor.grids import load_grid
+from mor.launch.slurm import LaunchError, Preset, slurm_state, submit_and_wait
+
+REPO = Path(__file__).resolve().parent.parent
+NEW_ID = "4242"  # what the fake sbatch answers
+DB_DOWN = "sacct: error: Problem talking to the database: Connection refused"
+NO_CTLD = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+INVALID = "slurm_load_jobs error: Invalid job id specified"
+
+
+# ------------------------------------------------------------------ fake Slurm clients on PATH
+FAKE = """#!/bin/sh
+# fake {name}: logs its arguments, answers from $MOR_FAKE_SLURM/{name}.out / .err / .rc
+d="$MOR_FAKE_SLURM"
+echo "{name} $*" >> "$d/calls"
+[ -f "$d/{name}.out" ] && cat "$d/{name}.out"
+[ -f "$d/{name}.err" ] && cat "$d/{name}.err" >&2
+exit "$(cat "$d/{name}.rc" 2>/dev/null || echo 0)"
+"""
+
+
+class FakeSlurm:
+    """sacct, squeue, sbatch and scancel as shell scripts in one directory put first on PATH."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir()
+        for name in ("sacct", "squeue", "sbatch", "scancel"):
+            exe = root / name
+            exe.write_text(FAKE.format(name=name))
+            exe.chmod(0o755)
+        self.answer("sbatch", out=f"Submitted batch job {NEW_ID}\n")
+        (root / "calls").write_text("")
+
+    def answer(self, name: str, out: str = "", err: str = "", rc: int = 0) -> None:
+        """What ``name`` prints and exits with from now on (a test may change it mid-wait)."""
+        (self.root / f"{name}.out").write_text(out)
+        (self.root / f"{name}.err").write_text(err)
+        (self.root / f"{name}.rc").write_text(str(rc))
+
+    def calls(self, name: str) -> list[str]:
+        return [ln for ln in (self.root / "calls").read_text().splitlines() if ln.split()[0] == name]
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch) -> FakeSlurm:
+    f = FakeSlurm(tmp_path / "bin")
+    monkeypatch.setenv("MOR_FAKE_SLURM", str(f.root))
+    monkeypatch.setenv("PATH", f"{f.root}{os.pathsep}{os.environ['PATH']}")
+    return f
+
+
+def paths(folder: Path, job_id: str = NEW_ID, task: int = 0) -> JobPaths:
+    return JobPaths(folder, job_id=job_id, task_id=task)
+
+
+def write_result(folder: Path, value, job_id: str = NEW_ID, outcome: str = "success", task: int = 0) -> None:
+    """What submitit's job writes when the callable returns (or raises: outcome "error", a traceback)."""
+    cloudpickle_dump((outcome, value), paths(folder, job_id, task).result_pickle)
+
+
+def record(folder: Path, job_id: str) -> Path:
+    """The job.json an earlier launcher left behind."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job.json").write_text(json.dumps({"job_id": job_id, "name": "mor-train-r1", "submitted": 0}))
+    return folder / "job.json"
+
+
+def run(folder: Path, tasks: int = 1, **kw) -> list:
+    kw = {"poll_s": 0.05, "state_poll_s": 0.1, "unknown_s": 5.0, "result_wait_s": 0.0, **kw}
+    return submit_and_wait(sum, Preset(partition="debug", tasks_per_node=tasks), folder, name="mor-train-r1",
+                           what="train of g/r1", **kw)
+
+
+def later(seconds: float, fn) -> threading.Timer:
+    t = threading.Timer(seconds, fn)
+    t.start()
+    return t
+
+
+# ------------------------------------------------------------------ the state of one job
+@pytest.mark.parametrize("sacct, squeue, state, queue_answered, asks_squeue", [
+    (("COMPLETED\n", "", 0), None, "COMPLETED", False, False),  # final in the database: no need to ask more
+    (("CANCELLED by 0\n", "", 0), None, "CANCELLED", False, False),
+    (("", DB_DOWN, 1), ("RUNNING\n", "", 0), "RUNNING", True, True),  # slurmdbd down: squeue answers
+    (("", "", 0), ("PENDING\n", "", 0), "PENDING", True, True),  # not in the database yet
+    (("RUNNING\n", "", 0), ("COMPLETED\n", "", 0), "COMPLETED", True, True),  # the controller is ahead
+    (("RUNNING\n", "", 0), ("", INVALID, 1), "", True, True),  # stale database, the controller has no such job
+    (("RUNNING\n", "", 0), ("", NO_CTLD, 1), "RUNNING", False, True),  # controller down: trust the database
+    (("", DB_DOWN, 1), ("", INVALID, 1), "", True, True),
+    (("", DB_DOWN, 1), ("", NO_CTLD, 1), "", False, True),  # nobody can say
+])
+def test_slurm_state_asks_sacct_then_squeue(fake, sacct, squeue, state, queue_answered, asks_squeue):
+    fake.answer("sacct", *sacct)
+    if squeue:
+        fake.answer("squeue", *squeue)
+    st = slurm_state("77")
+    assert (st.state, st.queue_answered) == (state, queue_answered), st
+    assert st.finished == (state in ("COMPLETED", "CANCELLED"))
+    assert fake.calls("sacct") == ["sacct -n -X -P -j 77 -o State"]
+    assert fake.calls("squeue") == (["squeue -h -t all -j 77 -o %T"] if asks_squeue else [])
+    if sacct[2]:
+        assert f"sacct failed: {DB_DOWN}" in st.detail  # why sacct could not answer is kept for messages
+
+
+# ------------------------------------------------------------------ re-attach, resubmit or refuse
+def test_reattach_when_sacct_fails_goes_through_squeue_and_submits_nothing(fake, tmp_path, capsys):
+    folder = tmp_path / "logs"
+    record(folder, "77")
+    fake.answer("sacct", err=DB_DOWN, rc=1)
+    fake.answer("squeue", out="RUNNING\n")
+    later(0.5, lambda: write_result(folder, {"steps": 8}, job_id="77"))
+    assert run(folder) == [{"steps": 8}]
+    assert fake.calls("sbatch") == []
+    assert "re-attached to Slurm job 77 (train of g/r1), still running" in capsys.readouterr().out
+    assert json.loads((folder / "job.json").read_text())["job_id"] == "77"
+
+
+def test_reattach_refuses_to_guess_when_neither_sacct_nor_squeue_answers(fake, tmp_path):
+    folder = tmp_path / "logs"
+    rec = record(folder, "77")
+    fake.answer("sacct", err=DB_DOWN, rc=1)
+    fake.answer("squeue", err=NO_CTLD, rc=1)
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as err:
+        run(folder)
+    msg = str(err.value)
+    assert time.monotonic() - t0 < 5
+    assert msg.startswith("cannot tell whether Slurm job 77 (train of g/r1) from an earlier launch is still running")
+    assert DB_DOWN in msg and NO_CTLD in msg and "not submitting a second job" in msg
+    assert "`squeue -j 77`" in msg and f"delete {rec}" in msg
+    assert fake.calls("sbatch") == [] and rec.exists()
+
+
+@pytest.mark.parametrize("sacct, squeue", [
+    (("CANCELLED by 0\n", "", 0), ("", "", 0)),  # ended: a new job resumes the run
+    (("", DB_DOWN, 1), ("", INVALID, 1)),  # slurmctld holds no such job: it cannot be running
+    (("", DB_DOWN, 1), ("NODE_FAIL\n", "", 0)),
+])
+def test_a_job_that_cannot_run_again_is_replaced_by_one_new_job(fake, tmp_path, capsys, sacct, squeue):
+    folder = tmp_path / "logs"
+    record(folder, "77")
+    fake.answer("sacct", *sacct)
+    fake.answer("squeue", *squeue)
+    write_result(folder, 5050)  # the new job's result, there at once
+    assert run(folder) == [5050]
+    assert len(fake.calls("sbatch")) == 1
+    assert json.loads((folder / "job.json").read_text())["job_id"] == NEW_ID
+    assert f"submitted Slurm job {NEW_ID} (train of g/r1)" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ waiting: bounded, and never for nothing
+def test_a_job_neither_sacct_nor_squeue_knows_fails_after_the_unknown_grace(fake, tmp_path, monkeypatch):
+    """MOR_LAUNCH_UNKNOWN_S bounds the wait for a job that vanished (cancelled and forgotten
+    while slurmdbd was down, lost with its node)."""
+    monkeypatch.setenv("MOR_LAUNCH_UNKNOWN_S", "1")
+    fake.answer("sacct", out="")
+    fake.answer("squeue", err=INVALID, rc=1)
+    folder = tmp_path / "logs"
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as err:
+        run(folder, unknown_s=None)
+    waited = time.monotonic() - t0
+    assert 1.0 <= waited < 4, waited
+    msg = str(err.value)
+    assert msg.startswith(f"Slurm job {NEW_ID} (train of g/r1) vanished: neither sacct nor squeue has known it for ")
+    assert "sacct has no record of it; squeue does not know it" in msg and "MOR_LAUNCH_UNKNOWN_S=1s" in msg
+    assert f"Slurm log: {paths(folder).stderr}" in msg and f"`squeue -j {NEW_ID}`" in msg
+    assert len(fake.calls("squeue")) >= 5  # asked again and again during the grace, not once
+
+
+def test_a_job_squeue_knows_is_waited_for_past_the_grace(fake, tmp_path):
+    """sacct failing all along is no reason to give up on a job the controller still runs."""
+    fake.answer("sacct", err=DB_DOWN, rc=1)
+    fake.answer("squeue", out="RUNNING\n")
+    folder = tmp_path / "logs"
+    later(1.5, lambda: write_result(folder, 7))
+    t0 = time.monotonic()
+    assert run(folder, unknown_s=0.3) == [7]
+    assert time.monotonic() - t0 >= 1.4
+
+
+def test_the_grace_restarts_when_the_job_is_seen_again(fake, tmp_path):
+    """A controller that forgets the job for less than the grace (restart, slow answer) is tolerated."""
+    fake.answer("sacct", err=DB_DOWN, rc=1)
+    fake.answer("squeue", err=NO_CTLD, rc=1)
+    folder = tmp_path / "logs"
+    later(0.6, lambda: fake.answer("squeue", out="RUNNING\n"))
+    later(1.2, lambda: fake.answer("squeue", err=NO_CTLD, rc=1))
+    later(1.8, lambda: write_result(folder, 1))
+    assert run(folder, unknown_s=1.0) == [1]  # unknown 0-0.6 s and 1.2-1.8 s: never 1 s in a row
+
+
+def test_a_job_that_ended_without_a_result_fails_at_once_with_its_state_and_log(fake, tmp_path):
+    fake.answer("sacct", err=DB_DOWN, rc=1)
+    fake.answer("squeue", out="CANCELLED\n")
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    log = paths(folder).stderr
+    log.write_text(f"step 10 loss 5.1\nslurmstepd: error: *** JOB {NEW_ID} ON vm CANCELLED AT 2025-01-01 ***\n")
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError) as err:
+        run(folder)
+    assert time.monotonic() - t0 < 3
+    msg = str(err.value)
+    assert msg.startswith(f"Slurm job {NEW_ID} (train of g/r1) failed: no result (Slurm state CANCELLED; ")
+    assert f"sacct failed: {DB_DOWN}; squeue: CANCELLED" in msg
+    assert f"Slurm log: {log}" in msg and f"    slurmstepd: error: *** JOB {NEW_ID} ON vm CANCELLED" in msg
+
+
+def test_a_rank_that_raised_is_the_reported_cause(fake, tmp_path):
+    """Rank 1 raised and rank 0 left nothing (killed waiting for it): the traceback is the cause."""
+    fake.answer("sacct", out="FAILED\n")
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    write_result(folder, "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: token file corrupt\n",
+                 outcome="error", task=1)
+    with pytest.raises(LaunchError) as err:
+        run(folder, tasks=2)
+    msg = str(err.value)
+    assert msg.startswith(f"Slurm job {NEW_ID} (train of g/r1) failed: ValueError: token file corrupt\n")
+    assert f"Slurm log: {paths(folder, task=1).stderr}" in msg and '    File "x.py", line 1' in msg
+
+
+def test_all_ranks_results_are_returned_in_rank_order(fake, tmp_path):
+    fake.answer("sacct", err=DB_DOWN, rc=1)
+    fake.answer("squeue", err=NO_CTLD, rc=1)  # Slurm unreachable throughout: the results decide
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for task in (1, 0):
+        write_result(folder, {"rank": task}, task=task)
+    assert run(folder, tasks=2) == [{"rank": 0}, {"rank": 1}]
+
+
+# ------------------------------------------------------------------ the opt-in
+@pytest.mark.parametrize("value, enabled", [
+    (None, False), ("", False), ("all", True), ("slurm", True), ("slow, slurm", True), ("ALL", True),
+    ("slurmish", False), ("slow", False),
+])
+def test_slurm_tests_are_opt_in_through_mor_tests(monkeypatch, value, enabled):
+    if value is None:
+        monkeypatch.delenv("MOR_TESTS", raising=False)
+    else:
+        monkeypatch.setenv("MOR_TESTS", value)
+    assert slurm_tests_enabled() is enabled
+
+
+def test_without_mor_tests_the_slurm_fixture_skips_before_starting_anything(tmp_path):
+    """A plain pytest run (even as root) neither installs packages nor starts daemons: up.sh
+    would create its state dir first, so that dir must not appear."""
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if k != "MOR_TESTS"}
+    env.update(MOR_SLURM_STATE=str(state), PYTHONPATH=str(REPO / "src"))
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(REPO / "tests" / "test_slurm_cluster.py"), "-q", "-rs",
+                           "-p", "no:cacheprovider", "-k", "returns_result"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 skipped" in proc.stdout and "MOR_TESTS=all bash scripts/test.sh" in proc.stdout, proc.stdout
+    assert not state.exists()
+
+
+# ------------------------------------------------------------------ on the loopback cluster
+
+FAIL_WITHIN_S = 60  # from the fault to the launcher's exit
+# ~70 steps/s here: still training well past scancel + KillWait (5 s; submitit ignores the SIGTERM)
+STEPS, EVERY = 1200, 100
+
+
+def _squeue(job_id: str) -> str:
+    return subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+                          timeout=30, check=False).stdout.strip()
+
+
+def _sacct_fails() -> bool:
+    return subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, timeout=30, check=False).returncode != 0
+
+
+def _start_training(tmp_path: Path, data_root: Path, name: str):
+    """A slurm train launcher in the background, once its run has written a checkpoint.
+
+    Returns (grid, run id, launcher, job id, folder of the job's logs).
+    """
+    grid = write_grid(tmp_path / "grids", name, steps=STEPS, tying=False, checkpoint_every=EVERY)
+    run_id = load_grid(grid, "local").runs[0].run_id
+    launcher = launch("train", grid, run_id, tmp_path, data_root, "--launcher", "slurm",
+                      "--presets", str(write_presets(tmp_path / "presets.yaml")), popen=True)
+    wait_for(lambda: (tmp_path / "runs" / name / run_id / "checkpoints" / "latest.json").exists()
+             or launcher.poll() is not None, "the first checkpoint")
+    assert launcher.poll() is None, launcher.communicate()[0]
+    jid = job_ids(tmp_path)[f"{run_id}/train"]
+    return grid, run_id, launcher, jid, tmp_path / "logs" / "slurm" / name / run_id / "train"
+
+
+def _cancel_and_time_the_failure(launcher, jid: str) -> tuple[str, float]:
+    """scancel without a signal option (SIGTERM, then SIGKILL): the launcher's output and exit time."""
+    assert _squeue(jid) == "RUNNING", f"job {jid} ended before it could be cancelled: make STEPS larger"
+    subprocess.run(["scancel", jid], check=True, timeout=30)
+    t0 = time.monotonic()
+    out, _ = launcher.communicate(timeout=FAIL_WITHIN_S + 30)
+    return out, time.monotonic() - t0
+
+
+def _assert_rerun_resumes(tmp_path: Path, grid: Path, run_id: str, old_jid: str, data_root: Path) -> str:
+    """A second launcher submits one new job, which resumes from the last checkpoint and finishes."""
+    proc = launch("train", grid, run_id, tmp_path, data_root, "--launcher", "slurm",
+                  "--presets", str(tmp_path / "presets.yaml"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    new = job_ids(tmp_path)[f"{run_id}/train"]
+    assert new != old_jid and f"submitted Slurm job {new}" in proc.stdout, proc.stdout
+    run_dir = tmp_path / "runs" / grid.stem / run_id
+    summary = json.loads((run_dir / "train_summary.json").read_text())
+    assert summary["steps"] == STEPS and EVERY <= summary["resumed_from"] < STEPS, summary
+    assert f"resumed from {summary['resumed_from']}" in proc.stdout
+    steps = [json.loads(x)["step"] for x in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, STEPS + 1))  # no duplicated or missing rows
+    return new
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_hard_cancelled_train_job_fails_its_launcher_within_a_minute_and_a_rerun_resumes(
+        slurm_cluster, tmp_path, data_root):
+    grid, run_id, launcher, jid, folder = _start_training(tmp_path, data_root, "cancel")
+    try:
+        out, took = _cancel_and_time_the_failure(launcher, jid)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 1, out
+    assert took < FAIL_WITHIN_S, f"the launcher took {took:.0f}s to notice:\n{out}"
+    assert f"error: Slurm job {jid} (train of cancel/{run_id}) failed: no result (Slurm state CANCELLED" in out
+    assert f"Slurm log: {folder / f'{jid}_0_log.err'}" in out
+    assert wait_for(lambda: sacct_states(jid)[-1:] == ["CANCELLED"], "sacct CANCELLED", 60)
+
+    _assert_rerun_resumes(tmp_path, grid, run_id, jid, data_root)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_with_slurmdbd_down_jobs_are_reattached_not_duplicated_and_faults_still_fail_fast(
+        slurm_cluster, tmp_path, data_root):
+    """sacct fails throughout: a SIGKILLed launcher's job is re-attached through squeue (not
+    submitted twice), its hard cancellation fails the second launcher within a minute, and a
+    third launcher trains the run to the end from its checkpoint. Accounting catches up
+    once slurmdbd is back."""
+    stop_daemon("slurmdbd")
+    launchers = []
+    try:
+        assert _sacct_fails()
+        grid, run_id, first, jid, folder = _start_training(tmp_path, data_root, "nodb")
+        launchers.append(first)
+        first.send_signal(signal.SIGKILL)  # no chance to cancel: the job runs on
+        first.wait(timeout=30)
+        second = launch("train", grid, run_id, tmp_path, data_root, "--launcher", "slurm",
+                        "--presets", str(tmp_path / "presets.yaml"), popen=True)
+        launchers.append(second)
+        line = second.stdout.readline()
+        assert line.startswith(f"re-attached to Slurm job {jid} (train of nodb/{run_id}), still running"), line
+        assert job_ids(tmp_path)[f"{run_id}/train"] == jid
+
+        out, took = _cancel_and_time_the_failure(second, jid)
+        assert second.returncode == 1, out
+        assert took < FAIL_WITHIN_S, f"the launcher took {took:.0f}s to notice:\n{out}"
+        assert f"error: Slurm job {jid} (train of nodb/{run_id}) failed: no result (Slurm state CANCELLED" in out
+        assert "sacct failed: " in out and "squeue: CANCELLED" in out  # learned from the controller
+        assert f"Slurm log: {folder / f'{jid}_0_log.err'}" in out
+
+        new = _assert_rerun_resumes(tmp_path, grid, run_id, jid, data_root)
+        assert _sacct_fails()  # all of the above without accounting
+    finally:
+        for p in launchers:
+            if p.poll() is None:
+                p.kill()
+        restart_cluster()
+    assert wait_for(lambda: sacct_states(jid)[-1:] == ["CANCELLED"], "sacct to learn the cancellation", 60)
+    assert wait_for(lambda: sacct_states(new) == ["COMPLETED"], "sacct to learn the new job", 60)
