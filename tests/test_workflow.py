@@ -50,6 +50,33 @@ def test_bad_grid_stops_the_workflow_before_any_job(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+GOOD_PRESETS = """
+defaults: {partition: debug}
+scales:
+  tiny: {train: {cpus_per_task: 1, mem_gb: 2, time_min: 10}, eval: {mem_gb: 2, time_min: 10}}
+"""
+
+
+@pytest.mark.parametrize("text, message", [
+    ("defaults: {partition: debug\n", r"presets\.yaml: not valid YAML"),
+    ("", r"presets\.yaml: the preset file is empty"),
+    (GOOD_PRESETS.replace("cpus_per_task: 1", "cpu_per_task: 1"),
+     r"presets\.yaml: scales\.tiny\.train: unknown key\(s\) \['cpu_per_task'\]"),
+    (GOOD_PRESETS.replace("mem_gb: 2, time_min: 10}, eval", "mem_gb: 0, time_min: 10}, eval"),
+     r"presets\.yaml: scales\.tiny\.train\.mem_gb: expected a number > 0, got 0"),
+    (GOOD_PRESETS.replace("tiny:", "tinyy:"), r"presets\.yaml: scales\.tinyy: unknown scale 'tinyy'"),
+])
+def test_bad_presets_stop_the_slurm_workflow_before_any_job(tmp_path, text, message):
+    presets = tmp_path / "presets.yaml"
+    presets.write_text(text)
+    proc = snakemake("tables/table10", "-n", "--nolock", "--directory", str(tmp_path), "--config",
+                     f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}", "launcher=slurm",
+                     f"presets={presets}", check=False)
+    assert proc.returncode != 0
+    assert re.search(message, proc.stdout + proc.stderr), (proc.stdout + proc.stderr)[-3000:]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "logs").exists()
+
+
 E2E_GRID = """
 name: e2e
 artifacts: [tables/table10, figures/fig6]

@@ -97,6 +97,8 @@ def read_yaml_mapping(path: Path, error: type[Exception], what: str, missing_hin
         raise error(f"{path}: {what} not found{missing_hint}") from None
     except yaml.YAMLError as e:
         raise error(f"{path}: not valid YAML: {e}") from None
+    if raw is None:
+        raise error(f"{path}: the {what} is empty; it must be a mapping at the top level")
     if not isinstance(raw, dict):
         raise error(f"{path}: a {what} must be a mapping at the top level")
     return raw
