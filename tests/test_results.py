@@ -48,3 +48,15 @@ def test_foreign_parquet_is_rejected(tmp_path):
     (tmp_path / "junk.parquet").write_bytes(b"junk")
     with pytest.raises(ResultsError, match="unreadable"):
         read_rows(tmp_path / "junk.parquet")
+
+
+@pytest.mark.parametrize("column", ["val_nll", "final_train_loss"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_metric_never_reaches_parquet(tmp_path, column, value):
+    out = tmp_path / "r.parquet"
+    write_rows(out, [_row("a")])
+    before = out.read_bytes()
+    with pytest.raises(ResultsError, match=f"run a: {column} is {value}"):
+        write_rows(out, [_row("a", **{column: value})])
+    assert out.read_bytes() == before  # the old file stands, no temporary is left
+    assert [p.name for p in tmp_path.iterdir()] == ["r.parquet"]
