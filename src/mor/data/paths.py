@@ -22,6 +22,10 @@ def data_paths(cfg: DataConfig, root: Path = Path("data")) -> DataPaths:
         tag = cfg.tokenizer
         return DataPaths(str(root / "tokenizer" / f"{tag}.json"), root / "tokens" / f"train-{tag}.npy",
                          root / "tokens" / f"val-{tag}.npy")
-    slug = cfg.tokenizer.replace("/", "--")
-    return DataPaths(cfg.tokenizer, root / "tokens" / f"fineweb-edu-{slug}" / "train.npy",
-                     root / "tokens" / f"fineweb-edu-{slug}" / "val.npy")
+    folder = fineweb_dir(cfg.tokenizer, root)  # sharded (mor.data.shards); the manifests are the rule's outputs
+    return DataPaths(cfg.tokenizer, folder / "train" / "manifest.json", folder / "val" / "manifest.json")
+
+
+def fineweb_dir(tokenizer: str, root: Path = Path("data")) -> Path:
+    """``<root>/tokens/fineweb-edu-<tokenizer with / as -->``: one prepared corpus per tokenizer."""
+    return Path(root) / "tokens" / f"fineweb-edu-{tokenizer.replace('/', '--')}"

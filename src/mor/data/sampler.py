@@ -1,4 +1,5 @@
-"""Training batches drawn from a flat token array, addressed by (step, micro-batch, rank).
+"""Training batches drawn from a token array (a flat .npy, or shards read as one), addressed by
+(step, micro-batch, rank).
 
 Each batch is a pure function of the seed and its address, so resuming at step s needs
 nothing but s ("data position" = optimizer steps done), and any number of ranks draw
@@ -12,9 +13,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mor.data.shards import ShardedTokens, is_sharded
 
-def load_tokens(path: str | Path) -> np.ndarray:
-    """Memory-map a .npy token file; a clear error names a missing or corrupt file."""
+
+def load_tokens(path: str | Path, checksum: bool = True):
+    """Memory-map a token file: a flat .npy, or a sharded set (``manifest.json`` or its folder,
+    see ``mor.data.shards``: one logical 1-D array, each shard checked against its size and
+    sha256 unless ``checksum`` is false). A clear error names a missing or corrupt file."""
+    if is_sharded(path):
+        return ShardedTokens(path, checksum=checksum)
     try:
         arr = np.load(path, mmap_mode="r")
     except FileNotFoundError:
