@@ -1,5 +1,20 @@
 # Data: the embedded corpus (Django docs from a pinned PyPI sdist), its BPE tokenizer and
-# token arrays; or, in cluster mode, FineWeb-Edu streamed and tokenized once.
+# token arrays; or, in cluster mode, FineWeb-Edu tokenized once into shards (rule fineweb).
+from mor.data.fineweb import DEFAULT_SETTINGS, load_settings
+
+# The FineWeb-Edu preparation's settings (source, token counts, validation split): checked
+# now, so a bad file stops the workflow before any job. Not an input of the rule: editing
+# it must not silently redo a 20B-token job (a resumed job whose settings differ stops).
+FINEWEB = Path(config.get("fineweb") or DEFAULT_SETTINGS).absolute()
+FINEWEB_SETTINGS = load_settings(FINEWEB)
+if LAUNCHER == "slurm" and MODE == "cluster":
+    from mor.launch.slurm import load_presets
+
+    DATA_PRESET = load_presets(PRESETS).data  # a preset file without `data:` fails here
+    FINEWEB_WHERE = (f"CPU Slurm job, preset 'data' of {PRESETS}: {DATA_PRESET.cpus_per_task} CPUs, 0 GPUs, "
+                     f"{DATA_PRESET.mem_gb:g} GB, {DATA_PRESET.time_min // 60}:{DATA_PRESET.time_min % 60:02d} h")
+else:
+    FINEWEB_WHERE = f"inline on {LAUNCHER} ({'all CPUs' if LAUNCHER == 'local' else 'Slurm'})"
 
 
 rule corpus:
@@ -40,14 +55,19 @@ rule tokens:
 
 rule fineweb:
     output:
-        train=f"{DATA}/tokens/fineweb-edu-{{slug}}/train.npy",
-        val=f"{DATA}/tokens/fineweb-edu-{{slug}}/val.npy",
+        train=f"{DATA}/tokens/fineweb-edu-{{slug}}/train/manifest.json",
+        val=f"{DATA}/tokens/fineweb-edu-{{slug}}/val/manifest.json",
     params:
         tokenizer=hub_name,
-        train_tokens=config.get("fineweb_train_tokens", 20_000_000_000),
-        val_tokens=config.get("fineweb_val_tokens", 10_000_000),
+    threads: workflow.cores if LAUNCHER == "local" else 1
+    resources:
+        job_kind="data",
+    message:
+        (f"rule fineweb (python -m mor.launch data): FineWeb-Edu -> {{output}}: {FINEWEB_SETTINGS.total_tokens / 1e9:.2f}B tokens of "
+         f"{FINEWEB_SETTINGS.source.path} ({FINEWEB_SETTINGS.source.name}), {FINEWEB_WHERE}")
     log:
         "logs/data/fineweb-{slug}.log",
     shell:
-        "{PY}.data.fineweb --tokenizer {params.tokenizer} --out {DATA}/tokens/fineweb-edu-{wildcards.slug}"
-        " --train-tokens {params.train_tokens} --val-tokens {params.val_tokens} > {log} 2>&1"
+        "{PY}.launch data --settings {FINEWEB} --tokenizer {params.tokenizer} --out $(dirname $(dirname {output.train}))"
+        + (" --workers {threads}" if LAUNCHER == "local" else "")  # Slurm: the preset's cpus_per_task
+        + " {LAUNCH_ARGS} > {log} 2>&1"

@@ -3,7 +3,10 @@
     train | eval   run one job of one run: inline (``--launcher local``), or as a Slurm job
                    through submitit (``--launcher slurm``), waiting for it and failing with
                    the Slurm log path in the message if it fails
-    plan           dry run: jobs per kind, GPU-hours per table, run ids (nothing submitted)
+    data           prepare FineWeb-Edu (``mor.data.fineweb``): inline on every CPU here, or as a
+                   CPU Slurm job with the preset file's ``data`` entry
+    plan           dry run: the data job (tokens, CPU-hours), jobs per kind, GPU-hours per
+                   table, run ids (nothing submitted)
 
 With the Slurm launcher the job's resources come from the preset for the run's scale and
 the job kind (``--presets``, default slurm/presets.yaml); its submitit folder, Slurm logs
@@ -20,6 +23,7 @@ from pathlib import Path
 
 from mor.atomic import write_text_atomic
 from mor.cli import add_job_arguments
+from mor.data.fineweb import SettingsError
 from mor.grids import GridError, load_grid
 from mor.launch.slurm import DEFAULT_PRESETS, LaunchError, PresetError, load_presets
 
@@ -79,10 +83,45 @@ def _job(a) -> int:
     return _slurm(a) if a.launcher == "slurm" else _local(a)
 
 
+def _data(a) -> int:
+    """The FineWeb-Edu preparation: same settings, same code inline and on Slurm."""
+    from mor.data.fineweb import load_settings
+
+    load_settings(a.settings)  # a bad file fails here (exit 2), not in a queued job
+    out = Path(a.out).absolute()
+    if a.launcher != "slurm":
+        from mor.data.fineweb import prepare
+
+        prepare(load_settings(a.settings), a.tokenizer, out, a.workers)
+        return 0
+    from mor.launch.checkpointable import PrepareJob
+    from mor.launch.slurm import env_poll_s, pythonpath_setup, submit_and_wait
+
+    preset = load_presets(a.presets).data
+    folder = (Path(a.log_root) / "data" / out.name).absolute()
+    fn = PrepareJob(settings=str(Path(a.settings).absolute()), tokenizer=a.tokenizer, out=str(out),
+                    workers=a.workers or preset.cpus_per_task)
+    what = f"data preparation {out.name}"
+    results = submit_and_wait(fn, preset, folder, name=f"mor-data-{out.name}", what=what,
+                              setup=pythonpath_setup(), poll_s=env_poll_s())
+    write_text_atomic(folder / "result.json", json.dumps(results, indent=2, default=str))
+    r = results[0]
+    print(f"prepared {out}: train {r['train_tokens']:,} tokens in {r['train_shards']} shard(s), val "
+          f"{r['val_tokens']:,}; {r['seconds']:.0f}s on {r['workers']} worker(s), peak RSS {r['peak_rss_mib']:.0f} MiB")
+    return 0
+
+
 def _plan(a) -> int:
-    from mor.launch.plan import format_plan, plan_grid
+    from mor.data.fineweb import DEFAULT_SETTINGS
+    from mor.launch.plan import format_data_plan, format_plan, plan_grid
+
+    a.fineweb = a.fineweb or DEFAULT_SETTINGS
 
     presets = load_presets(a.presets)
+    data = format_data_plan([load_grid(path, a.mode) for path in a.grid], presets, a.fineweb, a.data_root, a.tags)
+    if data:
+        print(data)
+        print()
     total_est = total_req = 0.0
     run_ids: list[str] = []
     for path in a.grid:
@@ -110,17 +149,29 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--log-root", default="logs/slurm", help="submitit folders: <root>/<grid>/<run_id>/<kind>")
         p.set_defaults(fn=_job, kind=kind)
 
+    p = sub.add_parser("data", help="prepare FineWeb-Edu token shards (inline or a CPU Slurm job)")
+    p.add_argument("--settings", required=True, help="the preparation's YAML (workflows/fineweb.yaml)")
+    p.add_argument("--tokenizer", required=True, help="hub tokenizer name, or a tokenizer .json")
+    p.add_argument("--out", required=True, help="folder for val/ and train/ (shards + manifest.json)")
+    p.add_argument("--workers", type=int, default=0, help="tokenizer processes; 0 = every CPU (Slurm: cpus_per_task)")
+    p.add_argument("--launcher", choices=("local", "slurm"), default="local")
+    p.add_argument("--presets", default=str(DEFAULT_PRESETS))
+    p.add_argument("--log-root", default="logs/slurm", help="submitit folder: <root>/data/<out folder name>")
+    p.set_defaults(fn=_data)
+
     p = sub.add_parser("plan", help="dry run: jobs, GPU-hours and run ids per grid")
     p.add_argument("--grid", required=True, action="append", help="grid file (repeatable)")
     p.add_argument("--mode", default="cluster")
     p.add_argument("--presets", default=str(DEFAULT_PRESETS))
     p.add_argument("--tags", nargs="*")
+    p.add_argument("--fineweb", help="FineWeb-Edu preparation settings (default workflows/fineweb.yaml)")
+    p.add_argument("--data-root", default="data", help="where prepared tokens are looked for")
     p.set_defaults(fn=_plan)
 
     a = ap.parse_args(argv)
     try:
         return a.fn(a)
-    except (GridError, PresetError) as e:
+    except (GridError, PresetError, SettingsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except LaunchError as e:

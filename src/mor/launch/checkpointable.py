@@ -1,4 +1,5 @@
-"""The callables submitit pickles into Slurm jobs: train and eval of one run, paths only.
+"""The callables submitit pickles into Slurm jobs: train and eval of one run, and the data
+preparation; paths only.
 
 They hold nothing but strings, so the pickle is small and a resubmission is exact. On a
 time-out or preemption Slurm sends SIGUSR2; submitit then calls ``checkpoint()``, which
@@ -69,6 +70,28 @@ class EvalJob(Checkpointable):
                        threads=self.threads)
         return {"rank": 0, "world_size": 1, "run_id": row["run_id"], "val_nll": row["val_nll"],
                 "val_tokens": row["val_tokens"]}
+
+    def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
+        return DelayedSubmission(type(self)(**asdict(self)))
+
+
+@dataclass
+class PrepareJob(Checkpointable):
+    """``mor.data.fineweb.prepare``: one process tokenizing on all its CPUs (worker processes).
+
+    A time-out or preemption requeues the same call; the preparation resumes at the first
+    unfinished shard (finished shards are checked, never rewritten).
+    """
+
+    settings: str
+    tokenizer: str
+    out: str
+    workers: int = 0  # 0 = every CPU Slurm gave the job
+
+    def __call__(self) -> dict:
+        from mor.data.fineweb import load_settings, prepare
+
+        return prepare(load_settings(self.settings), self.tokenizer, self.out, self.workers)
 
     def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
         return DelayedSubmission(type(self)(**asdict(self)))

@@ -13,12 +13,19 @@ not counted). A job longer than its preset's ``time_min`` runs as several Slurm 
 "requested" is what the scheduler books (and what a fair-share account is charged at most);
 "estimated" is what the run should use if the throughput assumption holds. On CPU presets
 (gpus_per_node 0) both GPU columns are 0 and the hours are per CPU task.
+
+The data job (FineWeb-Edu, one per hub tokenizer the grids use) is listed first: tokens to
+prepare (train + val of workflows/fineweb.yaml), and CPU-hours = tokens / the ``data``
+preset's ``tokens_per_s_per_cpu`` (measured by benchmarks/bench_fineweb.py), wall hours =
+CPU-hours / its cpus_per_task. A corpus already prepared (its manifests exist) costs nothing.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from pathlib import Path
 
 from mor.config import RunConfig, load_scales
 from mor.flops import forward_flops_per_token, train_flops
@@ -108,4 +115,63 @@ def format_plan(grid: Grid, jobs: list[JobEstimate], presets: Presets) -> str:
             f"  {j.run_id:<44} {j.kind:<5} {j.scale:<6} {f'{j.nodes} x {j.gpus // j.nodes}':>12} "
             f"{_hm(j.time_min):>6} {j.flops / 1e15:>10.3g} {j.hours:>8.2f} {j.segments:>4} "
             f"{j.gpu_hours:>9.1f} {j.gpu_hours_requested:>9.1f}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class DataEstimate:
+    tokenizer: str
+    folder: Path
+    tokens: int
+    cpus: int
+    time_min: int
+    tokens_per_s_per_cpu: float
+    ready: bool  # both manifests exist: the job will not run
+
+    @property
+    def cpu_hours(self) -> float:
+        return 0.0 if self.ready else self.tokens / self.tokens_per_s_per_cpu / 3600
+
+    @property
+    def hours(self) -> float:
+        return self.cpu_hours / self.cpus
+
+    @property
+    def segments(self) -> int:
+        return max(1, math.ceil(self.hours * 60 / self.time_min))
+
+
+def plan_data(grids: list[Grid], presets: Presets, settings_path, data_root="data",
+              tags: list[str] | None = None) -> list[DataEstimate]:
+    """One estimate per FineWeb-Edu corpus (one per tokenizer) that the grids' runs read."""
+    from mor.data.fineweb import load_settings
+    from mor.data.paths import fineweb_dir
+
+    tokenizers = sorted({r.config.data.tokenizer for g in grids for r in g.select(tags)
+                         if r.config.data.source == "fineweb-edu"})
+    if not tokenizers:
+        return []
+    settings, preset = load_settings(settings_path), presets.data
+    out = []
+    for tok in tokenizers:
+        folder = fineweb_dir(tok, Path(data_root))
+        ready = all((folder / split / "manifest.json").is_file() for split in ("train", "val"))
+        out.append(DataEstimate(tok, folder, settings.total_tokens, preset.cpus_per_task, preset.time_min,
+                                preset.tokens_per_s_per_cpu, ready))
+    return out
+
+
+def format_data_plan(grids: list[Grid], presets: Presets, settings_path, data_root="data",
+                     tags: list[str] | None = None) -> str:
+    jobs = plan_data(grids, presets, settings_path, data_root, tags)
+    if not jobs:
+        return ""
+    lines = [f"data: {len(jobs)} FineWeb-Edu preparation job(s) (settings {settings_path}, preset 'data' of "
+             f"{presets.path}); CPU only",
+             f"  {'tokenizer':<34} {'tokens':>8} {'CPUs':>5} {'limit':>6} {'tok/s/core':>10} {'CPU-h':>8} "
+             f"{'est. h':>7} {'jobs':>4}"]
+    for j in jobs:
+        state = "  (prepared: nothing to do)" if j.ready else ""
+        lines.append(f"  {j.tokenizer:<34} {j.tokens / 1e9:>7.2f}B {j.cpus:>5} {_hm(j.time_min):>6} "
+                     f"{j.tokens_per_s_per_cpu:>10,.0f} {j.cpu_hours:>8.1f} {j.hours:>7.2f} {j.segments:>4}{state}")
     return "\n".join(lines)

@@ -34,7 +34,8 @@ from mor.config import load_scales, read_yaml_mapping
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_PRESETS = REPO / "slurm" / "presets.yaml"
-KINDS = ("train", "eval", "throughput")
+KINDS = ("train", "eval", "throughput")  # per scale
+DATA_KIND = "data"  # the FineWeb-Edu preparation: one entry, top-level key `data`, CPUs only
 PARALLEL = ("ddp", "fsdp")
 # sacct / squeue states after which a job may still run or requeue; any other state is final
 _INCOMPLETE = {"READY", "PENDING", "RUNNING", "UNKNOWN", "REQUEUED", "COMPLETING", "PREEMPTED", "SUSPENDED",
@@ -73,6 +74,7 @@ class Preset:
     max_timeouts: int = 20  # requeues after a time-out before submitit gives up (preemptions don't count)
     parallel: str = "ddp"  # train with world > 1: ddp or fsdp (fully sharded; 1.7B)
     tflops_per_gpu: float = 100.0  # sustained model TFLOP/s per GPU (per task on CPU): plan estimates only
+    tokens_per_s_per_cpu: float = 500_000.0  # data job: tokenizer throughput per core, plan estimates only
 
     @property
     def tasks(self) -> int:
@@ -106,7 +108,7 @@ class Preset:
 _FIELDS = {f.name: f for f in fields(Preset)}
 _INT_MIN = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 0, "cpus_per_task": 1, "time_min": 1,
             "signal_delay_s": 0, "max_timeouts": 0}
-_POSITIVE = ("mem_gb", "tflops_per_gpu")
+_POSITIVE = ("mem_gb", "tflops_per_gpu", "tokens_per_s_per_cpu")
 _STR_OR_NULL = ("partition", "account", "qos", "constraint")
 
 
@@ -160,6 +162,10 @@ def _build(where: str, kind: str, values: dict) -> Preset:
     if p.gpus_per_node and p.tasks_per_node and p.tasks_per_node != p.gpus_per_node:
         raise PresetError(f"{where}.tasks_per_node: {p.tasks_per_node} != gpus_per_node={p.gpus_per_node}; "
                           "training runs one process per GPU (leave tasks_per_node unset)")
+    if kind == DATA_KIND and (p.gpus_per_node or p.world_size != 1):
+        raise PresetError(f"{where}: the data job is one CPU process with worker processes on its cpus_per_task; "
+                          f"it needs gpus_per_node 0 and nodes = tasks_per_node = 1, got gpus_per_node="
+                          f"{p.gpus_per_node}, nodes={p.nodes}, tasks={p.tasks}")
     if kind != "train" and p.world_size != 1:
         raise PresetError(f"{where}: a {kind} job runs one process; nodes={p.nodes} x tasks={p.tasks} must be 1 "
                           f"(and gpus_per_node <= 1)")
@@ -172,6 +178,15 @@ def _build(where: str, kind: str, values: dict) -> Preset:
 class Presets:
     path: Path
     entries: dict[tuple[str, str], Preset]  # (scale, kind) -> preset
+    data_entry: Preset | None = None  # the top-level `data:` entry
+
+    @property
+    def data(self) -> Preset:
+        """The data job's preset; a clear error if the file has none."""
+        if self.data_entry is None:
+            raise PresetError(f"{self.path}: key data is missing: the FineWeb-Edu preparation needs a CPU entry, e.g. "
+                              "data: {gpus_per_node: 0, cpus_per_task: 32, mem_gb: 64, time_min: 1440}")
+        return self.data_entry
 
     def get(self, scale: str, kind: str) -> Preset:
         if (scale, kind) in self.entries:
@@ -189,9 +204,9 @@ def load_presets(path: str | Path = DEFAULT_PRESETS) -> Presets:
     path = Path(path)
     raw = read_yaml_mapping(path, PresetError, "preset file",
                             missing_hint=" (set --config presets=/path/to/presets.yaml)")
-    unknown = sorted(set(raw) - {"defaults", "scales"})
+    unknown = sorted(set(raw) - {"defaults", "scales", DATA_KIND})
     if unknown:
-        raise PresetError(f"{path}: unknown top-level key(s) {unknown}; allowed keys are ['defaults', 'scales']")
+        raise PresetError(f"{path}: unknown top-level key(s) {unknown}; allowed keys are ['data', 'defaults', 'scales']")
     defaults = _check_entry(f"{path}: defaults", raw.get("defaults"))
     scales_raw = raw.get("scales")
     if not isinstance(scales_raw, dict) or not scales_raw:
@@ -211,7 +226,10 @@ def load_presets(path: str | Path = DEFAULT_PRESETS) -> Presets:
         for kind, entry in kinds.items():
             values = {**defaults, **_check_entry(f"{where}.{kind}", entry)}
             entries[(scale, kind)] = _build(f"{where}.{kind}", kind, values)
-    return Presets(path, entries)
+    data = None
+    if DATA_KIND in raw:
+        data = _build(f"{path}: {DATA_KIND}", DATA_KIND, {**defaults, **_check_entry(f"{path}: {DATA_KIND}", raw[DATA_KIND])})
+    return Presets(path, entries, data)
 
 
 # --------------------------------------------------------------------------------------
