@@ -31,27 +31,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from test_workflow import E2E_GRID
+
 REPO = Path(__file__).resolve().parent.parent
 
-CHAOS_GRID = """
-name: chaos
-artifacts: [tables/table10, figures/fig6]
-defaults:
-  data: {source: django-docs, tokenizer: bpe-4096}
-runs:
-  - label: Vanilla
-    set: {model.variant: vanilla}
-    axes: {model.scale: [135M]}
-  - label: "{model_tying}"
-    set: {model.variant: recursive, model.num_recursions: 2}
-    axes: {model.scale: [135M], model.tying: [middle_cycle, cycle]}
-modes:
-  local:
-    scale_map: {135M: tiny}
-    set:
-      train: {tokens: 61440, seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 6}
-      eval: {nll_tokens: 4096, batch: 8}
-"""
+# test_workflow's two-run grid with a third run, longer training and frequent checkpoints
+CHAOS_GRID = (E2E_GRID.replace("name: e2e", "name: chaos").replace("[middle_cycle]", "[middle_cycle, cycle]")
+              .replace("tokens: 8192", "tokens: 61440").replace("checkpoint_every: 8", "checkpoint_every: 6")
+              .replace("nll_tokens: 2048", "nll_tokens: 4096"))
 TARGETS = ("tables/table10", "figures/fig6")
 PHASES = {"mor.launch train": "train", "mor.launch eval": "eval", "mor collect": "collect", "mor report": "report"}
 # columns that measure the machine, not the result

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import VOCAB, tiny_run
-from mor.train.checkpoint import CheckpointError, CheckpointMismatch, latest_checkpoint
+from mor.train.checkpoint import CheckpointError, CheckpointMismatch, load_latest
 from mor.train.trainer import Trainer
 
 
@@ -110,11 +110,11 @@ def test_unreadable_latest_pointer_and_a_missing_target_fall_back(reference, dat
     _partial(run, d, data_root, 8)
     ckpt = d / "checkpoints"
     (ckpt / "latest.json").write_text('{"pa')  # torn pointer
-    assert latest_checkpoint(ckpt, warn=lambda m: None).name == "step-000008"
+    assert load_latest(ckpt, run.config_hash, warn=lambda m: None)[0].name == "step-000008"
     # the window of a re-save: step-8 moved aside, pointer still naming it
     os.replace(ckpt / "step-000008", ckpt / ".step-000008.old-host-1-deadbeef")
     (ckpt / "latest.json").write_text('{"path": "step-000008"}')
-    assert latest_checkpoint(ckpt, warn=lambda m: None).name == "step-000004"
+    assert load_latest(ckpt, run.config_hash, warn=lambda m: None)[0].name == "step-000004"
     assert _trainer(run, d, data_root).fit()["resumed_from"] == 4
     _assert_same_run(ref, d)
 

@@ -36,7 +36,7 @@ from mor.atomic import remove_stale, replace_dir, temp_sibling, write_json_atomi
 
 TENSOR_FILES = ("model.safetensors", "optimizer.safetensors")
 
-__all__ = ["CheckpointError", "CheckpointMismatch", "save_checkpoint", "latest_checkpoint", "load_latest",
+__all__ = ["CheckpointError", "CheckpointMismatch", "save_checkpoint", "load_latest",
            "load_model_weights", "file_digest", "write_json_atomic"]
 
 
@@ -124,22 +124,6 @@ def read_state(path: Path) -> dict:
         if file_digest(p) != files[f]["sha256"]:
             raise CheckpointError(f"{p} is corrupt: its sha256 differs from the one recorded in {state_file}")
     return state
-
-
-def latest_checkpoint(ckpt_dir: Path, warn: Callable[[str], None] | None = None) -> Path | None:
-    """The newest checkpoint whose files are intact (None if there is none at all)."""
-    warn = warn or _warn
-    found, problems = _candidates(ckpt_dir, warn), []
-    for path in found:
-        try:
-            read_state(path)
-            return path
-        except CheckpointError as e:
-            warn(f"skipping checkpoint {path}: {e}")
-            problems.append(str(e))
-    if found:
-        raise CheckpointError(_none_good(ckpt_dir, problems))
-    return None
 
 
 def _none_good(ckpt_dir: Path, problems: list[str]) -> str:
