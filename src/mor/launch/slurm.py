@@ -74,7 +74,7 @@ class Preset:
     max_timeouts: int = 20  # requeues after a time-out before submitit gives up (preemptions don't count)
     parallel: str = "ddp"  # train with world > 1: ddp or fsdp (fully sharded; 1.7B)
     tflops_per_gpu: float = 100.0  # sustained model TFLOP/s per GPU (per task on CPU): plan estimates only
-    tokens_per_s_per_cpu: float = 500_000.0  # data job: tokenizer throughput per core, plan estimates only
+    tokens_per_s_per_cpu: float = 350_000.0  # data job: tokenizer throughput per core, plan estimates only
 
     @property
     def tasks(self) -> int:
