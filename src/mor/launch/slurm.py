@@ -1,6 +1,6 @@
 """Slurm resource presets (YAML) -> submitit parameters, and submit-and-wait for one job.
 
-A preset file says, per model scale and job kind (train / eval / throughput), what one
+A preset file says, per model scale and job kind (train / eval / lmeval / throughput), what one
 Slurm job asks for. Sites differ, so it is data a user edits (or copies and points at with
 ``--config presets=/path/to/mine.yaml``); nothing here knows about a particular cluster::
 
@@ -34,7 +34,7 @@ from mor.config import load_scales, read_yaml_mapping
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_PRESETS = REPO / "slurm" / "presets.yaml"
-KINDS = ("train", "eval", "throughput")  # per scale
+KINDS = ("train", "eval", "lmeval", "throughput")  # per scale (lmeval: mor.lm_eval.job)
 DATA_KIND = "data"  # the FineWeb-Edu preparation: one entry, top-level key `data`, CPUs only
 PARALLEL = ("ddp", "fsdp")
 # sacct / squeue states after which a job may still run or requeue; any other state is final
