@@ -22,6 +22,7 @@ include: "workflows/common.smk"
 include: "workflows/data.smk"
 include: "workflows/train.smk"
 include: "workflows/eval.smk"
+include: "workflows/lm_eval.smk"
 include: "workflows/report.smk"
 
 

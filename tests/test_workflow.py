@@ -33,8 +33,8 @@ def test_dry_run_of_table10_lists_every_job(tmp_path):
     out = snakemake("tables/table10", "figures/fig6", "-n", "--nolock", "--directory", str(tmp_path),
                     "--config", f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}")
     counts = job_counts(out.stdout + out.stderr)
-    assert counts == {"corpus": 1, "tokenizer": 1, "tokens": 2, "train": 22, "eval": 22, "collect": 1,
-                      "table": 1, "figure": 1}
+    assert counts == {"corpus": 1, "tokenizer": 1, "tokens": 2, "lm_eval_tasks": 1, "train": 22, "lmeval": 22,
+                      "eval": 22, "collect": 1, "table": 1, "figure": 1}
 
 
 def test_bad_grid_stops_the_workflow_before_any_job(tmp_path):
@@ -246,7 +246,7 @@ def test_dry_run_of_each_ablation_table(tmp_path, grid, runs):
     out = snakemake(f"tables/{grid}", "-n", "--nolock", "--directory", str(tmp_path),
                     "--config", f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}")
     counts = job_counts(out.stdout + out.stderr)
-    assert counts["train"] == counts["eval"] == runs and counts["table"] == 1 and counts["collect"] == 1
+    assert counts["train"] == counts["lmeval"] == counts["eval"] == runs and counts["table"] == 1 and counts["collect"] == 1
 
 
 UPTRAIN_GRID = """

@@ -6,6 +6,8 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # works without `pip in
 
 from mor.data.paths import data_paths
 from mor.grids import all_grids, load_grid
+from mor.lm_eval import is_local_task
+from mor.results import SCHEMA_VERSION
 from mor.workflow_guard import clear_stale_locks
 
 # A workflow killed hard (SIGKILL, a rebooted login node) leaves Snakemake's lock files
@@ -62,6 +64,29 @@ def eval_settings(wildcards):
     import json
 
     return json.dumps(run_config(wildcards).eval_dict(), sort_keys=True)
+
+
+def lm_eval_settings(wildcards):
+    """The lmeval job's own settings (tasks, per-task limits, shots): its `params:` trigger."""
+    import json
+
+    from mor.lm_eval.job import lm_eval_settings as settings
+
+    return json.dumps(settings(run_config(wildcards).eval), sort_keys=True)
+
+
+def lm_eval_task_inputs(wildcards):
+    """The converted offline tasks, when a run scores any of them (mor_*)."""
+    if any(is_local_task(t) for t in run_config(wildcards).eval.lm_eval_tasks):
+        return [f"{DATA}/lm_eval/tasks/manifest.json"]
+    return []
+
+
+def lm_eval_result(wildcards):
+    """A run with lm-eval tasks: its eval row waits for (and reads) the lmeval job's JSON."""
+    if run_config(wildcards).eval.lm_eval_tasks:
+        return [f"runs/{wildcards.grid}/{wildcards.run_id}/lm_eval.json"]
+    return []
 
 
 def run_data_inputs(wildcards):

@@ -1,16 +1,18 @@
-# Score each trained run (validation NLL, router statistics) into one parquet row, then
-# merge a grid's rows. Editing a run's eval.* settings re-runs its eval job, not its training.
+# Score each trained run (validation NLL, router statistics, and the lmeval job's accuracies)
+# into one parquet row, then merge a grid's rows. Editing a run's eval.* settings re-runs its eval job, not its training.
 
 
 rule eval:
     input:
         summary="runs/{grid}/{run_id}/train_summary.json",
         data=run_data_inputs,
+        lm_eval=lm_eval_result,  # runs/<grid>/<run_id>/lm_eval.json (workflows/lm_eval.smk), if any task
     output:
         "results/runs/{grid}/{run_id}.parquet",
     params:
         mode=MODE,
         eval_settings=eval_settings,  # an edit of eval.* re-runs this job alone
+        schema=SCHEMA_VERSION,  # a new result schema (mor.results) regenerates every row, never a training
     threads: config["threads"]
     log:
         "logs/{grid}/{run_id}/eval.log",

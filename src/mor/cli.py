@@ -2,6 +2,7 @@
 
     runs     list a grid's runs (ids, labels) for a mode; --check validates every grid
     train    train / resume one run            eval     score one run, write its parquet row
+    lmeval   one run's lm-eval accuracies (runs/<grid>/<id>/lm_eval.json, read by eval)
     collect  merge per-run parquet             report   render a table or figure from parquet
 """
 
@@ -43,6 +44,20 @@ def _eval(a) -> int:
     return 0
 
 
+def _lmeval(a) -> int:
+    from mor.lm_eval.job import lmeval_job
+
+    r = lmeval_job(a.grid, a.run_id, a.mode, a.run_dir, a.out, a.data_root, a.device, threads=a.threads,
+                   tasks_dir=a.tasks_dir)
+    print(lmeval_summary(r))
+    return 0
+
+
+def lmeval_summary(r: dict) -> str:
+    accs = ", ".join(f"{t} {m['acc']:.3f}±{m['acc_stderr'] or 0:.3f}" for t, m in r["tasks"].items() if m["acc"] is not None)
+    return f"lmeval {r['run_id']}: {accs or 'no tasks'} ({r['seconds']:.1f}s)"
+
+
 def _collect(a) -> int:
     from mor.results import collect
 
@@ -68,8 +83,10 @@ def add_job_arguments(p: argparse.ArgumentParser, kind: str, threads_help: str) 
     p.add_argument("--data-root", default="data")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help=threads_help)
-    if kind == "eval":
+    if kind in ("eval", "lmeval"):
         p.add_argument("--out", required=True)
+    if kind == "lmeval":
+        p.add_argument("--tasks-dir", help="converted offline tasks (default <data-root>/lm_eval/tasks)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true")
     p.set_defaults(fn=_runs)
 
-    for name, fn in (("train", _train), ("eval", _eval)):
+    for name, fn in (("train", _train), ("eval", _eval), ("lmeval", _lmeval)):
         p = sub.add_parser(name)
         add_job_arguments(p, name, threads_help="CPU threads (0 = torch default)")
         p.set_defaults(fn=fn)

@@ -311,12 +311,30 @@ class EvalConfig:
 
     nll_tokens: int = 65536  # validation tokens scored for NLL (capped by the split size)
     batch: int = 8
-    lm_eval_tasks: tuple[str, ...] = ()  # lm-evaluation-harness task names
+    lm_eval_tasks: tuple[str, ...] = ()  # lm-evaluation-harness task names (mor_* = our offline copies)
     lm_eval_limit: int = 0  # examples per task (0 = all)
+    lm_eval_limits: dict[str, int] = field(default_factory=dict)  # per-task override of lm_eval_limit
+    lm_eval_fewshot: int | None = None  # shots per task (None = the task's own default)
 
     def __post_init__(self) -> None:
         _check_positive("eval", "nll_tokens", self.nll_tokens)
         _check_positive("eval", "batch", self.batch)
+        if self.lm_eval_limit < 0:
+            raise ConfigError(f"eval.lm_eval_limit must be >= 0 (0 = all), got {self.lm_eval_limit}")
+        extra = sorted(set(self.lm_eval_limits) - set(self.lm_eval_tasks))
+        if extra:
+            raise ConfigError(f"eval.lm_eval_limits names task(s) {extra} that are not in eval.lm_eval_tasks "
+                              f"{list(self.lm_eval_tasks)}")
+        for task, n in self.lm_eval_limits.items():
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ConfigError(f"eval.lm_eval_limits.{task} must be an integer >= 0 (0 = all), got {n!r}")
+        f = self.lm_eval_fewshot
+        if f is not None and (isinstance(f, bool) or not isinstance(f, int) or f < 0):
+            raise ConfigError(f"eval.lm_eval_fewshot must be null or an integer >= 0, got {f!r}")
+
+    def lm_eval_limit_for(self, task: str) -> int:
+        """Examples scored of ``task`` (0 = all)."""
+        return self.lm_eval_limits.get(task, self.lm_eval_limit)
 
 
 # The run-identity rule. Fields that change what training computes make the run id; fields
@@ -397,6 +415,12 @@ def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
         sub = f"{where}.{name}" if where else name
         if dataclasses.is_dataclass(hint):
             kwargs[name] = from_dict(hint, value, where=sub)
+        elif get_origin(hint) is dict:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{sub}: expected a mapping, got {value!r}")
+            key_t, val_t = get_args(hint)
+            kwargs[name] = {_coerce_scalar(key_t, k, f"{sub}.{k}"): _coerce_scalar(val_t, v, f"{sub}.{k}")
+                            for k, v in value.items()}
         elif get_origin(hint) is tuple:
             if not isinstance(value, (list, tuple)):
                 raise ConfigError(f"{sub}: expected a list, got {value!r}")

@@ -1,4 +1,4 @@
-"""The job kinds of the DAG (train, eval), as functions of paths and strings only.
+"""The job kinds of the DAG (train, eval; lmeval lives in mor.lm_eval.job), as functions of paths and strings only.
 
 Snakemake rules call them through ``python -m mor`` (see ``mor.cli``); a Slurm launcher can
 pickle them with submitit, since nothing but paths crosses the boundary. Each job resolves
@@ -23,6 +23,9 @@ from mor.provenance import git_commit
 from mor.results import write_rows
 from mor.train.checkpoint import CheckpointError, file_digest, load_model_weights
 from mor.train.trainer import DistInfo, Trainer, make_model, pick_device
+
+
+LM_EVAL_FILE = "lm_eval.json"  # runs/<grid>/<run_id>/lm_eval.json: the lmeval job's output
 
 
 def tokenizer_vocab(spec: str) -> int:
@@ -87,9 +90,15 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
     except CheckpointError as e:
         raise CheckpointError(f"run {run_id}: {e}; {redo}") from None
     metrics = evaluate(model, load_tokens(paths.val_tokens), run.train.seq_len, run.eval.nll_tokens, run.eval.batch, dev)
-    if not math.isfinite(metrics["val_nll"]):
-        raise FloatingPointError(f"run {run_id}: validation NLL is {metrics['val_nll']} (weights {final}); "
-                                 "no result row was written")
+    for key in ("val_nll", "val_nll_causal"):
+        if not math.isfinite(metrics[key]):
+            raise FloatingPointError(f"run {run_id}: validation NLL ({key}) is {metrics[key]} (weights {final}); "
+                                     "no result row was written")
+    accuracy = {"accuracy": {}, "avg_accuracy": None}
+    if run.eval.lm_eval_tasks:  # written by this run's lmeval job (mor.lm_eval.job), a workflow input
+        from mor.lm_eval.job import accuracy_columns, read_result
+
+        accuracy = accuracy_columns(read_result(run_dir_p / LM_EVAL_FILE, run.eval, run_id))
     shape = load_scales()[run.model.scale]
     plan = plan_for(run.model, shape)
     m = run.model
@@ -107,8 +116,8 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
         "train_flops": train_flops(m, shape, model.vocab_size, run.train.seq_len, summary["tokens_seen"]),
         "train_time_s": summary["train_time_s"], "train_tokens_per_s": summary["tokens_per_s"],
         "final_train_loss": summary["final_loss"],
-        "val_nll": metrics["val_nll"], "val_tokens": metrics["val_tokens"],
-        "accuracy": {}, "avg_accuracy": None,
+        "val_nll": metrics["val_nll"], "val_nll_causal": metrics["val_nll_causal"], "val_tokens": metrics["val_tokens"],
+        **accuracy,
         "dead_token_ratio": metrics.get("dead_token_ratio"), "sampling_accuracy": metrics.get("sampling_accuracy"),
         "max_vio": metrics.get("max_vio"), "entropy": metrics.get("entropy"),
         "mean_depth": metrics.get("mean_depth"), "depth_histogram": metrics.get("depth_histogram"),

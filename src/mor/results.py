@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mor.atomic import atomic_path
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: val_nll_causal, accuracy stderr / acc_norm maps, avg_accuracy_stderr
 
 RUN_SCHEMA = pa.schema(
     [
@@ -50,10 +50,16 @@ RUN_SCHEMA = pa.schema(
         ("train_tokens_per_s", pa.float64()),
         ("final_train_loss", pa.float64()),
         # evaluation
-        ("val_nll", pa.float64()),
+        ("val_nll", pa.float64()),  # teacher-forced: MoR routes with the training top-k (the paper's number)
+        ("val_nll_causal", pa.float64()),  # MoR routes with the causal decision decoding uses (= val_nll otherwise)
         ("val_tokens", pa.int64()),
+        # lm-eval (mor.lm_eval.job): per task acc, acc_norm and their stderr; the average over tasks of acc
         ("accuracy", pa.map_(pa.string(), pa.float64())),  # lm-eval task -> acc
+        ("accuracy_stderr", pa.map_(pa.string(), pa.float64())),
+        ("accuracy_norm", pa.map_(pa.string(), pa.float64())),  # tasks that report acc_norm
+        ("accuracy_norm_stderr", pa.map_(pa.string(), pa.float64())),
         ("avg_accuracy", pa.float64()),
+        ("avg_accuracy_stderr", pa.float64()),  # sqrt(sum of squared task stderrs) / number of tasks
         # router metrics (App. G.2); null where they do not apply
         ("dead_token_ratio", pa.float64()),
         ("sampling_accuracy", pa.float64()),
@@ -73,8 +79,9 @@ RUN_SCHEMA = pa.schema(
     metadata={"mor_schema_version": str(SCHEMA_VERSION)},
 )
 
+MAPS = tuple(f.name for f in RUN_SCHEMA if pa.types.is_map(f.type))
 IDENTITY = ("run_id", "grid", "config_hash", "git_commit", "scale", "seed")
-FINITE = ("val_nll", "final_train_loss")  # a NaN here means a broken run, not a result
+FINITE = ("val_nll", "val_nll_causal", "final_train_loss")  # a NaN here means a broken run, not a result
 
 
 class ResultsError(ValueError):
@@ -117,7 +124,16 @@ def read_rows(paths: list[str | Path] | str | Path) -> pa.Table:
             raise ResultsError(f"{p}: unreadable parquet ({e}); delete it and re-run the workflow, "
                                "which writes it again from the run's files") from None
         if t.schema.remove_metadata() != RUN_SCHEMA.remove_metadata():
-            raise ResultsError(f"{p}: schema differs from mor.results.RUN_SCHEMA; re-run its eval job")
+            meta = t.schema.metadata or {}
+            version = meta.get(b"mor_schema_version", b"?").decode()
+            missing = sorted(set(RUN_SCHEMA.names) - set(t.schema.names))
+            extra = sorted(set(t.schema.names) - set(RUN_SCHEMA.names))
+            raise ResultsError(
+                f"{p}: schema differs from mor.results.RUN_SCHEMA: written with results schema version {version}, "
+                f"this code reads version {SCHEMA_VERSION}"
+                + (f" (missing column(s) {missing})" if missing else "") + (f" (unknown column(s) {extra})" if extra else "")
+                + "; regenerate it: re-run the workflow (eval jobs re-run when the schema version changes), "
+                "or delete it and its grid's results/<grid>.parquet, then re-run; training is not redone")
         tables.append(t)
     if not tables:
         return RUN_SCHEMA.empty_table()
@@ -132,8 +148,9 @@ def collect(paths: list[str | Path], out: str | Path, grid: str) -> int:
         if r["grid"] != grid:
             raise ResultsError(f"run {r['run_id']} belongs to grid {r['grid']!r}, not {grid!r}")
     for r in rows.values():  # maps come back as lists of pairs
-        if isinstance(r["accuracy"], list):
-            r["accuracy"] = dict(r["accuracy"])
+        for k in MAPS:
+            if isinstance(r[k], list):
+                r[k] = dict(r[k])
     write_rows(out, sorted(rows.values(), key=lambda r: r["run_id"]))
     return len(rows)
 
@@ -141,7 +158,8 @@ def collect(paths: list[str | Path], out: str | Path, grid: str) -> int:
 def read_frame(path: str | Path):
     """The grid's results as a pandas DataFrame (reports use this)."""
     df = read_rows(path).to_pandas()
-    df["accuracy"] = df["accuracy"].apply(lambda v: dict(v) if v is not None else {})
+    for k in MAPS:
+        df[k] = df[k].apply(lambda v: dict(v) if v is not None else {})
     return df
 
 

@@ -3,7 +3,11 @@
 The validation split is cut into consecutive, non-overlapping windows of ``seq_len + 1``
 tokens (the +1 supplies the last target); every window is scored in full, so the number
 is deterministic and independent of the batch size. MoR models route with the same
-top-k as in training (teacher-forced scoring). Router statistics: depth histogram for
+top-k as in training (teacher-forced scoring, ``val_nll``: the paper's number). That top-k
+looks at the whole window, so a token's depth depends on later tokens; ``val_nll_causal``
+scores the same windows with the causal decision decoding uses (``full_forward_causal``: the
+aux router's / aux-loss router's own logit, mor.model.decode), the number a deployed model
+would get. For Vanilla and Recursive models the two are the same computation. Router statistics: depth histogram for
 both routers; dead-token ratio and sampling accuracy for expert-choice; MaxVio and the
 entropy of the mean selection probabilities for token-choice (App. G.2).
 """
@@ -22,7 +26,7 @@ HIST_BINS = 20
 
 @torch.no_grad()
 def evaluate(model, tokens: np.ndarray, seq_len: int, max_tokens: int, batch: int, device) -> dict:
-    """Return {'val_nll', 'val_tokens'} plus router statistics for MoR models.
+    """Return {'val_nll', 'val_nll_causal', 'val_tokens'} plus router statistics for MoR models.
 
     For MoR models it also returns, for the figures: ``router_output_hist`` (per recursion,
     normalised histograms of router outputs of selected vs unselected candidates, Fig. 5b)
@@ -34,7 +38,8 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, max_tokens: int, batch: in
     if n_windows < 1:
         raise ValueError(f"validation split of {len(tokens)} tokens is shorter than one window of {seq_len + 1}")
     windows = np.asarray(tokens[: n_windows * (seq_len + 1)], dtype=np.int64).reshape(n_windows, seq_len + 1)
-    nll_sum, count = 0.0, 0
+    nll_sum, causal_sum, count = 0.0, 0.0, 0
+    routed = bool(getattr(model, "routers", None))
     selected_last, causal, topk, depths = [], [], [], []
     assign, probs = [], []  # token-choice
     scores, chosen = [], []  # per batch: (Nr, candidates) router outputs and membership
@@ -45,6 +50,11 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, max_tokens: int, batch: in
         logp = torch.log_softmax(out.logits.float(), dim=-1)  # (b, T, V)
         nll_sum += -logp.gather(-1, y.unsqueeze(-1)).sum().item()
         count += y.numel()
+        if routed:
+            from mor.model.decode import full_forward_causal
+
+            logp_c = torch.log_softmax(full_forward_causal(model, x).logits.float(), dim=-1)  # (b, T, V)
+            causal_sum += -logp_c.gather(-1, y.unsqueeze(-1)).sum().item()
         if out.routing is not None and out.routing.selected:
             tr = out.routing
             depths.append(tr.depths().cpu())
@@ -58,7 +68,8 @@ def evaluate(model, tokens: np.ndarray, seq_len: int, max_tokens: int, batch: in
                 # causal decision vs top-k membership, over each recursion's candidates
                 causal.append(torch.cat([c[m] for c, m in zip(tr.causal_keep, tr.candidates)]).cpu())
                 topk.append(torch.cat([s[m] for s, m in zip(tr.selected, tr.candidates)]).cpu())
-    result = {"val_nll": nll_sum / count, "val_tokens": count}
+    result = {"val_nll": nll_sum / count, "val_nll_causal": (causal_sum if routed else nll_sum) / count,
+              "val_tokens": count}
     if depths:
         d = torch.cat(depths).flatten().numpy()
         result.update(mean_depth=float(d.mean()), depth_histogram=rm.depth_histogram(d, model.cfg.num_recursions))

@@ -1,6 +1,7 @@
 """``python -m mor.launch <kind> ...``: the thin launcher the train / eval rules run.
 
-    train | eval   run one job of one run: inline (``--launcher local``), or as a Slurm job
+    train | eval | lmeval
+                   run one job of one run: inline (``--launcher local``), or as a Slurm job
                    through submitit (``--launcher slurm``), waiting for it and failing with
                    the Slurm log path in the message if it fails
     data           prepare FineWeb-Edu (``mor.data.fineweb``): inline on every CPU here, or as a
@@ -39,6 +40,13 @@ def _local(a) -> int:
         s = train_job(a.grid, a.run_id, a.mode, a.run_dir, a.data_root, a.device, threads=a.threads)
         print(f"trained {s['run_id']}: {s['steps']} steps, final loss {s['final_loss']:.4f}, "
               f"{s['tokens_per_s']:.0f} tok/s, {s['train_time_s']:.1f}s")
+    elif a.kind == "lmeval":
+        from mor.cli import lmeval_summary
+        from mor.lm_eval.job import lmeval_job
+
+        r = lmeval_job(a.grid, a.run_id, a.mode, a.run_dir, a.out, a.data_root, a.device, threads=a.threads,
+                       tasks_dir=a.tasks_dir)
+        print(lmeval_summary(r))
     else:
         from mor.jobs import eval_job
 
@@ -60,6 +68,11 @@ def _slurm(a) -> int:
                   threads=preset.cpus_per_task, device=a.device)
     if a.kind == "train":
         fn = TrainJob(**common, parallel=preset.parallel)
+    elif a.kind == "lmeval":
+        from mor.lm_eval.job import LmEvalJob
+
+        fn = LmEvalJob(**common, out=str(Path(a.out).absolute()),
+                       tasks_dir=str(Path(a.tasks_dir).absolute()) if a.tasks_dir else None)
     else:
         fn = EvalJob(**common, out=str(Path(a.out).absolute()))
     what = f"{a.kind} of {grid.name}/{a.run_id}"
@@ -74,6 +87,10 @@ def _slurm(a) -> int:
     if a.kind == "train":
         print(f"trained {main['run_id']} on {main['world_size']} rank(s): {main['steps']} steps, "
               f"final loss {main['final_loss']:.4f}, resumed from {main['resumed_from']}, {main['train_time_s']:.1f}s")
+    elif a.kind == "lmeval":
+        from mor.cli import lmeval_summary
+
+        print(lmeval_summary(main))
     else:
         print(f"eval {main['run_id']}: val NLL {main['val_nll']:.4f} over {main['val_tokens']} tokens")
     return 0
@@ -141,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mor.launch", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for kind in ("train", "eval"):
+    for kind in ("train", "eval", "lmeval"):
         p = sub.add_parser(kind, help=f"run one {kind} job (inline or on Slurm)")
         add_job_arguments(p, kind, threads_help="CPU threads inline (Slurm: the preset's cpus_per_task)")
         p.add_argument("--launcher", choices=("local", "slurm"), default="local")
