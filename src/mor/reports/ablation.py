@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from mor.reports.common import OutputDir, load_results, reference_value
+from mor.reports.common import (ACC_NOTE, OutputDir, accuracy_cells, has_mor, load_results, reference_value,
+                                result_tasks, shown)
 
 IGNORED = {"grid", "label", "model.scale"}  # identity, not ablation axes
 METRIC_NAMES = {
-    "val_nll": "NLL", "avg_accuracy": "Avg acc", "dead_token_ratio": "Dead token ratio",
+    "val_nll": "NLL", "val_nll_causal": "NLL (causal)", "avg_accuracy": "Avg acc", "dead_token_ratio": "Dead token ratio",
     "sampling_accuracy": "Sampling acc", "max_vio": "MaxVio", "entropy": "Entropy",
     "mean_depth": "Mean depth", "n_params": "Params",
 }
@@ -51,12 +52,19 @@ def varying_axes(configs: list[dict]) -> list[str]:
 def build_table(df: pd.DataFrame, ref: list[dict], metrics: tuple[str, ...]) -> pd.DataFrame:
     configs = [json.loads(c) for c in df["config_json"]]
     axes = varying_axes(configs)
+    tasks = result_tasks(df)
+    if has_mor(df) and "val_nll" in metrics:  # MoR rows: the causal-routing NLL beside the teacher-forced one
+        i = metrics.index("val_nll") + 1
+        metrics = metrics[:i] + ("val_nll_causal",) + metrics[i:]
     rows = []
     for cfg, (_, r) in zip(configs, df.iterrows()):
         flat = flatten(cfg)
         row = {"Scale": r["paper_scale"]}
         row.update({k.removeprefix("model.").removeprefix("router."): flat.get(k) for k in axes})
         for m in metrics:
+            if m == "avg_accuracy":  # the average, its stderr and every task's acc
+                row.update(accuracy_cells(r, tasks))
+                continue
             v = r.get(m)
             row[METRIC_NAMES.get(m, m)] = None if v is None or pd.isna(v) else round(float(v), 4)
             paper = reference_value(ref, r, m)
@@ -65,7 +73,7 @@ def build_table(df: pd.DataFrame, ref: list[dict], metrics: tuple[str, ...]) -> 
         row["run_id"] = r["run_id"]
         rows.append(row)
     table = pd.DataFrame(rows)
-    sort_cols = [c for c in table.columns if c not in ("run_id",) and not c.startswith("Paper")][: 1 + len(axes)]
+    sort_cols = list(table.columns[: 1 + len(axes)])  # scale, then the axes
     return table.sort_values(sort_cols, key=lambda s: s.astype(str)).reset_index(drop=True)
 
 
@@ -75,12 +83,12 @@ def render_ablation(spec: AblationSpec, results: Path, grid: Path, out: Path, mo
     commits = ", ".join(c[:12] for c in sorted(df["git_commit"].unique()))
     od = OutputDir(out)
     with od as d:
-        shown = table.astype(object).where(table.notna(), "")
+        printed = shown(table)
         (d / f"{spec.name}.md").write_text(
-            f"# {spec.title}\n\nReproduced in mode '{mode}' from {results} ({len(df)} runs, commit(s) {commits}).\n\n"
-            + shown.to_markdown(index=False) + "\n")
+            f"# {spec.title}\n\nReproduced in mode '{mode}' from {results} ({len(df)} runs, commit(s) {commits}). "
+            f"{ACC_NOTE}\n\n" + printed.to_markdown(index=False) + "\n")
         table.to_csv(d / f"{spec.name}.csv", index=False)
-        (d / f"{spec.name}.tex").write_text(shown.drop(columns=["run_id"]).to_latex(index=False, escape=True))
+        (d / f"{spec.name}.tex").write_text(printed.drop(columns=["run_id"]).to_latex(index=False, escape=True))
     return od.files()
 
 

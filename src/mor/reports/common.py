@@ -16,6 +16,57 @@ TYING_NAMES = {"cycle": "Cycle", "sequence": "Sequence", "middle_cycle": "Middle
 REF_KEYS = ("paper_scale", "variant", "tying", "num_recursions", "reduced")
 
 
+# lm-eval task -> column name (our offline copies and lm-eval's standard tasks alike)
+TASK_NAMES = {"lambada": "LAMBADA", "hellaswag": "HellaSwag", "piqa": "PIQA", "winogrande": "WinoGrande",
+              "arc_easy": "ARC-e", "arc_challenge": "ARC-c"}
+SE = " ±"
+ACC_NOTE = ("Accuracies: lm-eval's acc ± stderr per task and their mean ('Avg acc'); in mode 'local' on the "
+            "offline mor_* copies (OLMES prompts, a random subset per task), comparable between our runs only, "
+            "not with lm-eval's published numbers; near chance at CPU scale.")  # suffix of a stderr column; the .md shows "value ± stderr" in one cell
+
+
+def task_name(task: str) -> str:
+    base = task.removeprefix("mor_").removesuffix("_openai")
+    return TASK_NAMES.get(base, task)
+
+
+def accuracy_cells(row: pd.Series, tasks: list[str]) -> dict:
+    """'Avg acc' (the mean over tasks of lm-eval's acc) and each task's acc, each followed by
+    its stderr column; None where a run has no accuracy (lm-eval not run)."""
+    acc, se = row.get("accuracy") or {}, row.get("accuracy_stderr") or {}
+    avg, avg_se = row.get("avg_accuracy"), row.get("avg_accuracy_stderr")
+    out = {"Avg acc": _round(avg), f"Avg acc{SE}": _round(avg_se)}
+    for t in tasks:
+        out[task_name(t)] = _round(acc.get(t))
+        out[f"{task_name(t)}{SE}"] = _round(se.get(t))
+    return out
+
+
+def result_tasks(df: pd.DataFrame) -> list[str]:
+    """The lm-eval tasks any run of the frame has, in first-seen order."""
+    return list(dict.fromkeys(t for acc in df["accuracy"] for t in (acc or {})))
+
+
+def _round(v, digits: int = 4):
+    return None if v is None or (isinstance(v, float) and pd.isna(v)) else round(float(v), digits)
+
+
+def shown(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as printed (.md, .tex): blanks for nulls, each stderr folded into its value's cell."""
+    out = table.astype(object).where(table.notna(), "")
+    for col in [c for c in table.columns if c.endswith(SE)]:
+        base = col[: -len(SE)]
+        if base in out.columns:
+            out[base] = [f"{v:.3f} ± {e:.3f}" if v != "" and e != "" else (f"{v:.3f}" if v != "" else "")
+                         for v, e in zip(out[base], out[col])]
+        out = out.drop(columns=col)
+    return out
+
+
+def has_mor(df: pd.DataFrame) -> bool:
+    return bool((df["variant"] == "mor").any())
+
+
 def load_results(results: Path, grid: Path) -> tuple[pd.DataFrame, list[dict]]:
     """Results frame plus the grid's reference rows (the paper's published numbers)."""
     df = read_frame(results)

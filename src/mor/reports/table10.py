@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from mor.reports.common import TYING_NAMES, OutputDir, load_results, reference_value
+from mor.reports.common import (ACC_NOTE, TYING_NAMES, OutputDir, accuracy_cells, has_mor, load_results, reference_value,
+                                result_tasks, shown)
 
 
 def build_table(df: pd.DataFrame, ref: list[dict]) -> pd.DataFrame:
     rows = []
+    tasks = result_tasks(df)
+    causal = has_mor(df)  # MoR rows: the causal-routing NLL beside the teacher-forced one
     scale_order = {s: i for i, s in enumerate(sorted(df["paper_scale"].unique(), key=_scale_key))}
     for _, r in df.iterrows():
         reduced = bool(r["reduced"])
@@ -31,9 +34,11 @@ def build_table(df: pd.DataFrame, ref: list[dict]) -> pd.DataFrame:
             "Scale": r["paper_scale"], "Local scale": r["scale"], "Nr": nr, "Model": model,
             "Params": int(r["n_params"]), "Layers (unique/effective)": f"{r['unique_layers']}/{r['effective_layers']}",
             "NLL": round(float(r["val_nll"]), 4),
+            **({"NLL (causal)": None if pd.isna(r["val_nll_causal"]) else round(float(r["val_nll_causal"]), 4)}
+               if causal else {}),
             "Paper NLL": reference_value(ref, r, "val_nll"),
             "dNLL vs reduced": None if delta is None else round(float(delta), 4),
-            "Avg acc": r["avg_accuracy"],
+            **accuracy_cells(r, tasks),
             "run_id": r["run_id"],
             "_order": (scale_order[r["paper_scale"]], 0 if nr == "-" else int(nr), 0 if reduced else 1, model),
         })
@@ -54,12 +59,12 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     table = build_table(df, ref)
     commits = sorted(df["git_commit"].unique())
     note = (f"Reproduced in mode '{mode}' from {results} ({len(df)} runs, commit(s) {', '.join(c[:12] for c in commits)}). "
-            "'Paper NLL' is the value stated in the paper (App. F) where it gives one.")
+            "'Paper NLL' is the value stated in the paper (App. F) where it gives one. " + ACC_NOTE)
     od = OutputDir(out)
     with od as d:
-        shown = table.astype(object).where(table.notna(), "")
+        printed = shown(table)
         (d / "table10.md").write_text(f"# Table 10: parameter-sharing strategies\n\n{note}\n\n"
-                                      + shown.to_markdown(index=False) + "\n")
+                                      + printed.to_markdown(index=False) + "\n")
         table.to_csv(d / "table10.csv", index=False)
-        (d / "table10.tex").write_text(shown.drop(columns=["run_id"]).to_latex(index=False, escape=True))
+        (d / "table10.tex").write_text(printed.drop(columns=["run_id"]).to_latex(index=False, escape=True))
     return od.files()
