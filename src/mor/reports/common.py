@@ -19,7 +19,7 @@ REF_KEYS = ("paper_scale", "variant", "tying", "num_recursions", "reduced")
 # lm-eval task -> column name (our offline copies and lm-eval's standard tasks alike)
 TASK_NAMES = {"lambada": "LAMBADA", "hellaswag": "HellaSwag", "piqa": "PIQA", "winogrande": "WinoGrande",
               "arc_easy": "ARC-e", "arc_challenge": "ARC-c"}
-SE = " ±"
+SE = " stderr"  # suffix of a stderr column (.csv); the .md and .tex show "value ± stderr" in one cell
 ACC_NOTE = ("Accuracies: lm-eval's acc ± stderr per task and their mean ('Avg acc'); in mode 'local' on the "
             "offline mor_* copies (OLMES prompts, a random subset per task), comparable between our runs only, "
             "not with lm-eval's published numbers; near chance at CPU scale.")  # suffix of a stderr column; the .md shows "value ± stderr" in one cell
