@@ -3,8 +3,9 @@
 from mor.data.fineweb import DEFAULT_SETTINGS, load_settings
 
 # The FineWeb-Edu preparation's settings (source, token counts, validation split): checked
-# now, so a bad file stops the workflow before any job. Not an input of the rule: editing
-# it must not silently redo a 20B-token job (a resumed job whose settings differ stops).
+# now, so a bad file stops the workflow before any job. Neither an input nor a param of the
+# rule: editing it must not silently redo a 20B-token job (a resumed job whose settings
+# differ stops).
 FINEWEB = Path(config.get("fineweb") or DEFAULT_SETTINGS).absolute()
 FINEWEB_SETTINGS = load_settings(FINEWEB)
 if LAUNCHER == "slurm" and MODE == "cluster":
@@ -68,6 +69,8 @@ rule fineweb:
     log:
         "logs/data/fineweb-{slug}.log",
     shell:
-        "{PY}.launch data --settings {FINEWEB} --tokenizer {params.tokenizer} --out $(dirname $(dirname {output.train}))"
+        # FINEWEB goes in at parse time (f-string): Snakemake sees a path, and no rerun trigger
+        f"{{PY}}.launch data --settings '{FINEWEB}' --tokenizer {{params.tokenizer}}"
+        " --out $(dirname $(dirname {output.train}))"
         + (" --workers {threads}" if LAUNCHER == "local" else "")  # Slurm: the preset's cpus_per_task
         + " {LAUNCH_ARGS} > {log} 2>&1"

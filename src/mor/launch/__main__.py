@@ -102,8 +102,9 @@ def _job(a) -> int:
 
 def _data(a) -> int:
     """The FineWeb-Edu preparation: same settings, same code inline and on Slurm."""
-    from mor.data.fineweb import load_settings
+    from mor.data.fineweb import DEFAULT_SETTINGS, load_settings
 
+    a.settings = a.settings or str(DEFAULT_SETTINGS)
     load_settings(a.settings)  # a bad file fails here (exit 2), not in a queued job
     out = Path(a.out).absolute()
     if a.launcher != "slurm":
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         p.set_defaults(fn=_job, kind=kind)
 
     p = sub.add_parser("data", help="prepare FineWeb-Edu token shards (inline or a CPU Slurm job)")
-    p.add_argument("--settings", required=True, help="the preparation's YAML (workflows/fineweb.yaml)")
+    p.add_argument("--settings", default="", help="the preparation's YAML; '' = workflows/fineweb.yaml")
     p.add_argument("--tokenizer", required=True, help="hub tokenizer name, or a tokenizer .json")
     p.add_argument("--out", required=True, help="folder for val/ and train/ (shards + manifest.json)")
     p.add_argument("--workers", type=int, default=0, help="tokenizer processes; 0 = every CPU (Slurm: cpus_per_task)")
