@@ -27,7 +27,8 @@ loglikelihood: lm-eval hands (context, continuation) token lists; the model read
 
 loglikelihood_rolling: the text is cut into disjoint windows of ``max_length`` predicted
 tokens (the first conditioned on the end-of-text token), each window scored on its own
-(lm-eval's ``get_rolling_token_windows`` with context 1), and the log-probs summed.
+(lm-eval's ``get_rolling_token_windows`` with context 1, as its HF model does: the last,
+shorter window still reads a full ``max_length`` tokens), and the log-probs summed.
 
 generate_until: greedy, through the KV cache (``prefill`` + ``decode_step``), until a stop
 string, the end-of-text token or ``max_gen_toks``.
