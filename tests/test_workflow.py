@@ -289,3 +289,49 @@ def test_uptraining_starts_from_the_pretrained_run_of_the_same_grid(tmp_path, da
     pre_first = json.loads(pre_log.read_text().splitlines()[0])["loss"]
     assert first < pre_first - 0.5, (first, pre_first)
     assert "uptrain" in (tmp_path / "tables" / "table12" / "table12.md").read_text()
+
+
+LMEVAL_GRID = E2E_GRID.replace("name: e2e", "name: lme").replace(
+    "eval: {nll_tokens: 2048, batch: 8}",
+    "eval: {nll_tokens: 2048, batch: 8, lm_eval_tasks: [mor_piqa, mor_winogrande], lm_eval_limit: 8,\n"
+    "             lm_eval_limits: {mor_winogrande: 6}, lm_eval_fewshot: 0}")
+
+
+@pytest.mark.slow
+def test_lmeval_jobs_fill_the_accuracy_columns_and_rerun_only_on_their_settings(tmp_path, data_root):
+    import json
+
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    grid = grids / "lme.yaml"
+    grid.write_text(LMEVAL_GRID)
+    targets = ("tables/table10",)
+    cfg = ("--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={tmp_path / 'data'}")
+    (tmp_path / "data").mkdir()
+    for sub in ("tokenizer", "tokens"):  # the corpus data as built; the task conversion runs here
+        (tmp_path / "data" / sub).symlink_to(data_root / sub)
+    assert plan(tmp_path, grids, tmp_path / "data", *targets) == {
+        "lm_eval_tasks": 1, "train": 2, "lmeval": 2, "eval": 2, "collect": 1, "table": 1}
+    snakemake(*targets, *cfg)
+    rows = pq.read_table(tmp_path / "results" / "lme.parquet").to_pylist()
+    for r in rows:
+        res = json.loads((tmp_path / "runs" / "lme" / r["run_id"] / "lm_eval.json").read_text())
+        assert {t: m["n"] for t, m in res["tasks"].items()} == {"mor_piqa": 8, "mor_winogrande": 6}
+        acc = dict(r["accuracy"])
+        assert acc == {t: m["acc"] for t, m in res["tasks"].items()}
+        assert dict(r["accuracy_stderr"]) == {t: m["acc_stderr"] for t, m in res["tasks"].items()}
+        assert set(dict(r["accuracy_norm"])) == {"mor_piqa"}  # WinoGrande has acc only
+        assert r["avg_accuracy"] == pytest.approx(sum(acc.values()) / 2)
+        se = [m["acc_stderr"] for m in res["tasks"].values()]
+        assert r["avg_accuracy_stderr"] == pytest.approx((se[0] ** 2 + se[1] ** 2) ** 0.5 / 2)
+        assert r["val_nll_causal"] == r["val_nll"]  # vanilla / recursive: causal already
+    md = (tmp_path / "tables" / "table10" / "table10.md").read_text()
+    assert "PIQA" in md and "WinoGrande" in md and " ± " in md
+
+    # the NLL settings: the evals alone; the lm-eval settings: the lmeval jobs and the evals
+    grid.write_text(LMEVAL_GRID.replace("nll_tokens: 2048", "nll_tokens: 1024"))
+    assert plan(tmp_path, grids, tmp_path / "data", *targets) == {"eval": 2, "collect": 1, "table": 1}
+    grid.write_text(LMEVAL_GRID.replace("mor_winogrande: 6", "mor_winogrande: 4"))
+    assert plan(tmp_path, grids, tmp_path / "data", *targets) == {"lmeval": 2, "eval": 2, "collect": 1, "table": 1}
+    grid.write_text(LMEVAL_GRID)
+    assert plan(tmp_path, grids, tmp_path / "data", *targets) == {}
