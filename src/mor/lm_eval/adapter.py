@@ -164,13 +164,14 @@ class MoRLM(TemplateLM):
 
     # ------------------------------------------------------------------ the model
     @torch.no_grad()
-    def logits(self, idx: torch.Tensor) -> torch.Tensor:
-        """(B, T, V) next-token logits under causal routing (see the module docstring)."""
+    def logits(self, idx: torch.Tensor, at: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, V) next-token logits under causal routing (see the module docstring), or
+        (B, n, V) at positions ``at`` (B, n) only."""
         if self.model.routers:
             from mor.model.decode import full_forward_causal
 
-            return full_forward_causal(self.model, idx).logits
-        return self.model(idx).logits
+            return full_forward_causal(self.model, idx, logits_at=at).logits
+        return self.model(idx, logits_at=at).logits
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         """requests: ((context, continuation) or None, context_enc, continuation_enc).
@@ -192,17 +193,20 @@ class MoRLM(TemplateLM):
         order = sorted(range(len(pieces)), key=lambda p: (-len(pieces[p][1]), p))  # longest first: less padding
         ll = [0.0] * len(requests)
         greedy = [True] * len(requests)
-        bar = tqdm(total=len(requests), disable=disable_tqdm, desc="mor loglikelihood")
+        bar = tqdm(total=len(pieces), disable=disable_tqdm, desc="mor loglikelihood")
         for b in range(0, len(order), self.batch_size):
             chunk = [pieces[p] for p in order[b:b + self.batch_size]]
             T = len(chunk[0][1])
+            k = max(len(part) for _, _, part in chunk)
             idx = torch.full((len(chunk), T), self.eot_token_id, dtype=torch.long)
-            for r, (_, inp, _) in enumerate(chunk):  # right padding: causal, so it changes nothing before it
+            at = torch.zeros((len(chunk), k), dtype=torch.long)  # the scored positions (padded: repeated)
+            for r, (_, inp, part) in enumerate(chunk):  # right padding: causal, so it changes nothing before it
                 idx[r, :len(inp)] = torch.tensor(inp)
-            logits = self.logits(idx.to(self.device))  # (b, T, V)
+                pos = torch.arange(len(inp) - len(part), len(inp))
+                at[r] = torch.cat([pos, pos[-1:].expand(k - len(part))])
+            logits = self.logits(idx.to(self.device), at.to(self.device))  # (b, k, V)
             for r, (i, inp, part) in enumerate(chunk):
-                n = len(inp)
-                lp = F.log_softmax(logits[r, n - len(part):n].float(), dim=-1)  # (len(part), V)
+                lp = F.log_softmax(logits[r, :len(part)].float(), dim=-1)  # (len(part), V)
                 target = torch.tensor(part, device=lp.device)
                 ll[i] += float(lp.gather(-1, target[:, None]).sum())
                 greedy[i] = greedy[i] and bool((lp.argmax(-1) == target).all())

@@ -114,10 +114,12 @@ Decide = Callable[[int, torch.Tensor, torch.Tensor, object], tuple[torch.Tensor,
 
 
 @torch.no_grad()
-def full_forward_causal(model, idx: torch.Tensor) -> ModelOutput:
-    """Logits (B, T, V) of the whole prefix under the causal inference routing; the trace's
-    ``selected`` holds each recursion's keep mask (None for unrouted models)."""
-    return _reference_forward(model, idx, lambda r, h, active, state: causal_decision(model, r, h, active, state))
+def full_forward_causal(model, idx: torch.Tensor, logits_at: torch.Tensor | None = None) -> ModelOutput:
+    """Logits (B, T, V) of the whole prefix under the causal inference routing (or (B, n, V) at
+    positions ``logits_at`` (B, n) only); the trace's ``selected`` holds each recursion's keep
+    mask (None for unrouted models)."""
+    return _reference_forward(model, idx, lambda r, h, active, state: causal_decision(model, r, h, active, state),
+                              logits_at)
 
 
 @torch.no_grad()
@@ -133,7 +135,7 @@ def full_forward_routed(model, idx: torch.Tensor, selected: list[torch.Tensor]) 
     return _reference_forward(model, idx, decide)
 
 
-def _reference_forward(model, idx: torch.Tensor, decide: Decide) -> ModelOutput:
+def _reference_forward(model, idx: torch.Tensor, decide: Decide, logits_at: torch.Tensor | None = None) -> ModelOutput:
     B, T = idx.shape  # batch, tokens
     if T > model.shape.max_seq_len:  # RoPE does not check positions (that would sync the device)
         raise ValueError(f"sequence length {T} exceeds max_seq_len {model.shape.max_seq_len}")
@@ -187,7 +189,7 @@ def _reference_forward(model, idx: torch.Tensor, decide: Decide) -> ModelOutput:
     for layer_id in model.plan.suffix:
         h = layer(e, layer_id, h, everyone, None)
         e += 1
-    return ModelOutput(logits=F.linear(model.norm(h), model.lm_head_weight), routing=trace)
+    return ModelOutput(logits=model.head(h, logits_at), routing=trace)
 
 
 # --------------------------------------------------------------------------------------

@@ -139,13 +139,25 @@ class MoRTransformer(nn.Module):
             if hasattr(router, "after_optimizer_step"):
                 router.after_optimizer_step()
 
+    def head(self, h: torch.Tensor, logits_at: torch.Tensor | None = None) -> torch.Tensor:
+        """Final norm + tied lm_head on h (B, T, C), or on its positions ``logits_at`` (B, n)."""
+        if logits_at is not None:
+            h = h.gather(1, logits_at.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, n, C)
+        return F.linear(self.norm(h), self.lm_head_weight)
+
     def num_params(self) -> int:
         """Unique trainable parameters (tied tensors counted once, as the paper counts)."""
         return sum(p.numel() for p in self.parameters())
 
     # ------------------------------------------------------------------ forward
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> ModelOutput:
-        """idx: (B, T) token ids; targets: (B, T) next-token ids (-100 = ignore)."""
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                logits_at: torch.Tensor | None = None) -> ModelOutput:
+        """idx: (B, T) token ids; targets: (B, T) next-token ids (-100 = ignore).
+
+        ``logits_at`` (B, n) positions: the logits are computed there only, (B, n, V) (scoring
+        a few positions of each input skips the vocabulary projection of the others)."""
+        if logits_at is not None and targets is not None:
+            raise ValueError("logits_at is for scoring without targets")
         B, T = idx.shape  # batch, tokens
         if T > self.shape.max_seq_len:
             raise ValueError(f"sequence length {T} exceeds max_seq_len {self.shape.max_seq_len}")
@@ -168,7 +180,7 @@ class MoRTransformer(nn.Module):
                 h = self.end_recursion(r, h)
         for layer_id in self.plan.suffix:
             h = self.run_layer(layer_id, h, positions, recursion=None)
-        logits = F.linear(self.norm(h), self.lm_head_weight)  # (B, T, V)
+        logits = self.head(h, logits_at)  # (B, T or n, V)
         out = ModelOutput(logits=logits, routing=routing)
         if targets is not None:
             out.lm_loss = F.cross_entropy(logits.float().view(B * T, -1), targets.reshape(-1), ignore_index=-100)
