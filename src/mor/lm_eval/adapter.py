@@ -115,6 +115,9 @@ class MoRLM(TemplateLM):
         tok_spec = tokenizer or _find_tokenizer(data_paths(run.data, Path("data")).tokenizer, data_root, run_dir_p)
         tok = load_tokenizer(tok_spec)
         dev = pick_device(device or "auto")
+        if dev.type == "cuda" and not torch.cuda.is_available():  # lm-eval's CLI asks for cuda by default
+            log.warning("mor adapter: device %s requested but CUDA is not available; running on the CPU", device)
+            dev = torch.device("cpu")
         model = make_model(run, meta.get("vocab_size") or tok.vocab_size, dev, load_init=False)
         load_model_weights(final, model)
         self._setup(model, tok, dev, max_length or run.train.seq_len, batch_size, max_batch_size, name=str(tok_spec))
