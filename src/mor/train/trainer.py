@@ -137,7 +137,9 @@ class Trainer:
         self.model = make_model(run, vocab_size, self.device)
         self.vocab_size = self.model.vocab_size
         self.optimizer = make_optimizer(self.model, run)
-        self.sampler = TokenSampler(load_tokens(train_tokens), t.seq_len, t.seed)
+        # shard digests are checked by one rank per job (hashing 40 GB of FineWeb-Edu once per
+        # job start costs ~1 min; per rank it would be that times the rank count); sizes by all
+        self.sampler = TokenSampler(load_tokens(train_tokens, checksum=self.dist.is_main), t.seq_len, t.seed)
         per_rank = t.global_batch // self.dist.world_size
         if t.global_batch % self.dist.world_size:
             raise ValueError(f"train.global_batch={t.global_batch} is not divisible by {self.dist.world_size} ranks")
