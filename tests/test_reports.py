@@ -67,3 +67,26 @@ def test_every_grid_artifact_has_a_renderer():
     for path in all_grids():
         for artifact in load_grid(path, "local").artifacts:
             assert artifact in RENDERERS, f"{path}: no renderer for {artifact}"
+
+
+def test_accuracy_columns_show_each_task_and_the_average_with_stderr(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    mk = lambda **kw: RunConfig(grid="table15", paper_scale="135M", model=ModelConfig(scale="small", **kw))  # noqa: E731
+    runs = [mk(variant="vanilla"), mk(variant="mor", tying="cycle", num_recursions=2)]
+    acc = {"mor_piqa": 0.55, "mor_lambada": 0.0, "mor_arc_easy": 0.3}
+    se = {"mor_piqa": 0.05, "mor_lambada": 0.0, "mor_arc_easy": 0.046}
+    write_rows(tmp_path / "r.parquet", [
+        _row(runs[0], val_nll=5.0, val_nll_causal=5.0, accuracy=acc, accuracy_stderr=se, avg_accuracy=0.2833,
+             avg_accuracy_stderr=0.0227),
+        _row(runs[1], val_nll=5.1, val_nll_causal=5.3)])  # no lm-eval: blank accuracy cells
+    grid = tmp_path / "table15.yaml"
+    grid.write_text("reference: []\n")
+    csv_file, md_file, _ = render("tables/table15", str(tmp_path / "r.parquet"), str(grid))
+    csv = pd.read_csv(csv_file)
+    cols = list(csv.columns)
+    assert cols.index("LAMBADA") < cols.index("PIQA") < cols.index("ARC-e")  # the paper's order
+    van = csv[csv["variant"] == "vanilla"].iloc[0]
+    assert van["PIQA"] == 0.55 and van["PIQA stderr"] == 0.05 and van["Avg acc"] == 0.2833
+    assert sorted(csv["NLL (causal)"]) == [5.0, 5.3]  # a table with MoR rows shows it
+    md = md_file.read_text()
+    assert "0.550 ± 0.050" in md and "0.283 ± 0.023" in md and "stderr" not in md.split("\n\n")[-1].split("\n")[0]

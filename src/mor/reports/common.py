@@ -43,8 +43,11 @@ def accuracy_cells(row: pd.Series, tasks: list[str]) -> dict:
 
 
 def result_tasks(df: pd.DataFrame) -> list[str]:
-    """The lm-eval tasks any run of the frame has, in first-seen order."""
-    return list(dict.fromkeys(t for acc in df["accuracy"] for t in (acc or {})))
+    """The lm-eval tasks any run of the frame has: the paper's six in its order, then others."""
+    seen = list(dict.fromkeys(t for acc in df["accuracy"] for t in (acc or {})))
+    order = list(TASK_NAMES)
+    key = lambda t: (order.index(b) if (b := t.removeprefix("mor_").removesuffix("_openai")) in order else len(order))  # noqa: E731
+    return sorted(seen, key=key)
 
 
 def _round(v, digits: int = 4):
