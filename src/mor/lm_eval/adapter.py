@@ -18,12 +18,8 @@ router's or the aux-loss router's own logit > 0, see mor.model.decode). Vanilla 
 Recursive models have no router: their training forward is causal and used as is.
 
 loglikelihood: lm-eval hands (context, continuation) token lists; the model reads
-``(ctx + cont)[:-1]`` and the last ``len(cont)`` positions of its logits score ``cont``::
-
-    tokens   c0  c1  c2  c3 | k0  k1  k2        (ctx = c0..c3, cont = k0..k2)
-    input    c0  c1  c2  c3   k0  k1            (ctx + cont)[:-1], left-cut to max_length
-    logits   .   .   .   ^k0  ^k1 ^k2           the last len(cont) positions
-    score    sum log p(k_i | c.., k<i); greedy = every k_i is the argmax there
+``(ctx + cont)[:-1]`` and the last ``len(cont)`` positions of its logits score ``cont`` (the
+diagram is at ``MoRLM._loglikelihood_tokens``).
 
 loglikelihood_rolling: the text is cut into disjoint windows of ``max_length`` predicted
 tokens (the first conditioned on the end-of-text token), each window scored on its own
@@ -179,6 +175,13 @@ class MoRLM(TemplateLM):
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         """requests: ((context, continuation) or None, context_enc, continuation_enc).
 
+        lm-eval's context/continuation split, for a causal model::
+
+            tokens   c0  c1  c2  c3 | k0  k1  k2        (ctx = c0..c3, cont = k0..k2)
+            input    c0  c1  c2  c3   k0  k1            (ctx + cont)[:-1], left-cut to max_length
+            logits   .   .   .   ^k0  ^k1 ^k2           the last len(cont) positions
+            score    sum log p(k_i | c.., k<i); greedy = every k_i is the argmax there
+
         A continuation longer than ``max_length`` is scored in pieces of at most
         ``max_length`` tokens, each conditioned on everything before it (context and the
         earlier pieces, left-cut to the window): the sum of the pieces' log-probs, greedy
@@ -191,7 +194,7 @@ class MoRLM(TemplateLM):
             ctx, cont = list(ctx), list(cont)
             for j in range(0, len(cont), L):
                 part = cont[j:j + L]
-                inp = (ctx + cont[:j] + part)[-(L + 1):][:-1]  # the diagram above
+                inp = (ctx + cont[:j] + part)[-(L + 1):][:-1]  # the diagram: input row
                 pieces.append((i, inp, part))
         order = sorted(range(len(pieces)), key=lambda p: (-len(pieces[p][1]), p))  # longest first: less padding
         ll = [0.0] * len(requests)
