@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from mor.config import capacities
 from mor.model.kv_cache import KVCache, cache_layout
 from mor.model.router import gather_tokens, scatter_tokens
-from mor.model.transformer import ModelOutput, RoutingTrace
+from mor.model.transformer import ModelOutput, RoutingTrace, check_max_depth
 
 
 # --------------------------------------------------------------------------------------
@@ -114,12 +114,14 @@ Decide = Callable[[int, torch.Tensor, torch.Tensor, object], tuple[torch.Tensor,
 
 
 @torch.no_grad()
-def full_forward_causal(model, idx: torch.Tensor, logits_at: torch.Tensor | None = None) -> ModelOutput:
+def full_forward_causal(model, idx: torch.Tensor, logits_at: torch.Tensor | None = None,
+                        max_depth: int | None = None) -> ModelOutput:
     """Logits (B, T, V) of the whole prefix under the causal inference routing (or (B, n, V) at
     positions ``logits_at`` (B, n) only); the trace's ``selected`` holds each recursion's keep
-    mask (None for unrouted models)."""
+    mask (None for unrouted models). ``max_depth`` caps the recursions run, as in
+    ``model(idx, max_depth=...)``."""
     return _reference_forward(model, idx, lambda r, h, active, state: causal_decision(model, r, h, active, state),
-                              logits_at)
+                              logits_at, max_depth)
 
 
 @torch.no_grad()
@@ -135,8 +137,10 @@ def full_forward_routed(model, idx: torch.Tensor, selected: list[torch.Tensor]) 
     return _reference_forward(model, idx, decide)
 
 
-def _reference_forward(model, idx: torch.Tensor, decide: Decide, logits_at: torch.Tensor | None = None) -> ModelOutput:
+def _reference_forward(model, idx: torch.Tensor, decide: Decide, logits_at: torch.Tensor | None = None,
+                       max_depth: int | None = None) -> ModelOutput:
     B, T = idx.shape  # batch, tokens
+    depth = check_max_depth(max_depth, len(model.plan.recursions))
     if T > model.shape.max_seq_len:  # RoPE does not check positions (that would sync the device)
         raise ValueError(f"sequence length {T} exceeds max_seq_len {model.shape.max_seq_len}")
     positions = torch.arange(T, device=idx.device).expand(B, T)  # (B, T)
@@ -170,6 +174,9 @@ def _reference_forward(model, idx: torch.Tensor, decide: Decide, logits_at: torc
     state = _route_start(model, h)
     active = everyone
     for r, rec in enumerate(model.plan.recursions):
+        if r >= depth:  # capped: the later recursions' layers are skipped (their effective indices too)
+            e += len(rec)
+            continue
         keep, g = decide(r, h, active, state) if model.routers else (everyone, None)
         out = h
         for layer_id in rec:

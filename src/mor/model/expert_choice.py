@@ -22,8 +22,11 @@ from mor.model.router import add_rows, flat_rows, select_topk, take_rows
 from mor.model.router_losses import expert_choice_aux_bce, router_z_loss
 
 
-def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace):
+def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, max_depth: int | None = None):
     """h: (B, T, C) after the prefix layers -> (h, weighted router loss).
+
+    ``max_depth``: run recursions 1..max_depth only (default all Nr); the trace then holds
+    those recursions.
 
     Selected rows move by index_select / index_add on the flattened (B*T, C) view (the
     write-back adds the gated update delta = new - h_sel), router losses over the candidates
@@ -37,7 +40,7 @@ def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace):
     n_active = T  # candidates per sequence: hierarchical top-k keeps exactly k in every row
     aux = h.new_zeros((), dtype=torch.float32)
     kv_store: dict = {}  # producer layer -> its (k, v, positions) over the tokens it ran on
-    for r, rec in enumerate(model.plan.recursions):
+    for r, rec in enumerate(model.plan.recursions[:max_depth]):
         router = model.routers[r]
         frac = 1.0 - (1.0 - caps[r]) * model.capacity_scale  # capacity warm-up widens early steps
         k = min(tokens_kept(T, frac), n_active)

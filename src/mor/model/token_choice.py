@@ -245,8 +245,11 @@ def _run_recursion(model, r, rec, x, pos, positions, kv1, slots, valid):
     return model.end_recursion(r, x)  # (B, k, C) recursion PE relaxation hook
 
 
-def run_token_choice(model, h: torch.Tensor, positions: torch.Tensor, trace):
-    """h: (B, T, C) after the prefix layers -> (h, weighted router loss). Fills ``trace``."""
+def run_token_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, max_depth: int | None = None):
+    """h: (B, T, C) after the prefix layers -> (h, weighted router loss). Fills ``trace``.
+
+    ``max_depth``: a token whose router chose a deeper depth stops after recursion
+    max_depth (its gate g stays that of the depth it chose)."""
     B, T, _ = h.shape  # batch, tokens, channels
     rcfg, kv_mode = model.cfg.router, model.cfg.kv
     Nr = model.cfg.num_recursions
@@ -258,6 +261,8 @@ def run_token_choice(model, h: torch.Tensor, positions: torch.Tensor, trace):
     warmup = model.training and model.capacity_scale < 1.0
     assignment = torch.full_like(choice, Nr - 1) if warmup else choice  # (B, T)
     g = rcfg.alpha * scores.gather(-1, assignment.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    if max_depth is not None and max_depth < Nr:
+        assignment = assignment.clamp(max=max_depth - 1)  # (B, T) test-time depth cap
 
     aux = h.new_zeros((), dtype=torch.float32)
     if model.training:

@@ -151,14 +151,18 @@ class MoRTransformer(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                logits_at: torch.Tensor | None = None) -> ModelOutput:
+                logits_at: torch.Tensor | None = None, max_depth: int | None = None) -> ModelOutput:
         """idx: (B, T) token ids; targets: (B, T) next-token ids (-100 = ignore).
 
         ``logits_at`` (B, n) positions: the logits are computed there only, (B, n, V) (scoring
-        a few positions of each input skips the vocabulary projection of the others)."""
+        a few positions of each input skips the vocabulary projection of the others).
+        ``max_depth`` (1..Nr) caps the recursion depth at inference (test-time scaling, § 5.3):
+        recursions past it are skipped for every token, the routing of the recursions that
+        run is unchanged, and the unshared suffix layers and the head follow as usual."""
         if logits_at is not None and targets is not None:
             raise ValueError("logits_at is for scoring without targets")
         B, T = idx.shape  # batch, tokens
+        depth = check_max_depth(max_depth, len(self.plan.recursions))
         if T > self.shape.max_seq_len:
             raise ValueError(f"sequence length {T} exceeds max_seq_len {self.shape.max_seq_len}")
         positions = torch.arange(T, device=idx.device).expand(B, T)  # (B, T)
@@ -169,11 +173,11 @@ class MoRTransformer(nn.Module):
         aux = h.new_zeros((), dtype=torch.float32)
         if self.routers:
             run = run_token_choice if self.cfg.router.type == "token_choice" else run_expert_choice
-            h, aux = run(self, h, positions, routing)
+            h, aux = run(self, h, positions, routing, max_depth=depth)
         else:
             kv_store: dict = {}  # producer layer -> its (k, v, positions), for KV sharing
             e = len(self.plan.prefix)  # effective index of the next layer
-            for r, rec in enumerate(self.plan.recursions):
+            for r, rec in enumerate(self.plan.recursions[:depth]):
                 for layer_id in rec:
                     h = run_kv_layer(self, e, layer_id, h, positions, r, kv_store)
                     e += 1
@@ -187,6 +191,15 @@ class MoRTransformer(nn.Module):
             out.aux_loss = aux
             out.loss = out.lm_loss + aux
         return out
+
+
+def check_max_depth(max_depth: int | None, num_recursions: int) -> int:
+    """The number of recursions to run: ``max_depth`` (1..Nr), or Nr when it is None."""
+    if max_depth is None:
+        return num_recursions
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= num_recursions:
+        raise ValueError(f"max_depth must be an integer in 1..{num_recursions} (the model's recursions), got {max_depth!r}")
+    return max_depth
 
 
 def build_model(cfg: ModelConfig, shape: ScaleShape, vocab_size: int, device: str | torch.device = "cpu"):
