@@ -23,6 +23,7 @@ include: "workflows/data.smk"
 include: "workflows/train.smk"
 include: "workflows/eval.smk"
 include: "workflows/lm_eval.smk"
+include: "workflows/analysis.smk"
 include: "workflows/report.smk"
 
 

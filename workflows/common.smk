@@ -89,6 +89,15 @@ def lm_eval_result(wildcards):
     return []
 
 
+def analysis_settings(wildcards):
+    """An analysis job's own settings (mor.analysis.job.settings): its `params:` trigger."""
+    import json
+
+    from mor.analysis.job import settings
+
+    return json.dumps(settings(wildcards.analysis, run_config(wildcards)), sort_keys=True)
+
+
 def run_data_inputs(wildcards):
     """Token files (and a local tokenizer) that a run reads."""
     paths = data_paths(run_config(wildcards).data, DATA)
@@ -116,6 +125,30 @@ def artifact_results(kind):
         if artifact not in ARTIFACT_GRID:
             raise ValueError(f"no grid lists {artifact!r} under artifacts; known: {ALL_ARTIFACTS}")
         return f"results/{ARTIFACT_GRID[artifact]}.parquet"
+
+    return inner
+
+
+def artifact_analyses(kind):
+    """What an artifact draws besides its parquet: the analysis files (workflows/analysis.smk),
+    one per run it applies to, and the runs' tokenizer where it decodes tokens."""
+
+    def inner(wildcards):
+        from mor.analysis.job import ARTIFACT_ANALYSES, TOKENIZER_ARTIFACTS, applies
+
+        artifact = f"{kind}/{wildcards.name}"
+        if artifact not in ARTIFACT_GRID:
+            return []
+        runs = GRIDS[ARTIFACT_GRID[artifact]].select(TAGS)
+        files = []
+        analysis = ARTIFACT_ANALYSES.get(artifact)
+        if analysis is not None:
+            files += [f"results/runs/{ARTIFACT_GRID[artifact]}/{r.run_id}.{analysis}.npz" for r in runs
+                      if applies(analysis, r.config)]
+        if artifact in TOKENIZER_ARTIFACTS:
+            tokenizers = {data_paths(r.config.data, DATA).tokenizer for r in runs}
+            files += sorted(t for t in tokenizers if t.endswith(".json"))
+        return files
 
     return inner
 

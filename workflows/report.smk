@@ -5,6 +5,7 @@ rule table:
     input:
         results=artifact_results("tables"),
         grid=artifact_grid_file("tables"),
+        analyses=artifact_analyses("tables"),  # analysis files (workflows/analysis.smk), tokenizer, if any
     output:
         directory("tables/{name}"),
     params:
@@ -13,13 +14,14 @@ rule table:
         "logs/report/tables-{name}.log",
     shell:
         "{PY} report --artifact tables/{wildcards.name} --results {input.results} --grid {input.grid}"
-        " --mode {params.mode} > {log} 2>&1"
+        " --mode {params.mode} --data-root {DATA} > {log} 2>&1"
 
 
 rule figure:
     input:
         results=artifact_results("figures"),
         grid=artifact_grid_file("figures"),
+        analyses=artifact_analyses("figures"),  # analysis files (workflows/analysis.smk), tokenizer, if any
     output:
         directory("figures/{name}"),
     params:
@@ -28,4 +30,4 @@ rule figure:
         "logs/report/figures-{name}.log",
     shell:
         "{PY} report --artifact figures/{wildcards.name} --results {input.results} --grid {input.grid}"
-        " --mode {params.mode} > {log} 2>&1"
+        " --mode {params.mode} --data-root {DATA} > {log} 2>&1"

@@ -69,7 +69,7 @@ def _collect(a) -> int:
 def _report(a) -> int:
     from mor.reports import render
 
-    for path in render(a.artifact, a.results, a.grid, a.mode):
+    for path in render(a.artifact, a.results, a.grid, a.mode, a.data_root):
         print(f"wrote {path}")
     return 0
 
@@ -83,8 +83,12 @@ def add_job_arguments(p: argparse.ArgumentParser, kind: str, threads_help: str) 
     p.add_argument("--data-root", default="data")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help=threads_help)
-    if kind in ("eval", "lmeval"):
+    if kind in ("eval", "lmeval", "analysis"):
         p.add_argument("--out", required=True)
+    if kind == "analysis":
+        from mor.analysis.job import ANALYSES
+
+        p.add_argument("--analysis", required=True, choices=ANALYSES, help="what to measure (mor.analysis.job)")
     if kind == "lmeval":
         p.add_argument("--tasks-dir", help="converted offline tasks (default <data-root>/lm_eval/tasks)")
 
@@ -117,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", required=True)
     p.add_argument("--grid", required=True, help="grid file (for reference numbers)")
     p.add_argument("--mode", default="local")
+    p.add_argument("--data-root", default="data", help="where the tokenizer is (tables/figures that decode tokens)")
     p.set_defaults(fn=_report)
 
     a = ap.parse_args(argv)

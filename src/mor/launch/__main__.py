@@ -1,6 +1,6 @@
 """``python -m mor.launch <kind> ...``: the thin launcher the train / eval rules run.
 
-    train | eval | lmeval
+    train | eval | lmeval | analysis
                    run one job of one run: inline (``--launcher local``), or as a Slurm job
                    through submitit (``--launcher slurm``), waiting for it and failing with
                    the Slurm log path in the message if it fails
@@ -47,6 +47,11 @@ def _local(a) -> int:
         r = lmeval_job(a.grid, a.run_id, a.mode, a.run_dir, a.out, a.data_root, a.device, threads=a.threads,
                        tasks_dir=a.tasks_dir)
         print(lmeval_summary(r))
+    elif a.kind == "analysis":
+        from mor.analysis.job import analysis_job, summary
+
+        print(summary(analysis_job(a.analysis, a.grid, a.run_id, a.mode, a.run_dir, a.out, a.data_root, a.device,
+                                   threads=a.threads)))
     else:
         from mor.jobs import eval_job
 
@@ -61,7 +66,7 @@ def _slurm(a) -> int:
 
     grid = load_grid(a.grid, a.mode)
     run = grid.run(a.run_id).config
-    preset = load_presets(a.presets).get(run.model.scale, a.kind)
+    preset = load_presets(a.presets).get(run.model.scale, "eval" if a.kind == "analysis" else a.kind)
     folder = log_dir(a.log_root, grid.name, a.run_id, a.kind).absolute()
     common = dict(grid=str(Path(a.grid).absolute()), run_id=a.run_id, mode=a.mode,
                   run_dir=str(Path(a.run_dir).absolute()), data_root=str(Path(a.data_root).absolute()),
@@ -73,6 +78,11 @@ def _slurm(a) -> int:
 
         fn = LmEvalJob(**common, out=str(Path(a.out).absolute()),
                        tasks_dir=str(Path(a.tasks_dir).absolute()) if a.tasks_dir else None)
+    elif a.kind == "analysis":
+        from mor.analysis.job import AnalysisJob
+
+        fn = AnalysisJob(analysis=a.analysis, **common, out=str(Path(a.out).absolute()))
+        folder = folder.with_name(f"analysis-{a.analysis}")
     else:
         fn = EvalJob(**common, out=str(Path(a.out).absolute()))
     what = f"{a.kind} of {grid.name}/{a.run_id}"
@@ -91,6 +101,10 @@ def _slurm(a) -> int:
         from mor.cli import lmeval_summary
 
         print(lmeval_summary(main))
+    elif a.kind == "analysis":
+        from mor.analysis.job import summary
+
+        print(summary(main))
     else:
         print(f"eval {main['run_id']}: val NLL {main['val_nll']:.4f} over {main['val_tokens']} tokens")
     return 0
@@ -159,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mor.launch", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for kind in ("train", "eval", "lmeval"):
+    for kind in ("train", "eval", "lmeval", "analysis"):
         p = sub.add_parser(kind, help=f"run one {kind} job (inline or on Slurm)")
         add_job_arguments(p, kind, threads_help="CPU threads inline (Slurm: the preset's cpus_per_task)")
         p.add_argument("--launcher", choices=("local", "slurm"), default="local")

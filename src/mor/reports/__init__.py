@@ -9,17 +9,25 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from mor.reports import fig6, table10
+from mor.analysis.job import TOKENIZER_ARTIFACTS
+from mor.reports import fig1, fig5b, fig5c, fig6, fig7, table10, table17
 from mor.reports.ablation import SPECS, render_ablation
 
 RENDERERS = {
     "tables/table10": table10.render,
     "figures/fig6": fig6.render,
     **{f"tables/{name}": partial(render_ablation, spec) for name, spec in SPECS.items()},
+    "figures/fig1": fig1.render,
+    "figures/fig5b": fig5b.render,
+    "figures/fig5c": fig5c.render,
+    "figures/fig7": fig7.render_fig7,
+    "figures/fig8": fig7.render_fig8,
+    "tables/table17": table17.render,
 }
 
 
-def render(artifact: str, results: str, grid: str, mode: str = "local") -> list[Path]:
+def render(artifact: str, results: str, grid: str, mode: str = "local", data_root: str = "data") -> list[Path]:
     if artifact not in RENDERERS:
         raise KeyError(f"no renderer for {artifact!r}; known: {sorted(RENDERERS)}")
-    return RENDERERS[artifact](Path(results), Path(grid), Path(artifact), mode)
+    kw = {"data_root": Path(data_root)} if artifact in TOKENIZER_ARTIFACTS else {}  # decodes with the run's tokenizer
+    return RENDERERS[artifact](Path(results), Path(grid), Path(artifact), mode, **kw)

@@ -1,0 +1,76 @@
+"""The analysis figures end to end through Snakemake on a tiny grid: train, eval, the
+analysis jobs (depth_cap, kv) beside the parquet, and Figs. 1, 5b, 5c, 7, 8 and Table 17."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from test_workflow import job_counts, plan, snakemake
+
+ARTIFACTS = ("figures/fig1", "figures/fig5b", "figures/fig5c", "figures/fig7", "figures/fig8", "tables/table17")
+GRID = """
+name: ana
+artifacts: [figures/fig1, figures/fig5b, figures/fig5c, tables/table17, figures/fig7, figures/fig8]
+defaults:
+  data: {source: django-docs, tokenizer: bpe-4096}
+runs:
+  - name: mor
+    set: {model.variant: mor, model.tying: middle_cycle, model.num_recursions: 2,
+          model.router: {type: expert_choice, aux: aux_loss}}
+    axes: {model.scale: [135M]}
+  - name: recursive
+    set: {model.variant: recursive, model.tying: cycle, model.num_recursions: 2}
+    axes: {model.scale: [135M]}
+modes:
+  local:
+    scale_map: {135M: tiny}
+    set:
+      train: {tokens: 8192, seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 8}
+      eval: {nll_tokens: 2048, batch: 8}
+"""
+
+
+@pytest.mark.slow
+def test_analysis_figures_build_from_a_tiny_grid(tmp_path, data_root):
+    from mor.analysis.job import read_sidecar
+
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    grid = grids / "ana.yaml"
+    grid.write_text(GRID)
+    cfg = ("--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}")
+    # one depth_cap per Recursive / MoR run, one kv for the Recursive run only
+    assert plan(tmp_path, grids, data_root, *ARTIFACTS) == {
+        "train": 2, "eval": 2, "analysis": 3, "collect": 1, "figure": 5, "table": 1}
+    snakemake(*ARTIFACTS, *cfg)
+    rows = {r["variant"]: r for r in pq.read_table(tmp_path / "results" / "ana.parquet").to_pylist()}
+    runs = tmp_path / "results" / "runs" / "ana"
+    for variant, r in rows.items():
+        meta, a = read_sidecar(runs / f"{r['run_id']}.depth_cap.npz", r["run_id"], r["config_hash"])
+        assert a["max_depth"].tolist() == [1, 2]
+        assert a["val_nll"][-1] == pytest.approx(r["val_nll"], abs=1e-5)  # full depth = the eval job's NLL
+        assert a["val_nll_causal"][-1] == pytest.approx(r["val_nll_causal"], abs=1e-5)
+    meta, kv = read_sidecar(runs / f"{rows['recursive']['run_id']}.kv.npz")
+    assert kv["key_cosine"].shape == (4, 4) and np.allclose(np.diag(kv["key_cosine"]), 1.0, atol=1e-5)
+    assert kv["key_magnitude"].shape == (4, 64) and meta["windows"] == 8
+    assert not (runs / f"{rows['mor']['run_id']}.kv.npz").exists()
+    for art in ARTIFACTS:
+        name = art.split("/")[1]
+        out = tmp_path / art
+        assert (out / f"{name}.md").exists() if art.startswith("tables") else (out / f"{name}.png").stat().st_size > 5_000
+    assert rows["mor"]["run_id"] in (tmp_path / "tables" / "table17" / "table17.md").read_text()
+
+    # reports only, from parquet and the analysis files: no train, eval or analysis job
+    for d in ("tables", "figures"):
+        for p in (tmp_path / d).iterdir():
+            import shutil
+
+            shutil.rmtree(p)
+    rebuilt = snakemake(*ARTIFACTS, *cfg)
+    assert job_counts(rebuilt.stdout + rebuilt.stderr) == {"figure": 5, "table": 1}
+    # an eval.* edit re-runs the evals and the analyses (their settings), never training
+    grid.write_text(GRID.replace("nll_tokens: 2048", "nll_tokens: 1024"))
+    assert plan(tmp_path, grids, data_root, *ARTIFACTS) == {
+        "eval": 2, "analysis": 2, "collect": 1, "figure": 5, "table": 1}

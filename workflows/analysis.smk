@@ -1,0 +1,29 @@
+# Measurements of trained runs that some figures need beyond the result row (mor.analysis.job):
+#   analysis   one job per (run, analysis) -> results/runs/<grid>/<run_id>.<analysis>.npz, beside
+#              the run's parquet. depth_cap: NLL with the recursion depth capped at 1..Nr (Fig. 5c);
+#              kv: per-depth key/value magnitude and cosine similarity (Figs. 7, 8). Only the runs
+#              of a grid that lists such a figure get one (mor.analysis.job.ARTIFACT_ANALYSES); the
+#              figure rule waits for them. It reads the final weights and never retrains; its params
+#              are its own settings (from eval.*) and the analysis code's VERSION.
+from mor.analysis.job import ANALYSES, VERSION as ANALYSIS_VERSION
+
+
+rule analysis:
+    input:
+        summary="runs/{grid}/{run_id}/train_summary.json",
+        data=run_data_inputs,
+    output:
+        "results/runs/{grid}/{run_id}.{analysis}.npz",
+    wildcard_constraints:
+        analysis="|".join(ANALYSES),
+    params:
+        mode=MODE,
+        settings=analysis_settings,  # an edit of the eval.* settings it uses re-runs it
+        version=ANALYSIS_VERSION,
+    threads: config["threads"]
+    log:
+        "logs/{grid}/{run_id}/analysis-{analysis}.log",
+    shell:
+        "{PY}.launch analysis --analysis {wildcards.analysis} --grid {GRIDS_DIR}/{wildcards.grid}.yaml"
+        " --run-id {wildcards.run_id} --mode {params.mode} --run-dir $(dirname {input.summary}) --data-root {DATA}"
+        " --threads {threads} --out {output} {LAUNCH_ARGS} > {log} 2>&1"
