@@ -74,3 +74,14 @@ def test_analysis_figures_build_from_a_tiny_grid(tmp_path, data_root):
     grid.write_text(GRID.replace("nll_tokens: 2048", "nll_tokens: 1024"))
     assert plan(tmp_path, grids, data_root, *ARTIFACTS) == {
         "eval": 2, "analysis": 2, "collect": 1, "figure": 5, "table": 1}
+
+
+def test_dry_run_of_the_paper_grids_lists_one_analysis_per_run_that_needs_one(tmp_path):
+    from test_workflow import REPO
+
+    out = snakemake(*ARTIFACTS, "-n", "--nolock", "--directory", str(tmp_path),
+                    "--config", f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}")
+    # grids/fig5c.yaml: 3 MoR runs (depth_cap each); grids/fig7.yaml: 1 Recursive run (kv)
+    assert job_counts(out.stdout + out.stderr) == {
+        "corpus": 1, "tokenizer": 1, "tokens": 2, "lm_eval_tasks": 1, "train": 4, "lmeval": 4, "eval": 4,
+        "analysis": 4, "collect": 2, "figure": 5, "table": 1}

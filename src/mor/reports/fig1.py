@@ -30,7 +30,7 @@ LINE_H = 1.55 * FONT / 72  # inches per line
 
 def depth_colors(nr: int) -> list:
     cmap = plt.get_cmap("YlOrRd")
-    return [cmap(0.15 + 0.75 * i / max(1, nr - 1)) for i in range(nr)]
+    return [cmap(0.08 + 0.6 * i / max(1, nr - 1)) for i in range(nr)]  # light enough for black text
 
 
 def render(results: Path, grid: Path, out: Path, mode: str, data_root: Path = Path("data")) -> list[Path]:
@@ -44,7 +44,8 @@ def render(results: Path, grid: Path, out: Path, mode: str, data_root: Path = Pa
         panels.append((row, placed, 1 + max((p[0] for p in placed), default=0)))
         rows += [{"run_id": row["run_id"], "position": i, "token": text, "depth": d} for i, (text, d) in enumerate(pieces)]
     heights = [LINE_H * (n + 2.5) for _, _, n in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(CHAR_W * WIDTH + 0.6, sum(heights) + 0.3),
+    top = 0.45  # inches for the title
+    fig, axes = plt.subplots(len(panels), 1, figsize=(CHAR_W * WIDTH + 0.6, sum(heights) + top + 0.1),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (row, placed, n_lines) in zip(axes[:, 0], panels):
         nr = int(row["num_recursions"])
@@ -59,7 +60,7 @@ def render(results: Path, grid: Path, out: Path, mode: str, data_root: Path = Pa
         ax.legend(handles=[Patch(color=c, label=f"depth {i + 1}") for i, c in enumerate(colors)], fontsize=6,
                   loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=nr, frameon=False)
     fig.suptitle(f"Figure 1 (right): recursion depth per token on validation text (mode {mode})", fontsize=9)
-    fig.subplots_adjust(left=0.02, right=0.98, top=1 - 0.35 / (sum(heights) + 0.3), bottom=0.02, hspace=0.35)
+    fig.subplots_adjust(left=0.02, right=0.98, top=1 - (top + 0.1) / (sum(heights) + top + 0.1), bottom=0.02, hspace=0.45)
     od = OutputDir(out)
     with od as d:
         fig.savefig(d / "fig1.png", dpi=170)
