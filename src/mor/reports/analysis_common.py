@@ -8,6 +8,7 @@ import pandas as pd
 
 from mor.analysis.job import applies, read_sidecar, sidecar_path
 from mor.config import run_config_from_dict
+from mor.reports.common import TYING_NAMES
 from mor.results import config_of
 
 
@@ -27,5 +28,5 @@ def load_sidecar(results: Path, row: pd.Series | dict, analysis: str) -> tuple[d
 def run_title(row: pd.Series | dict) -> str:
     variant = {"mor": "MoR", "recursive": "Recursive", "vanilla": "Vanilla"}.get(row["variant"], row["variant"])
     tying = row.get("tying")
-    tie = f" {tying}" if isinstance(tying, str) else ""
+    tie = f" {TYING_NAMES.get(tying, tying)}" if isinstance(tying, str) else ""
     return f"{variant}{tie} Nr={int(row['num_recursions'])} ({row['paper_scale']} as {row['scale']})"
