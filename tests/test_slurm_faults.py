@@ -114,8 +114,10 @@ def later(seconds: float, fn) -> threading.Timer:
 
 # ------------------------------------------------------------------ the state of one job
 @pytest.mark.parametrize("sacct, squeue, state, queue_answered, asks_squeue", [
-    (("COMPLETED\n", "", 0), None, "COMPLETED", False, False),  # final in the database: no need to ask more
-    (("CANCELLED by 0\n", "", 0), None, "CANCELLED", False, False),
+    (("COMPLETED\n", "", 0), ("", INVALID, 1), "COMPLETED", True, True),  # ended, forgotten by the controller
+    (("CANCELLED by 0\n", "", 0), ("", "", 0), "CANCELLED", True, True),
+    (("COMPLETED\n", "", 0), ("", NO_CTLD, 1), "COMPLETED", False, True),  # controller down: the database
+    (("FAILED\n", "", 0), ("PENDING\n", "", 0), "PENDING", True, True),  # a preempted job being requeued
     (("", DB_DOWN, 1), ("RUNNING\n", "", 0), "RUNNING", True, True),  # slurmdbd down: squeue answers
     (("", "", 0), ("PENDING\n", "", 0), "PENDING", True, True),  # not in the database yet
     (("RUNNING\n", "", 0), ("COMPLETED\n", "", 0), "COMPLETED", True, True),  # the controller is ahead

@@ -322,21 +322,23 @@ def squeue_answer(job_id: str) -> Answer:
 
 
 def slurm_state(job_id: str) -> SlurmState:
-    """Ask sacct, then squeue; squeue's live answer wins over sacct's "still running".
+    """Ask sacct and squeue; the controller's live answer (squeue) wins whenever it has one.
 
-    sacct is the only one that remembers an ended job for long, so its final states are
-    taken at once. Any other answer is checked with slurmctld: sacct may be down, may not
-    have the job yet, or may still say RUNNING for a job the controller no longer holds.
+    sacct alone is not enough: it may be down, may not have the job yet, may still say
+    RUNNING for a job the controller no longer holds, and while a preempted job is being
+    requeued its record can read FAILED although the job is PENDING again (seen on the test
+    cluster). squeue alone is not enough either: it forgets an ended job after MinJobAge.
+    So squeue's state is taken when slurmctld holds the job, else sacct's.
     """
     acct = sacct_answer(job_id)
-    if acct.state and acct.state not in _INCOMPLETE:
-        return SlurmState(acct.state, acct.note)
     queue = squeue_answer(job_id)
     detail = f"{acct.note}; {queue.note}"
     if queue.state:
         return SlurmState(queue.state, detail, queue_answered=True)
-    if acct.state and queue.state is None:  # controller unreachable: trust the database
-        return SlurmState(acct.state, detail)
+    if queue.state == "" and acct.state in _INCOMPLETE:  # stale database: the controller has no such job
+        return SlurmState("", detail, queue_answered=True)
+    if acct.state:  # the controller forgot an ended job, or is unreachable: trust the database
+        return SlurmState(acct.state, detail, queue_answered=queue.state == "")
     return SlurmState("", detail, queue_answered=queue.state == "")
 
 
