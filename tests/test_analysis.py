@@ -271,3 +271,18 @@ def test_sidecar_round_trip_and_identity_check(tmp_path):
         read_sidecar(path)
     with pytest.raises(FileNotFoundError, match="analysis job has not run"):
         read_sidecar(tmp_path / "missing.npz")
+
+
+def test_analysis_job_resubmits_itself_and_the_launcher_knows_the_kind():
+    import pickle
+
+    from mor.analysis.job import AnalysisJob
+    from mor.launch.__main__ import main
+
+    job = AnalysisJob(analysis="kv", grid="g.yaml", run_id="r", mode="local", run_dir="runs/g/r", out="o.npz",
+                      data_root="data")
+    again = job.checkpoint().function
+    assert again == job and again is not job and pickle.loads(pickle.dumps(job)) == job
+    with pytest.raises(SystemExit) as e:
+        main(["analysis", "--analysis", "nope", "--grid", "g", "--run-id", "r", "--run-dir", "d", "--out", "o"])
+    assert e.value.code == 2  # argparse: not one of depth_cap, kv

@@ -89,6 +89,7 @@ def analysis_job(analysis: str, grid: str, run_id: str, mode: str, run_dir: str,
     """Measure ``analysis`` on one trained run's final weights; write ``out`` (.npz). Returns meta."""
     import time
 
+    import numpy as np
     import torch
 
     from mor.cpu_allocator import tune_cpu_allocator
@@ -139,8 +140,6 @@ def analysis_job(analysis: str, grid: str, run_id: str, mode: str, run_dir: str,
                  "recursion_layers": [len(model.plan.prefix), len(model.plan.recursions[0]) if model.plan.recursions else 0,
                                       len(model.plan.recursions), len(model.plan.suffix)]}
     for k, v in arrays.items():
-        import numpy as np
-
         if not np.all(np.isfinite(np.asarray(v, dtype=np.float64))):
             raise FloatingPointError(f"run {run_id}: analysis {analysis}: {k} is not finite (weights {final}); "
                                      "nothing was written")

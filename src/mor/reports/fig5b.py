@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 from mor.analysis.router_hist import histogram_bars, per_recursion  # noqa: E402
 from mor.reports.analysis_common import run_title  # noqa: E402
 from mor.reports.common import OutputDir, load_results  # noqa: E402
+from mor.results import config_of  # noqa: E402
 
 
 def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
@@ -43,7 +44,7 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
             ax.bar(b["left"], b["unselected"], width=b["width"], align="edge", color="C1", alpha=0.75,
                    label=f"unselected (n={hists[r]['n_unselected']})")
             ax.set_title(f"recursion {r + 1}", fontsize=8)
-            ax.set_xlabel("router output g", fontsize=7)
+            ax.set_xlabel(f"router output g (alpha = {config_of(row)['model']['router']['alpha']:g})", fontsize=7)
             if r == 0:
                 ax.set_ylabel(f"{run_title(row)}\nnormalised count", fontsize=7)
             ax.legend(fontsize=6, frameon=False)
