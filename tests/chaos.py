@@ -1,9 +1,9 @@
 """Chaos test: kill -9 the whole workflow again and again, restart it, and compare.
 
-A 3-run grid (tiny scale, a checkpoint every few steps) is run twice through the real
+A 3-run grid (tiny scale, a checkpoint every few steps, one lm-eval task) is run twice through the real
 ``snakemake --profile local``: once undisturbed, once under fire. Under fire, each attempt
 starts Snakemake in its own process group, waits for a phase of the workflow (a train,
-eval, collect or report job, found by its command line; or a random moment), and sends
+lmeval, eval, collect or report job, found by its command line; or a random moment), and sends
 SIGKILL to the whole group; then the same command starts again, with nothing done by hand
 in between. Finally both merged parquets must be identical (every column but wall-clock
 times and the write timestamp), and so must the tables.
@@ -38,9 +38,12 @@ REPO = Path(__file__).resolve().parent.parent
 # test_workflow's two-run grid with a third run, longer training and frequent checkpoints
 CHAOS_GRID = (E2E_GRID.replace("name: e2e", "name: chaos").replace("[middle_cycle]", "[middle_cycle, cycle]")
               .replace("tokens: 8192", "tokens: 61440").replace("checkpoint_every: 8", "checkpoint_every: 6")
-              .replace("nll_tokens: 2048", "nll_tokens: 4096"))
+              .replace("nll_tokens: 2048", "nll_tokens: 4096")
+              .replace("batch: 8}\nreference", "batch: 8, lm_eval_tasks: [mor_piqa], lm_eval_limits: {mor_piqa: 20}}"
+                                               "\nreference"))
 TARGETS = ("tables/table10", "figures/fig6")
-PHASES = {"mor.launch train": "train", "mor.launch eval": "eval", "mor collect": "collect", "mor report": "report"}
+PHASES = {"mor.launch train": "train", "mor.launch lmeval": "lmeval", "mor.launch eval": "eval",
+          "mor collect": "collect", "mor report": "report"}  # in pipeline order
 # columns that measure the machine, not the result
 WALL_CLOCK = {"train_time_s", "train_tokens_per_s", "created_at"}
 
@@ -122,7 +125,8 @@ def _attempt(cmd: list[str], target: str | None, rng: random.Random, log) -> tup
     random_at = started + rng.uniform(0.5, 8.0)
     seen_since = None
     # train: past the imports, into the steps and checkpoint writes; the short jobs: at once
-    delay = rng.uniform(0.0, 4.0) if target == "train" else rng.uniform(0.0, 0.8 if target == "eval" else 0.2)
+    delay = (rng.uniform(0.0, 4.0) if target in ("train", "lmeval")
+             else rng.uniform(0.0, 0.8 if target == "eval" else 0.2))
     order = list(PHASES.values())
     while proc.poll() is None:
         now = time.monotonic()
@@ -200,7 +204,7 @@ def run_chaos(root: Path, data_root: Path, kills: int = 12, seed: int = 0, max_a
     report.undisturbed_s = time.monotonic() - t0
 
     # kills spread over the phases in pipeline order, plus a few at random moments
-    plan = ["any"] + ["train"] * 4 + ["any"] + ["eval"] * 3 + ["collect"] * 2 + ["report"] * 2
+    plan = ["any"] + ["train"] * 4 + ["any"] + ["lmeval"] * 2 + ["eval"] * 2 + ["collect"] * 2 + ["report"] * 2
     plan = (plan * (1 + kills // len(plan)))[:max(kills, len(plan))]
     cmd = _command(hot, _setup(hot), data_root)
     t0 = time.monotonic()
