@@ -1,5 +1,6 @@
 """The analysis figures end to end through Snakemake on a tiny grid: train, eval, the
-analysis jobs (depth_cap, kv) beside the parquet, and Figs. 1, 5b, 5c, 7, 8 and Table 17."""
+analysis jobs (depth_cap, kv) beside the parquet, and Figs. 1, 5b, 5c, 7, 8 and Table 17
+(35 s on an idle 2-core machine, so not marked slow)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ modes:
 """
 
 
-@pytest.mark.slow
 def test_analysis_figures_build_from_a_tiny_grid(tmp_path, data_root):
     from mor.analysis.job import read_sidecar
 
