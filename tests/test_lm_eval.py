@@ -28,7 +28,6 @@ pytest.importorskip("lm_eval")
 
 from lm_eval.api.instance import Instance  # noqa: E402
 
-from mor.data.tokenizer import load_tokenizer  # noqa: E402
 from mor.lm_eval.adapter import MoRLM  # noqa: E402
 from mor.model.decode import decode_step, prefill  # noqa: E402
 from mor.train.trainer import Trainer  # noqa: E402

@@ -17,12 +17,12 @@ run's final weights. Editing a run's eval.* settings re-runs its analyses (Snake
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from submitit.helpers import Checkpointable, DelayedSubmission
 
 from mor.atomic import atomic_path
+from mor.launch.checkpointable import ScoringJob
 
 VERSION = 1  # bump when an analysis computes something else: its files are then remade
 ANALYSES = ("depth_cap", "kv")
@@ -149,28 +149,17 @@ def analysis_job(analysis: str, grid: str, run_id: str, mode: str, run_dir: str,
     return meta
 
 
-@dataclass
-class AnalysisJob(Checkpointable):
+@dataclass(kw_only=True)
+class AnalysisJob(ScoringJob):
     """``analysis_job`` as a Slurm job (submitit pickles this; no torch at import). It runs
     with the scale's eval preset."""
 
     analysis: str
-    grid: str
-    run_id: str
-    mode: str
-    run_dir: str
-    out: str
-    data_root: str
-    threads: int = 0
-    device: str = "auto"
 
     def __call__(self) -> dict:
         meta = analysis_job(self.analysis, self.grid, self.run_id, self.mode, self.run_dir, self.out, self.data_root,
                             self.device, threads=self.threads)
         return {"rank": 0, "world_size": 1, **meta}
-
-    def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
-        return DelayedSubmission(type(self)(**asdict(self)))
 
 
 def summary(meta: dict) -> str:

@@ -1,5 +1,5 @@
-"""The callables submitit pickles into Slurm jobs: train and eval of one run, and the data
-preparation; paths only.
+"""The callables submitit pickles into Slurm jobs: train, eval (and the other scoring jobs) of
+one run, and the data preparation; paths only.
 
 They hold nothing but strings, so the pickle is small and a resubmission is exact. On a
 time-out or preemption Slurm sends SIGUSR2; submitit then calls ``checkpoint()``, which
@@ -51,8 +51,9 @@ class TrainJob(Checkpointable):
 
 
 @dataclass
-class EvalJob(Checkpointable):
-    """``mor.jobs.eval_job``: one process; a requeued eval simply runs again (it is short)."""
+class ScoringJob(Checkpointable):
+    """A job that reads a trained run and writes ``out`` (eval, lmeval, analysis): one process;
+    a requeued one simply runs again from the start (it is short, and writes atomically)."""
 
     grid: str
     run_id: str
@@ -63,6 +64,14 @@ class EvalJob(Checkpointable):
     threads: int = 0
     device: str = "auto"
 
+    def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
+        return DelayedSubmission(type(self)(**asdict(self)))
+
+
+@dataclass
+class EvalJob(ScoringJob):
+    """``mor.jobs.eval_job``: validation NLL and router statistics into the run's parquet row."""
+
     def __call__(self) -> dict:
         from mor.jobs import eval_job
 
@@ -70,9 +79,6 @@ class EvalJob(Checkpointable):
                        threads=self.threads)
         return {"rank": 0, "world_size": 1, "run_id": row["run_id"], "val_nll": row["val_nll"],
                 "val_tokens": row["val_tokens"]}
-
-    def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
-        return DelayedSubmission(type(self)(**asdict(self)))
 
 
 @dataclass

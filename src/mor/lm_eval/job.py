@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from submitit.helpers import Checkpointable, DelayedSubmission
 
 from mor.atomic import write_json_atomic
+from mor.launch.checkpointable import ScoringJob
 from mor.lm_eval import is_local_task, offline_env
 
 METRICS = ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr")
@@ -132,23 +132,12 @@ def accuracy_columns(result: dict) -> dict:
 
 
 @dataclass
-class LmEvalJob(Checkpointable):
+class LmEvalJob(ScoringJob):
     """``lmeval_job`` as a Slurm job (submitit pickles this; no torch at import)."""
 
-    grid: str
-    run_id: str
-    mode: str
-    run_dir: str
-    out: str
-    data_root: str
-    threads: int = 0
-    device: str = "auto"
     tasks_dir: str | None = None
 
     def __call__(self) -> dict:
         r = lmeval_job(self.grid, self.run_id, self.mode, self.run_dir, self.out, self.data_root, self.device,
                        threads=self.threads, tasks_dir=self.tasks_dir)
         return {"rank": 0, "world_size": 1, "run_id": r["run_id"], "tasks": r["tasks"], "seconds": r["seconds"]}
-
-    def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
-        return DelayedSubmission(type(self)(**asdict(self)))
