@@ -1,5 +1,5 @@
 """Crash-safe file writes: every file or folder a job leaves is either the old one or the
-whole new one, never half of either.
+whole new one, never half of either; and the one file digest used to check that later.
 
 A writer fills a temporary sibling with a name no other writer can pick (host, pid and a
 random part), flushes it to disk and renames it over the target (``os.replace``, atomic on
@@ -13,6 +13,7 @@ writer on this host are removed by ``remove_stale``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -28,6 +29,17 @@ def temp_sibling(path: Path, kind: str = "tmp") -> Path:
     """``dir/.name.<kind>-<host>-<pid>-<random>``: unique to this writer."""
     path = Path(path)
     return path.with_name(f".{path.name}.{kind}-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def sha256_file(path: str | Path) -> str:
+    """sha256 of a file, read in 8 MiB blocks (bounded memory at any size): the digest every
+    manifest, checkpoint and summary of this project records to tell a whole file from a
+    damaged one."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 23):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _fsync_file(path: Path) -> None:

@@ -12,6 +12,7 @@ import math
 import time
 from pathlib import Path
 
+from mor.atomic import sha256_file
 from mor.config import load_scales
 from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
@@ -21,9 +22,8 @@ from mor.flops import plan_for, train_flops
 from mor.grids import load_grid
 from mor.provenance import git_commit
 from mor.results import write_rows
-from mor.train.checkpoint import CheckpointError, file_digest, load_model_weights
+from mor.train.checkpoint import CheckpointError, load_model_weights
 from mor.train.trainer import DistInfo, Trainer, make_model, pick_device
-
 
 LM_EVAL_FILE = "lm_eval.json"  # runs/<grid>/<run_id>/lm_eval.json: the lmeval job's output
 
@@ -79,7 +79,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
     if summary.get("config_hash") not in (None, run.config_hash):
         raise CheckpointError(f"run {run_id}: {summary_file} was written by training config {summary['config_hash']}, "
                               f"not {run.config_hash}; {redo}")
-    if "final_sha256" in summary and (not final.exists() or file_digest(final) != summary["final_sha256"]):
+    if "final_sha256" in summary and (not final.exists() or sha256_file(final) != summary["final_sha256"]):
         raise CheckpointError(f"run {run_id}: {final} is missing or corrupt (its sha256 differs from the one in "
                               f"{summary_file}); {redo}")
     paths = data_paths(run.data, Path(data_root))

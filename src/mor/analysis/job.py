@@ -20,7 +20,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from mor.atomic import atomic_path
 from mor.launch.checkpointable import ScoringJob
 

@@ -23,7 +23,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from mor.atomic import write_bytes_atomic
+from mor.atomic import sha256_file, write_bytes_atomic
 
 PACKAGE = "Django"
 VERSION = "5.2.8"
@@ -44,14 +44,6 @@ EXPECTED = {
     "train.txt": "9d6b47413074a4e53ce61454845d30b129dc96d30e016edb76edd77b4f0f574f",
     "val.txt": "38ca42f56fede83e6696bf52f5e630475effc87d08d41d1c7608eaabd96eb87c",
 }
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def fetch_sdist(cache_dir: Path) -> Path:

@@ -23,7 +23,6 @@ so training has one code path (``mor.data.sampler.load_tokens``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +30,10 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from mor.atomic import atomic_path
+from mor.atomic import atomic_path, sha256_file
 
 FORMAT = "mor-token-shards/1"
 MANIFEST = "manifest.json"
-_HASH_CHUNK = 1 << 24  # 16 MiB: hashing never holds a whole shard in memory
 
 
 class ShardError(ValueError):
@@ -49,14 +47,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def shard_name(index: int) -> str:
     return f"shard-{index:05d}.npy"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_HASH_CHUNK):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from mor.atomic import write_json_atomic
 from mor.launch.checkpointable import ScoringJob
 from mor.lm_eval import is_local_task, offline_env

