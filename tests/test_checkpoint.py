@@ -195,3 +195,22 @@ def test_non_finite_training_fails_loudly_with_the_step_and_saves_nothing(data_r
         tr.fit()
     assert not (tmp_path / "run" / "checkpoints").exists()
     assert not (tmp_path / "run" / "train_summary.json").exists()
+
+
+def test_temporaries_of_a_killed_writer_are_removed_by_the_next_write(tmp_path):
+    """A writer killed mid-write leaves its hidden temporary; the next write to that folder
+    removes it (its pid is dead), and never one of a live writer (here: this process)."""
+    import subprocess
+    import sys
+
+    from mor.atomic import temp_sibling, write_json_atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    ours = temp_sibling(tmp_path / "config.json")
+    ours.write_text("{")  # a live writer's (this process's) temporary
+    theirs = ours.with_name(ours.name.replace(f"-{os.getpid()}-", f"-{pid}-"))
+    theirs.write_text('{"half": ')
+    write_json_atomic(tmp_path / "config.json", {"a": 1})
+    assert json.loads((tmp_path / "config.json").read_text()) == {"a": 1}
+    assert not theirs.exists() and ours.exists()

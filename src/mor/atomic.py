@@ -7,7 +7,7 @@ POSIX). A folder cannot be renamed over a non-empty folder, so ``replace_dir`` m
 one aside first: a kill between the two renames leaves the target absent (a reader then
 redoes the work or falls back, see ``mor.train.checkpoint``), never mixed. Temporaries are
 hidden (leading dot), so globs such as ``step-*`` never see them; those left by a killed
-writer on this host are removed by ``remove_stale``.
+writer on this host are removed by ``remove_stale``, which every write calls on its folder.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     exception the temporary is removed and ``path`` is untouched.
     """
     path = Path(path)
+    remove_stale(path.parent)  # what a killed writer of this folder left (cheap: one listing)
     tmp = temp_sibling(path)
     try:
         yield tmp
