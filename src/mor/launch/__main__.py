@@ -33,58 +33,69 @@ def log_dir(root: str, grid_name: str, run_id: str, kind: str) -> Path:
     return Path(root) / grid_name / run_id / kind
 
 
+def _scoring_job(a, threads: int):
+    """The eval / lmeval / analysis callable of one run: the same object runs inline and is
+    pickled into a Slurm job, so both launchers run one implementation of each kind."""
+    from mor.launch.checkpointable import EvalJob
+
+    common = dict(grid=str(Path(a.grid).absolute()), run_id=a.run_id, mode=a.mode,
+                  run_dir=str(Path(a.run_dir).absolute()), data_root=str(Path(a.data_root).absolute()),
+                  out=str(Path(a.out).absolute()), threads=threads, device=a.device)
+    if a.kind == "lmeval":
+        from mor.lm_eval.job import LmEvalJob
+
+        return LmEvalJob(**common, tasks_dir=str(Path(a.tasks_dir).absolute()) if a.tasks_dir else None)
+    if a.kind == "analysis":
+        from mor.analysis.job import AnalysisJob
+
+        return AnalysisJob(analysis=a.analysis, **common)
+    return EvalJob(**common)
+
+
+def _summary(kind: str, r: dict) -> str:
+    """The one line a finished job prints (inline or from its Slurm result)."""
+    if kind == "train":
+        speed = f"{r['tokens_per_s']:.0f} tok/s, " if r.get("tokens_per_s") is not None else ""
+        return (f"trained {r['run_id']} on {r.get('world_size', 1)} rank(s): {r['steps']} steps, "
+                f"final loss {r['final_loss']:.4f}, resumed from {r['resumed_from']}, {speed}{r['train_time_s']:.1f}s")
+    if kind == "lmeval":
+        from mor.cli import lmeval_summary
+
+        return lmeval_summary(r)
+    if kind == "analysis":
+        from mor.analysis.job import summary
+
+        return summary(r)
+    return f"eval {r['run_id']}: val NLL {r['val_nll']:.4f} over {r['val_tokens']} tokens"
+
+
 def _local(a) -> int:
-    if a.kind == "train":
+    if a.kind == "train":  # in-process, never distributed (a local run inside an salloc stays one process)
         from mor.jobs import train_job
 
-        s = train_job(a.grid, a.run_id, a.mode, a.run_dir, a.data_root, a.device, threads=a.threads)
-        print(f"trained {s['run_id']}: {s['steps']} steps, final loss {s['final_loss']:.4f}, "
-              f"{s['tokens_per_s']:.0f} tok/s, {s['train_time_s']:.1f}s")
-    elif a.kind == "lmeval":
-        from mor.cli import lmeval_summary
-        from mor.lm_eval.job import lmeval_job
-
-        r = lmeval_job(a.grid, a.run_id, a.mode, a.run_dir, a.out, a.data_root, a.device, threads=a.threads,
-                       tasks_dir=a.tasks_dir)
-        print(lmeval_summary(r))
-    elif a.kind == "analysis":
-        from mor.analysis.job import analysis_job, summary
-
-        print(summary(analysis_job(a.analysis, a.grid, a.run_id, a.mode, a.run_dir, a.out, a.data_root, a.device,
-                                   threads=a.threads)))
+        r = train_job(a.grid, a.run_id, a.mode, a.run_dir, a.data_root, a.device, threads=a.threads)
     else:
-        from mor.jobs import eval_job
-
-        row = eval_job(a.grid, a.run_id, a.mode, a.run_dir, a.out, a.data_root, a.device, threads=a.threads)
-        print(f"eval {row['run_id']}: val NLL {row['val_nll']:.4f} over {row['val_tokens']} tokens")
+        r = _scoring_job(a, a.threads)()
+    print(_summary(a.kind, r))
     return 0
 
 
 def _slurm(a) -> int:
-    from mor.launch.checkpointable import EvalJob, TrainJob
+    from mor.launch.checkpointable import TrainJob
     from mor.launch.slurm import env_poll_s, pythonpath_setup, submit_and_wait
 
     grid = load_grid(a.grid, a.mode)
     run = grid.run(a.run_id).config
     preset = load_presets(a.presets).get(run.model.scale, "eval" if a.kind == "analysis" else a.kind)
     folder = log_dir(a.log_root, grid.name, a.run_id, a.kind).absolute()
-    common = dict(grid=str(Path(a.grid).absolute()), run_id=a.run_id, mode=a.mode,
-                  run_dir=str(Path(a.run_dir).absolute()), data_root=str(Path(a.data_root).absolute()),
-                  threads=preset.cpus_per_task, device=a.device)
     if a.kind == "train":
-        fn = TrainJob(**common, parallel=preset.parallel)
-    elif a.kind == "lmeval":
-        from mor.lm_eval.job import LmEvalJob
-
-        fn = LmEvalJob(**common, out=str(Path(a.out).absolute()),
-                       tasks_dir=str(Path(a.tasks_dir).absolute()) if a.tasks_dir else None)
-    elif a.kind == "analysis":
-        from mor.analysis.job import AnalysisJob
-
-        fn = AnalysisJob(analysis=a.analysis, **common, out=str(Path(a.out).absolute()))
-        folder = folder.with_name(f"analysis-{a.analysis}")
+        fn = TrainJob(grid=str(Path(a.grid).absolute()), run_id=a.run_id, mode=a.mode,
+                      run_dir=str(Path(a.run_dir).absolute()), data_root=str(Path(a.data_root).absolute()),
+                      threads=preset.cpus_per_task, device=a.device, parallel=preset.parallel)
     else:
-        fn = EvalJob(**common, out=str(Path(a.out).absolute()))
+        fn = _scoring_job(a, preset.cpus_per_task)
+    if a.kind == "analysis":
+        folder = folder.with_name(f"analysis-{a.analysis}")
     what = f"{a.kind} of {grid.name}/{a.run_id}"
     results = submit_and_wait(fn, preset, folder, name=f"mor-{a.kind}-{a.run_id}", what=what,
                               setup=pythonpath_setup(), poll_s=env_poll_s())
@@ -93,20 +104,7 @@ def _slurm(a) -> int:
     if len(results) > 1 and len(prints) != 1:
         raise LaunchError(f"{what}: the {len(results)} ranks finished with different parameters "
                           f"({sorted(map(str, prints))}); see {folder / 'result.json'}")
-    main = results[0]
-    if a.kind == "train":
-        print(f"trained {main['run_id']} on {main['world_size']} rank(s): {main['steps']} steps, "
-              f"final loss {main['final_loss']:.4f}, resumed from {main['resumed_from']}, {main['train_time_s']:.1f}s")
-    elif a.kind == "lmeval":
-        from mor.cli import lmeval_summary
-
-        print(lmeval_summary(main))
-    elif a.kind == "analysis":
-        from mor.analysis.job import summary
-
-        print(summary(main))
-    else:
-        print(f"eval {main['run_id']}: val NLL {main['val_nll']:.4f} over {main['val_tokens']} tokens")
+    print(_summary(a.kind, results[0]))
     return 0
 
 
