@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from test_workflow import job_counts, plan, snakemake
+from test_workflow import TINY_LOCAL_MODE, job_counts, plan, snakemake
 
 ARTIFACTS = ("figures/fig1", "figures/fig5b", "figures/fig5c", "figures/fig7", "figures/fig8", "tables/table17")
 GRID = """
@@ -24,13 +24,7 @@ runs:
   - name: recursive
     set: {model.variant: recursive, model.tying: cycle, model.num_recursions: 2}
     axes: {model.scale: [135M]}
-modes:
-  local:
-    scale_map: {135M: tiny}
-    set:
-      train: {tokens: 8192, seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 8}
-      eval: {nll_tokens: 2048, batch: 8}
-"""
+""" + TINY_LOCAL_MODE
 
 
 def test_analysis_figures_build_from_a_tiny_grid(tmp_path, data_root):

@@ -77,6 +77,15 @@ def test_bad_presets_stop_the_slurm_workflow_before_any_job(tmp_path, text, mess
     assert not (tmp_path / "runs").exists() and not (tmp_path / "logs").exists()
 
 
+# The local mode of the test grids: the tiny scale, 16 steps of 8 x 64 tokens, a short eval.
+TINY_LOCAL_MODE = """modes:
+  local:
+    scale_map: {135M: tiny}
+    set:
+      train: {tokens: 8192, seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 8}
+      eval: {nll_tokens: 2048, batch: 8}
+"""
+
 E2E_GRID = """
 name: e2e
 artifacts: [tables/table10, figures/fig6]
@@ -89,13 +98,7 @@ runs:
   - label: "{model_tying}"
     set: {model.variant: recursive, model.num_recursions: 2}
     axes: {model.scale: [135M], model.tying: [middle_cycle]}
-modes:
-  local:
-    scale_map: {135M: tiny}
-    set:
-      train: {tokens: 8192, seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 8}
-      eval: {nll_tokens: 2048, batch: 8}
-reference:
+""" + TINY_LOCAL_MODE + """reference:
   - {paper_scale: 135M, variant: recursive, tying: middle_cycle, num_recursions: 2, val_nll: 3.0330}
 """
 
