@@ -35,8 +35,8 @@ from mor.atomic import remove_stale, replace_dir, sha256_file, temp_sibling, wri
 
 TENSOR_FILES = ("model.safetensors", "optimizer.safetensors")
 
-__all__ = ["CheckpointError", "CheckpointMismatch", "save_checkpoint", "load_latest",
-           "load_model_weights", "write_json_atomic"]
+__all__ = ["CheckpointError", "CheckpointMismatch", "save_checkpoint", "load_latest", "apply_checkpoint",
+           "load_model_weights"]
 
 
 class CheckpointError(RuntimeError):
