@@ -28,7 +28,7 @@ Relaxations (Table 16) add their per-token work to every recursion-layer call
 from __future__ import annotations
 
 from mor.config import ModelConfig, ScaleShape, capacities
-from mor.model.tying import TyingPlan, effective_depth, kv_producers, reduced_depth, tying_plan, vanilla_plan
+from mor.model.tying import TyingPlan, effective_depth, kv_producers, kv_unused, reduced_depth, tying_plan, vanilla_plan
 
 
 def layer_params(s: ScaleShape) -> int:
@@ -67,10 +67,14 @@ def plan_for(cfg: ModelConfig, s: ScaleShape) -> TyingPlan:
 
 
 def param_count(cfg: ModelConfig, s: ScaleShape, vocab: int) -> int:
-    """Unique parameters: tied embedding/head once, each unique layer once, final norm."""
+    """Unique parameters the model runs: tied embedding/head once, each unique layer once,
+    final norm; minus the K/V projections of layers that only read shared KV
+    (``mor.model.tying.kv_unused``: built, never run, no gradient)."""
     plan = plan_for(cfg, s)
-    return (vocab * s.hidden + plan.num_unique * layer_params(s) + s.hidden + router_params(cfg, s)
-            + relaxation_params(cfg, s))
+    unused_layers, _ = kv_unused(plan, kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions), cfg.kv)
+    kv_proj = 2 * s.hidden * s.kv_heads * s.head_dim
+    return (vocab * s.hidden + plan.num_unique * layer_params(s) - len(unused_layers) * kv_proj + s.hidden
+            + router_params(cfg, s) + relaxation_params(cfg, s))
 
 
 def relaxation_params(cfg: ModelConfig, s: ScaleShape) -> int:
@@ -92,9 +96,13 @@ def relaxation_params(cfg: ModelConfig, s: ScaleShape) -> int:
     if cfg.relaxation == "prefix":
         return slots * 2 * rank * kv
     per_slot = rank * (9 * C + 2 * kv + 3 * M)
+    kv_deltas = rank * 2 * (C + kv)  # the k_proj and v_proj deltas of a slot
     if cfg.relaxation == "dora":
         per_slot += 3 * C + 2 * kv + 2 * M
-    return slots * per_slot
+        kv_deltas += 2 * kv
+    # slots whose layer calls all read shared KV never run their k/v deltas (tying.kv_unused)
+    _, no_kv = kv_unused(plan, kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions), cfg.kv)
+    return slots * per_slot - len(no_kv) * kv_deltas
 
 
 def forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int) -> float:

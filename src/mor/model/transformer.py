@@ -27,7 +27,7 @@ from mor.model.expert_choice import run_expert_choice
 from mor.model.relax import build_relaxation
 from mor.model.router import ExpertChoiceRouter, TokenChoiceRouter
 from mor.model.token_choice import run_token_choice
-from mor.model.tying import TyingPlan, effective_depth, kv_producers, reduced_depth, tying_plan, vanilla_plan
+from mor.model.tying import TyingPlan, effective_depth, kv_producers, kv_unused, reduced_depth, tying_plan, vanilla_plan
 from mor.model.kv_cache import run_kv_layer
 
 
@@ -145,9 +145,27 @@ class MoRTransformer(nn.Module):
             h = h.gather(1, logits_at.unsqueeze(-1).expand(-1, -1, h.shape[-1]))  # (B, n, C)
         return F.linear(self.norm(h), self.lm_head_weight)
 
+    def unused_parameter_names(self) -> frozenset[str]:
+        """Parameters built but never run: the K/V projections (and their relaxation deltas)
+        of layers that only read shared KV (``mor.model.tying.kv_unused``). They receive no
+        gradient and are left out of ``num_params``; kept in the module so checkpoints of
+        every existing run still load."""
+        layers, slots = kv_unused(self.plan, self.kv_producers, self.cfg.kv)
+        names = {f"unique_layers.{u}.self_attn.{proj}.weight" for u in layers for proj in ("k_proj", "v_proj")}
+        if slots and self.relax is not None and hasattr(self.relax, "slots"):
+            for pname, _ in self.relax.named_parameters(prefix="relax"):
+                parts = pname.split(".")  # relax.slots.layer{u}_rec{r}.{k,v}_proj.<A|B|magnitude>
+                if len(parts) == 5 and parts[3] in ("k_proj", "v_proj"):
+                    u, r = parts[2].removeprefix("layer").split("_rec")
+                    if (int(u), int(r)) in slots:
+                        names.add(pname)
+        return frozenset(names)
+
     def num_params(self) -> int:
-        """Unique trainable parameters (tied tensors counted once, as the paper counts)."""
-        return sum(p.numel() for p in self.parameters())
+        """Unique parameters the model runs (tied tensors counted once, as the paper counts;
+        unused K/V projections of shared-KV layers left out, see ``unused_parameter_names``)."""
+        unused = self.unused_parameter_names()
+        return sum(p.numel() for n, p in self.named_parameters() if n not in unused)
 
     # ------------------------------------------------------------------ forward
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,

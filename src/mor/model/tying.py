@@ -134,3 +134,34 @@ def kv_producers(plan: TyingPlan, kv: str, variant: str, pattern: str, num_recur
     for i in range(body):
         out[lo + i] = lo + (i % blocks if pattern.endswith("cycle") else group * (i // group))
     return tuple(out)
+
+
+def kv_unused(plan: TyingPlan, producers: tuple[int, ...], kv: str) -> tuple[frozenset[int], frozenset[tuple[int, int]]]:
+    """Which K/V projections a model builds but never runs, under KV strategy ``kv``.
+
+    With ``kv: shared`` a layer that reads another layer's keys/values computes none of its
+    own (``mor.flops`` does not count those FLOPs). A unique layer all of whose effective
+    layers read KV therefore has k_proj / v_proj that receive no gradient (e.g. Sequence
+    tying: the unique layers that appear only in recursions r > 1; vanilla KV sharing: every
+    layer that reads its group's cache). Likewise a relaxation slot (unique layer,
+    recursion) whose layer calls all read KV never runs its k/v deltas. ``shared_dagger``
+    recomputes K/V for the active tokens, so nothing is unused there.
+
+    Returns (unique layer ids without K/V use, (unique layer, recursion) slots without K/V
+    use); both empty unless ``kv == 'shared'``. The parameter counts (model.num_params,
+    mor.flops.param_count) leave these tensors out.
+    """
+    if kv != "shared":
+        return frozenset(), frozenset()
+    order = plan.order
+    produces = {u: False for u in order}
+    for e, u in enumerate(order):
+        produces[u] |= producers[e] == e
+    slots: dict[tuple[int, int], bool] = {}
+    e = len(plan.prefix)
+    for r, rec in enumerate(plan.recursions):
+        for u in rec:
+            slots[(u, r)] = slots.get((u, r), False) or producers[e] == e
+            e += 1
+    return (frozenset(u for u, p in produces.items() if not p),
+            frozenset(s for s, p in slots.items() if not p))
