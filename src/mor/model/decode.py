@@ -15,6 +15,7 @@ where causal_logit is the router logit (aux 'aux_loss') or the auxiliary head's 
 keeps every candidate, as its top-k does: that decision is already causal. The router
 weight g and the gating are the training ones. Token-choice routing is causal as trained:
 each token's depth comes from its own state at the start of the recursion stack.
+Both decisions and the gate are routing.py's ``decide`` / ``token_depths`` and ``gate``.
 
 KV strategies (``model.cfg.kv``, see kv_cache.py): recursion-wise, a token's KV is written
 only into the slots of the recursions it reaches, and recursion r attends over recursion
@@ -36,75 +37,34 @@ training top-k), which checks the training-time KV sharing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from mor.config import capacities
 from mor.model.kv_cache import KVCache, cache_layout
 from mor.model.router import gather_tokens, scatter_tokens
+from mor.model.routing import TokenDepths, decide, gate, is_token_choice, token_depths
 from mor.model.transformer import ModelOutput, RoutingTrace, check_max_depth
 
 
 # --------------------------------------------------------------------------------------
 # Routing at inference (shared by the reference and the cached path)
 # --------------------------------------------------------------------------------------
-@dataclass
-class _TokenChoiceState:
-    """Token-choice: per-token decision made once before recursion 1."""
-
-    h1: torch.Tensor  # (B, T, C) state entering the recursion stack
-    depth_id: torch.Tensor  # (B, T) chosen depth - 1
-    g: torch.Tensor  # (B, T) router weight of the chosen depth
-
-    def narrow(self) -> "_TokenChoiceState":
-        return _TokenChoiceState(self.h1[:, -1:], self.depth_id[:, -1:], self.g[:, -1:])
-
-
-def _is_token_choice(model) -> bool:
-    return bool(model.routers) and model.cfg.router.type == "token_choice"
-
-
-def _route_start(model, h: torch.Tensor):
+def _route_start(model, h: torch.Tensor) -> TokenDepths | None:
     """State needed before recursion 1: token-choice picks depths here; expert-choice nothing."""
-    if not _is_token_choice(model):
-        return None
-    router = model.routers[0]
-    logits = router.logits(h)  # (B, T, Nr)
-    scores = router.scores(logits)  # (B, T, Nr)
-    depth_id = router.choose(router.probs(logits, scores))  # (B, T)
-    g = model.cfg.router.alpha * scores.gather(-1, depth_id.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    return _TokenChoiceState(h, depth_id, g)
+    return token_depths(model, h) if is_token_choice(model) else None
 
 
-def causal_decision(model, r: int, h: torch.Tensor, active: torch.Tensor, state=None):
+def causal_decision(model, r: int, h: torch.Tensor, active: torch.Tensor, state: TokenDepths | None = None):
     """(keep (B, T) bool, router weight g (B, T) or None) for recursion r at inference."""
-    if state is not None:  # token-choice: depth chosen up front
-        return active & (state.depth_id >= r), None
-    router = model.routers[r]
-    logits = router.logits(h)  # (B, T)
-    g = router.weights(logits)  # (B, T)
-    if capacities(model.cfg.num_recursions, model.cfg.router.capacity)[r] >= 1:
-        return active, g  # full capacity: top-k keeps every candidate
-    return active & (router.causal_logits(h, logits) > 0), g
+    d = decide(model, r, h, active, policy="causal", depths=state)
+    return d.keep, d.g
 
 
-def _gate(model, x0: torch.Tensor, out: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
-    """State after a recursion for the tokens that ran it (expert-choice gating per recursion)."""
-    if g is None:  # token-choice: no weight between recursions
-        return out
-    g = g.unsqueeze(-1).to(out.dtype)  # (B, k, 1)
-    return x0 + g * (out - x0) if model.cfg.router.gating == "weighted" else out + g
-
-
-def _route_finish(model, h: torch.Tensor, state) -> torch.Tensor:
-    """Token-choice: out = h1 + g * H (weighted) or H + g (additive), as token_choice.py."""
-    if state is None:
-        return h
-    g = state.g.unsqueeze(-1).to(h.dtype)  # (B, T, 1)
-    return state.h1 + g * h if model.cfg.router.gating == "weighted" else h + g
+def _route_finish(model, h: torch.Tensor, state: TokenDepths | None) -> torch.Tensor:
+    """Token-choice: the gate after the stack (routing.gate, absolute); expert-choice: h."""
+    return h if state is None else gate(model.cfg.router.gating, state.h1, h, state.g, relative=False)
 
 
 # --------------------------------------------------------------------------------------
@@ -128,7 +88,7 @@ def full_forward_causal(model, idx: torch.Tensor, logits_at: torch.Tensor | None
 def full_forward_routed(model, idx: torch.Tensor, selected: list[torch.Tensor]) -> ModelOutput:
     """As ``full_forward_causal`` but recursion r keeps ``selected[r]`` (B, T) bool, e.g. the
     training top-k of ``model(idx).routing.selected`` (expert-choice only)."""
-    if not model.routers or _is_token_choice(model):
+    if not model.routers or is_token_choice(model):
         raise ValueError("full_forward_routed needs an expert-choice MoR model")
 
     def decide(r, h, active, state):
@@ -183,7 +143,7 @@ def _reference_forward(model, idx: torch.Tensor, decide: Decide, logits_at: torc
             out = layer(e, layer_id, out, keep, r)
             e += 1
         out = model.end_recursion(r, out)
-        new = _gate(model, h, out, g) if model.routers else out
+        new = gate(model.cfg.router.gating, h, out, g) if model.routers else out
         h = torch.where(keep.unsqueeze(-1), new, h)  # (B, T, C)
         if trace is not None:
             trace.selected.append(keep)
@@ -301,7 +261,7 @@ def _forward_chunk(model, cache: KVCache, idx: torch.Tensor, last_only: bool) ->
             if narrow and e > cache.last_writer and h.shape[1] > 1:
                 depth[:, :-1].masked_fill_(active[:, :-1], -1)  # still running: depth not computed
                 h, positions, active = h[:, -1:], positions[:, -1:], active[:, -1:]
-                state = state.narrow() if state is not None else None
+                state = state.rows(slice(-1, None)) if state is not None else None
             keep, g = causal_decision(model, r, h, active, state)  # (B, t) each
             depth[:, Tc - h.shape[1]:] += keep.long()
             n = keep.sum(1)  # (B,) tokens of each sequence that run recursion r
@@ -316,7 +276,7 @@ def _forward_chunk(model, cache: KVCache, idx: torch.Tensor, last_only: bool) ->
                 for j, layer_id in enumerate(rec):
                     x = _cached_layer(model, cache, e + j, layer_id, x, pos, valid, r)  # (B, K, C)
                 x = model.end_recursion(r, x)
-                x = _gate(model, x0, x, None if g is None else g.gather(1, sel))  # (B, K, C)
+                x = gate(model.cfg.router.gating, x0, x, None if g is None else g.gather(1, sel))  # (B, K, C)
                 x = torch.where(valid.unsqueeze(-1), x, x0)  # padding rows keep their state
                 h = scatter_tokens(h, sel, x)  # (B, t, C)
             e += len(rec)

@@ -10,6 +10,8 @@ compute queries only and attend over the keys/values recursion 1 computed for it
 
     H^{r+1}_t = H^r_t + g^r_t * (f(H^r_t) - H^r_t)   if t in top-k_r   (weighted gating)
               = H^r_t                                  otherwise
+
+The decision (top-k) and the gate are routing.py's ``decide`` and ``gate``.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import torch
 
 from mor.config import capacities, tokens_kept
 from mor.model.kv_cache import run_kv_layer
-from mor.model.router import add_rows, flat_rows, select_topk, take_rows
+from mor.model.router import add_rows, flat_rows, take_rows
 from mor.model.router_losses import expert_choice_aux_bce, router_z_loss
+from mor.model.routing import decide, gate
 
 
 def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, max_depth: int | None = None):
@@ -44,32 +47,26 @@ def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, ma
         router = model.routers[r]
         frac = 1.0 - (1.0 - caps[r]) * model.capacity_scale  # capacity warm-up widens early steps
         k = min(tokens_kept(T, frac), n_active)
-        logits = router.logits(h)  # (B, T)
-        causal = router.causal_logits(h, logits)  # (B, T) sign = inference-time decision
-        weights = router.weights(logits)  # (B, T) g for every token
+        d = decide(model, r, h, active, policy="topk", k=k, n_active=n_active)  # routing.py
+        logits, causal, weights, selected = d.logits, d.causal, d.g, d.keep  # (B, T) each
         cand = None if n_active == T else active  # None: every token is a candidate
-        full = k == T  # every token kept (hierarchical recursion 1): skip top-k, gather, scatter
+        full = d.idx is None  # every token kept (hierarchical recursion 1): skip gather, scatter
         if full:
-            selected = active  # all True when k == T
             g, h_sel, pos_sel = weights, h, positions  # (B, T), (B, T, C), (B, T)
         else:
-            idx = select_topk(logits, cand, k)  # (B, k) ascending positions
-            flat = flat_rows(idx, T)  # (B*k,) rows of the (B*T, C) view
-            selected = torch.zeros_like(active).scatter(1, idx, True)  # (B, T)
+            flat = flat_rows(d.idx, T)  # (B*k,) rows of the (B*T, C) view
             g = take_rows(weights, flat)  # (B, k)
             h_sel = take_rows(h, flat)  # (B, k, C)
-            pos_sel = positions.gather(1, idx)  # (B, k)
+            pos_sel = positions.gather(1, d.idx)  # (B, k)
         out = h_sel
         for j, layer_id in enumerate(rec):  # KV strategy per layer: kv_cache.run_kv_layer
             e = len(model.plan.prefix) + r * len(rec) + j  # effective layer index
             out = run_kv_layer(model, e, layer_id, out, pos_sel, r, kv_store)  # (B, k, C)
         out = model.end_recursion(r, out)  # (B, k, C) recursion PE relaxation hook
-        g = g.unsqueeze(-1).to(out.dtype)  # (B, k, 1)
         if full:
-            h = h_sel + g * (out - h_sel) if rcfg.gating == "weighted" else out + g  # (B, T, C)
+            h = gate(rcfg.gating, h_sel, out, g)  # (B, T, C)
         else:  # h_sel + delta = the gated new state, written back by adding delta
-            delta = g * (out - h_sel) if rcfg.gating == "weighted" else out + g - h_sel  # (B, k, C)
-            h = add_rows(h, flat, delta)  # (B, T, C)
+            h = add_rows(h, flat, gate(rcfg.gating, h_sel, out, g, delta=True))  # (B, T, C)
         if model.training:
             target = causal if router.aux_head is not None else logits
             aux = aux + rcfg.aux_coeff * expert_choice_aux_bce(target, selected, cand)

@@ -60,7 +60,8 @@ def causal_kv_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     return (k_pos.unsqueeze(1) <= q_pos.unsqueeze(2)).unsqueeze(1)  # (B, 1, Tq, S)
 
 
-def run_kv_layer(model, e: int, layer_id: int, x: torch.Tensor, positions: torch.Tensor, recursion, store: dict):
+def run_kv_layer(model, e: int, layer_id: int, x: torch.Tensor, positions: torch.Tensor, recursion, store: dict,
+                 valid: torch.Tensor | None = None):
     """Apply effective layer ``e`` (unique layer ``layer_id``) to x under ``model.cfg.kv``.
 
     x: (B, Tq, C) the tokens this layer runs on, ascending original ``positions`` (B, Tq).
@@ -68,6 +69,11 @@ def run_kv_layer(model, e: int, layer_id: int, x: torch.Tensor, positions: torch
     fills it, a consumer reads it. The tokens a consumer runs on are a subset of its
     producer's (hierarchical routing), so only their queries are computed: a 'shared'
     consumer projects no keys/values at all.
+
+    ``valid`` (B, Tq) bool: x is a packed block (token-choice) whose rows past each
+    sequence's running tokens are padding (distinct other tokens, in no particular order).
+    A consumer then always attends under the explicit causal mask, and a dagger consumer
+    refreshes only the valid rows' entries.
     """
     p = model.kv_producers[e]
     if p == e:
@@ -81,9 +87,13 @@ def run_kv_layer(model, e: int, layer_id: int, x: torch.Tensor, positions: torch
         fk, fv = model.layer_kv(layer_id, x, positions, recursion)  # (B, Hkv, Tq, hd) fresh
         slot = torch.searchsorted(k_pos.contiguous(), positions.contiguous())  # (B, Tq) entry of each query token
         sel = slot[:, None, :, None].expand_as(fk)  # (B, Hkv, Tq, hd)
+        if valid is not None:  # padding rows keep their producer entry
+            keep = valid[:, None, :, None]  # (B, 1, Tq, 1)
+            fk, fv = torch.where(keep, fk, k.gather(2, sel)), torch.where(keep, fv, v.gather(2, sel))
         k, v = k.scatter(2, sel, fk), v.scatter(2, sel, fv)  # (B, Hkv, S, hd) active entries fresh
     # same token count => same tokens (subset), so the plain causal square applies
-    mask = None if x.shape[1] == k_pos.shape[1] else causal_kv_mask(positions, k_pos)
+    square = valid is None and x.shape[1] == k_pos.shape[1]
+    mask = None if square else causal_kv_mask(positions, k_pos)  # (B, 1, Tq, S)
     return model.run_layer(layer_id, x, positions, recursion, kv=(k, v), attn_mask=mask)
 
 

@@ -33,7 +33,9 @@ recursion of the shared block, recursions counted from 1:
 
 with g_t = alpha * f_router(logit of d_t). The router sees gradient only through g_t (and
 the balancing / z losses); top-1 is not differentiable. Weighted gating is one custom
-Function (``_WeightedGate``) whose backward takes the fewest passes over (B, T, C).
+Function (``routing._WeightedGate``) whose backward takes the fewest passes over (B, T, C).
+The depth decision and the gate are routing.py's ``token_depths`` / ``decide`` and ``gate``;
+the KV strategies are ``kv_cache.run_kv_layer`` (with the packed rows' ``valid`` mask).
 
 KV strategies in training (``model.kv``); recursion 1 always runs on every token:
   recursion_wise  attention at recursion r only among the tokens active at r.
@@ -55,7 +57,9 @@ from __future__ import annotations
 
 import torch
 
+from mor.model.kv_cache import run_kv_layer
 from mor.model.router_losses import router_z_loss, token_choice_balance_loss
+from mor.model.routing import decide, gate, token_depths
 
 
 def partition(active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -133,24 +137,6 @@ class _Merge(torch.autograd.Function):
         return None, None, None, *(g.view(shape) for g, shape in zip(grads, ctx.shapes))
 
 
-class _WeightedGate(torch.autograd.Function):
-    """out = h1 + gate * x with gate (B, T). The backward passes grad on to h1 as it is and
-    computes grad * gate and the per-token dot product <grad, x>, one pass each; addcmul's
-    own backward spends extra full passes multiplying by its scalar value (1)."""
-
-    @staticmethod
-    def forward(ctx, h1, gate, x):
-        ctx.save_for_backward(gate, x)
-        return torch.addcmul(h1, gate.unsqueeze(-1), x)  # (B, T, C)
-
-    @staticmethod
-    def backward(ctx, grad):
-        gate, x = ctx.saved_tensors
-        grad_gate = torch.linalg.vecdot(grad, x) if ctx.needs_input_grad[1] else None  # (B, T)
-        grad_x = grad * gate.unsqueeze(-1) if ctx.needs_input_grad[2] else None  # (B, T, C)
-        return grad, grad_gate, grad_x
-
-
 def depth_counts(assignment: torch.Tensor, num_recursions: int) -> list[list[int]]:
     """Every shape the packing needs, copied to the host in one sync.
 
@@ -172,8 +158,8 @@ def split_block(x: torch.Tensor, depth: torch.Tensor, r: int, k: int, f: int) ->
     depth: (B, w) depth - 1 of the token in each row. A padding row holds a token with
     depth - 1 < r - 1: it neither runs nor stops. After a sequence's running rows the
     stable partition lists its stopping rows (valid, so before its padding), then its
-    padding; the first of those rows pad the running block (distinct tokens, as ``_mix_kv``
-    needs).
+    padding; the first of those rows pad the running block (distinct tokens, as the dagger
+    KV refresh of ``run_kv_layer`` needs).
     """
     B, w, _ = x.shape  # batch, rows, channels
     active = depth >= r  # (B, w)
@@ -206,42 +192,13 @@ def final_rows(assignment: torch.Tensor, widths: list[int]) -> tuple[torch.Tenso
     return src, rev.scatter_(0, src, torch.arange(B * T, device=dev))
 
 
-def shared_kv_mask(pos: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """(B, 1, k, T) bool: packed query at pos_i sees every token at an earlier-or-equal position.
-
-    A padding slot holds a real (finished) token's position, so its row is never empty (no NaN).
-    """
-    return (positions.unsqueeze(1) <= pos.unsqueeze(2)).unsqueeze(1)  # (B, 1, k, T)
-
-
-def _mix_kv(kv1, fresh, idx: torch.Tensor, valid: torch.Tensor):
-    """Recursion-1 keys/values (B, Hkv, T, hd) with tokens idx[valid] replaced by fresh ones.
-
-    idx: (B, k) original token index of each packed slot; fresh: (B, Hkv, k, hd) each.
-    """
-    out = []
-    for full, new in zip(kv1, fresh):
-        Hkv, hd = full.shape[1], full.shape[3]
-        sel = idx[:, None, :, None].expand(-1, Hkv, -1, hd)  # (B, Hkv, k, hd)
-        new = torch.where(valid[:, None, :, None], new, full.gather(2, sel))  # (B, Hkv, k, hd)
-        out.append(full.scatter(2, sel, new))  # (B, Hkv, T, hd)
-    return tuple(out)
-
-
-def _run_recursion(model, r, rec, x, pos, positions, kv1, slots, valid):
-    """Shared layers of recursion r on packed x: (B, k, C) at positions pos (B, k).
-
-    slots: (B, k) original token index of each slot; valid: (B, k) active (not padding).
-    """
-    kv_mode = model.cfg.kv
-    mask = None if kv_mode == "recursion_wise" else shared_kv_mask(pos, positions)  # (B, 1, k, T)
+def _run_recursion(model, r, rec, x, pos, store, valid):
+    """Shared layers of recursion r on packed x: (B, k, C) at positions pos (B, k); valid
+    (B, k) marks the running rows (the rest pad). KV strategies: ``kv_cache.run_kv_layer``
+    over the recursion-1 KV in ``store``."""
+    start = len(model.plan.prefix) + r * len(rec)  # effective index of the recursion's first layer
     for j, layer_id in enumerate(rec):
-        kv = None
-        if kv_mode == "shared":
-            kv = kv1[j]  # (B, Hkv, T, hd) each
-        elif kv_mode == "shared_dagger":
-            kv = _mix_kv(kv1[j], model.layer_kv(layer_id, x, pos, recursion=r), slots, valid)
-        x = model.run_layer(layer_id, x, pos, recursion=r, kv=kv, attn_mask=mask)  # (B, k, C)
+        x = run_kv_layer(model, start + j, layer_id, x, pos, r, store, valid=valid)  # (B, k, C)
     return model.end_recursion(r, x)  # (B, k, C) recursion PE relaxation hook
 
 
@@ -251,18 +208,13 @@ def run_token_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, max
     ``max_depth``: a token whose router chose a deeper depth stops after recursion
     max_depth (its gate g stays that of the depth it chose)."""
     B, T, _ = h.shape  # batch, tokens, channels
-    rcfg, kv_mode = model.cfg.router, model.cfg.kv
+    rcfg = model.cfg.router
     Nr = model.cfg.num_recursions
     router = model.routers[0]
-    logits = router.logits(h)  # (B, T, Nr)
-    scores = router.scores(logits)  # (B, T, Nr)
-    probs = router.probs(logits, scores)  # (B, T, Nr)
-    choice = router.choose(probs)  # (B, T) expert id = depth - 1
     warmup = model.training and model.capacity_scale < 1.0
-    assignment = torch.full_like(choice, Nr - 1) if warmup else choice  # (B, T)
-    g = rcfg.alpha * scores.gather(-1, assignment.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    if max_depth is not None and max_depth < Nr:
-        assignment = assignment.clamp(max=max_depth - 1)  # (B, T) test-time depth cap
+    depths = token_depths(model, h, warmup=warmup, max_depth=max_depth)  # routing.py: the decision
+    logits, scores, probs, choice = depths.logits, depths.scores, depths.probs, depths.choice  # (B, T, Nr) / (B, T)
+    assignment = depths.depth_id  # (B, T) depth - 1 each token runs
 
     aux = h.new_zeros((), dtype=torch.float32)
     if model.training:
@@ -275,7 +227,7 @@ def run_token_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, max
 
     reached = torch.ones(B, T, dtype=torch.bool, device=h.device)  # (B, T)
     for r in range(Nr):
-        active = assignment >= r  # (B, T)
+        active = decide(model, r, h, reached, depths=depths).keep  # (B, T) assignment >= r
         trace.selected.append(active)
         trace.candidates.append(reached)
         trace.causal_keep.append(active)  # the training decision is already causal
@@ -284,13 +236,9 @@ def run_token_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, max
 
     # recursion 1: every token, original order (recursion 1's K/V are what 'shared' reuses)
     h1, x = h, h
-    kv1: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for layer_id in model.plan.recursions[0]:
-        kv = None
-        if kv_mode != "recursion_wise":
-            kv = model.layer_kv(layer_id, x, positions, recursion=0)  # (B, Hkv, T, hd) each; relaxation-aware
-            kv1.append(kv)
-        x = model.run_layer(layer_id, x, positions, recursion=0, kv=kv)  # (B, T, C)
+    store: dict = {}  # producer layer -> its (k, v, positions): recursion 1's, for KV sharing
+    for j, layer_id in enumerate(model.plan.recursions[0]):
+        x = run_kv_layer(model, len(model.plan.prefix) + j, layer_id, x, positions, 0, store)  # (B, T, C)
     x = model.end_recursion(0, x)  # (B, T, C) recursion PE relaxation hook
 
     # recursions 2..Nr on packed blocks; a token's final state stays in the block where it stopped
@@ -309,7 +257,7 @@ def run_token_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, max
             break
         valid = torch.arange(k, device=h.device) < count.unsqueeze(1)  # (B, k)
         pos = positions.gather(1, slots)  # (B, k)
-        x = _run_recursion(model, r, rec, x, pos, positions, kv1, slots, valid)  # (B, k, C)
+        x = _run_recursion(model, r, rec, x, pos, store, valid)  # (B, k, C)
     if stopped:  # (B, T, C) original order
         blocks, pad = stopped, None
         if stop_max[-1]:  # the last recursion ran: its block is a layer output, its padding needs zero gradient
@@ -317,8 +265,7 @@ def run_token_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, max
             pad = torch.nonzero_static(~valid.reshape(-1), size=n_pad)[:, 0] if n_pad else None
         x = _Merge.apply(*final_rows(assignment, stop_max), pad, *blocks)
 
-    gate = g.to(x.dtype)  # (B, T)
-    out = _WeightedGate.apply(h1, gate, x) if rcfg.gating == "weighted" else x + gate.unsqueeze(-1)  # (B, T, C)
+    out = gate(rcfg.gating, h1, x, depths.g, relative=False)  # (B, T, C) routing.py
     trace.probs = probs.detach()
     trace.assignment = assignment
     return out, aux
