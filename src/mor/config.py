@@ -178,6 +178,11 @@ class ModelConfig:
     tied_init: TiedInit = "random"
     init_checkpoint: str = ""  # up-training: SmolLM-format safetensors folder
     attention: Literal["auto", "sdpa", "flash"] = "auto"
+    # Depth the tying plan is built from, instead of the scale's `layers` (0 = the scale's).
+    # Recursive / MoR pad it like the scale's (tying.effective_depth), so Cycle Nr=3 with
+    # layers: 30 has 10 unique layers per block (Table 11); a vanilla with layers: 34 is
+    # App. E's 34-layer baseline for MoR-4.
+    layers: int = 0
 
     def __post_init__(self) -> None:
         own = "model"
@@ -186,6 +191,10 @@ class ModelConfig:
         _check_choice(own, "kv", self.kv, KVStrategy)
         _check_choice(own, "relaxation", self.relaxation, Relaxation)
         _check_choice(own, "tied_init", self.tied_init, TiedInit)
+        _check_positive(own, "layers", self.layers, allow_zero=True)
+        if self.reduced and self.layers:
+            raise ConfigError("model.layers cannot be combined with model.reduced (the reduced depth is derived "
+                              "from the scale's layers); set model.layers to the depth you want instead")
         if self.attention not in ("auto", "sdpa", "flash"):
             raise ConfigError(f"model.attention={self.attention!r}; choose one of ['auto', 'sdpa', 'flash']")
         if self.variant == "vanilla":
@@ -276,6 +285,10 @@ class TrainConfig:
     grad_clip: float = 1.0
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     seed: int = 0
+    # isoFLOP budget (§ 5.1): when > 0 the run trains as many whole steps as spend this many
+    # training FLOPs under mor.flops (each variant's own cost per token), and `tokens` is
+    # replaced by that count when the grid is expanded (mor.budget.resolve_budget).
+    budget_flops: float = 0.0
     checkpoint_every: int = 50  # steps between checkpoints
     log_every: int = 1
 
@@ -283,6 +296,7 @@ class TrainConfig:
         own = "train"
         for name in ("tokens", "seq_len", "global_batch", "micro_batch", "lr", "checkpoint_every", "log_every"):
             _check_positive(own, name, getattr(self, name))
+        _check_positive(own, "budget_flops", self.budget_flops, allow_zero=True)
         if self.global_batch % self.micro_batch:
             raise ConfigError(
                 f"train.global_batch={self.global_batch} is not a multiple of train.micro_batch={self.micro_batch}"
@@ -343,6 +357,9 @@ class EvalConfig:
 # grid name is not hashed: it is the run's folder (runs/<grid>/<run_id>/).
 TRAINING_FIELDS = ("model", "train", "data")
 EVAL_FIELDS = ("eval",)
+# Fields added after runs existed: hashed only when set, so adding a field with a default
+# that keeps the old behaviour never renames (and retrains) an existing run.
+LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0}
 
 
 def _digest(obj: Any) -> str:
@@ -369,7 +386,11 @@ class RunConfig:
     def training_dict(self) -> dict[str, Any]:
         """The fields that decide the trained weights (model, train, data)."""
         d = self.to_dict()
-        return {k: d[k] for k in TRAINING_FIELDS}
+        out = {k: d[k] for k in TRAINING_FIELDS}
+        for (section, name), default in LATER_FIELDS.items():
+            if out[section].get(name) == default:
+                out[section] = {k: v for k, v in out[section].items() if k != name}
+        return out
 
     def eval_dict(self) -> dict[str, Any]:
         """The fields that decide what the eval job measures of those weights."""
@@ -466,6 +487,13 @@ def _coerce_scalar(hint: Any, value: Any, where: str) -> Any:
 
 def run_config_from_dict(data: dict[str, Any], where: str = "run") -> RunConfig:
     return from_dict(RunConfig, data, where=where)
+
+
+def model_shape(model: ModelConfig, scales: dict[str, ScaleShape] | None = None) -> ScaleShape:
+    """The shape a run builds: its scale, with ``model.layers`` in place of the scale's
+    depth when set. Every path that sizes a model (build, FLOPs, plan) goes through it."""
+    shape = (scales or load_scales())[model.scale]
+    return dataclasses.replace(shape, layers=model.layers) if model.layers else shape
 
 
 def ceil_div(a: int, b: int) -> int:

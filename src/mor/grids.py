@@ -7,7 +7,8 @@ bad grid stops ``snakemake`` at parse time, before any job starts.
 
 Merge order for one run: ``defaults`` -> ``modes.<mode>.set`` (on top of its ``base``) ->
 block ``set`` -> block ``mode_set.<mode>`` -> block ``axes`` values. A block with
-``only_modes`` exists only in those modes. ``model.scale`` always names a paper scale (135M, 360M, ...); the mode's
+``only_modes`` exists only in those modes; ``modes.<mode>.axes`` are axes every block gets
+in that mode (table9's budgets differ between the CPU and the cluster mode). ``model.scale`` always names a paper scale (135M, 360M, ...); the mode's
 ``scale_map`` turns it into the scale actually built (CPU scales in the local mode).
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from mor.budget import resolve_budget
 from mor.config import ConfigError, RunConfig, load_scales, read_yaml_mapping, run_config_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,7 +143,12 @@ def load_grid(path: str | Path, mode: str = "local") -> Grid:
         block_names[name] = b
         if "only_modes" in block and mode not in block["only_modes"]:
             continue
-        axes = block.get("axes", {})
+        axes = dict(block.get("axes", {}))
+        for key, values in mode_spec.get("axes", {}).items():  # the mode's axes apply to every block
+            if key in axes:
+                raise GridError(f"{path}: runs[{b}] ({name}): key axes.{key} is also an axis of modes.{mode}; "
+                                "name it in one place")
+            axes[key] = values
         keys = list(axes)
         for values in itertools.product(*(axes[k] for k in keys)):
             cfg: dict = {}
@@ -208,6 +215,8 @@ def _mode_spec(path: Path, spec: dict, mode: str) -> dict:
     merge(merged["set"], base.get("set", {}))
     merge(merged["set"], spec.get("set", {}))
     merged["scale_map"] = {**base.get("scale_map", {}), **spec.get("scale_map", {})}
+    if "axes" in spec:
+        merged["axes"] = spec["axes"]
     return merged
 
 
@@ -229,7 +238,7 @@ def _resolve(cfg, grid_name, scale_map, scales, where, label_fmt, values, keys) 
     except KeyError as e:
         raise GridError(f"{where}: key label: unknown placeholder {e}") from None
     try:
-        rc = run_config_from_dict(cfg, where="run")
+        rc = resolve_budget(run_config_from_dict(cfg, where="run"))  # train.budget_flops -> train.tokens
     except ConfigError as e:
         raise GridError(f"{where}: {e}") from None
     return Run(rc, "", ())

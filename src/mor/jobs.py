@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from mor.atomic import sha256_file
-from mor.config import load_scales
+from mor.config import model_shape
 from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
 from mor.data.sampler import load_tokens
@@ -33,7 +33,8 @@ def tokenizer_vocab(spec: str) -> int:
 
 
 def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = "data",
-              device: str = "auto", dist: DistInfo | None = None, threads: int = 0, parallel: str = "ddp") -> dict:
+              device: str = "auto", dist: DistInfo | None = None, threads: int = 0, parallel: str = "ddp",
+              peak_tflops: float = 0.0) -> dict:
     """Train (or resume) one run of a grid; returns the training summary.
 
     With ``dist.world_size > 1`` (torch.distributed already initialised by
@@ -48,7 +49,7 @@ def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = 
 
         cls = trainer_class(parallel)
     trainer = cls(run, Path(run_dir), paths.train_tokens, tokenizer_vocab(paths.tokenizer), device=device, dist=dist,
-                  threads=threads)
+                  threads=threads, peak_tflops=peak_tflops)
     return trainer.fit()
 
 
@@ -99,9 +100,10 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
         from mor.lm_eval.job import accuracy_columns, read_result
 
         accuracy = accuracy_columns(read_result(run_dir_p / LM_EVAL_FILE, run.eval, run_id))
-    shape = load_scales()[run.model.scale]
+    shape = model_shape(run.model)
     plan = plan_for(run.model, shape)
     m = run.model
+    spent = train_flops(m, shape, model.vocab_size, run.train.seq_len, summary["tokens_seen"])
     row = {
         "run_id": run_id, "grid": g.name, "config_hash": run.config_hash, "git_commit": git_commit(),
         "mode": mode, "scale": m.scale, "paper_scale": run.paper_scale, "seed": run.train.seed,
@@ -113,8 +115,11 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
         "kv": m.kv,
         "n_params": model.num_params(), "unique_layers": plan.num_unique, "effective_layers": len(plan.order),
         "train_tokens": summary["tokens_seen"], "train_steps": summary["steps"],
-        "train_flops": train_flops(m, shape, model.vocab_size, run.train.seq_len, summary["tokens_seen"]),
+        "budget_flops": run.train.budget_flops or None,
+        "train_flops": spent,
         "train_time_s": summary["train_time_s"], "train_tokens_per_s": summary["tokens_per_s"],
+        "model_flops_per_s": spent / summary["train_time_s"] if summary["train_time_s"] > 0 else None,
+        "mfu": summary.get("mfu"),
         "final_train_loss": summary["final_loss"],
         "val_nll": metrics["val_nll"], "val_nll_causal": metrics["val_nll_causal"], "val_tokens": metrics["val_tokens"],
         **accuracy,

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mor.atomic import atomic_path
 
-SCHEMA_VERSION = 3  # 3: val_nll_causal, accuracy stderr / acc_norm maps, avg_accuracy_stderr
+SCHEMA_VERSION = 4  # 4: budget_flops, mfu, model_flops_per_s; 3: val_nll_causal, accuracy stderr / acc_norm maps
 
 RUN_SCHEMA = pa.schema(
     [
@@ -45,9 +45,12 @@ RUN_SCHEMA = pa.schema(
         # training
         ("train_tokens", pa.int64()),
         ("train_steps", pa.int64()),
-        ("train_flops", pa.float64()),
+        ("budget_flops", pa.float64()),  # train.budget_flops (isoFLOP grids; null = tokens set by hand)
+        ("train_flops", pa.float64()),  # the FLOPs actually spent (mor.flops over the steps trained)
         ("train_time_s", pa.float64()),
         ("train_tokens_per_s", pa.float64()),
+        ("model_flops_per_s", pa.float64()),  # train_flops / train_time_s
+        ("mfu", pa.float64()),  # model_flops_per_s / the devices' peak (presets' peak_tflops_per_gpu); null on CPU
         ("final_train_loss", pa.float64()),
         # evaluation
         ("val_nll", pa.float64()),  # teacher-forced: MoR routes with the training top-k (the paper's number)

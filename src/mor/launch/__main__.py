@@ -91,7 +91,8 @@ def _slurm(a) -> int:
     if a.kind == "train":
         fn = TrainJob(grid=str(Path(a.grid).absolute()), run_id=a.run_id, mode=a.mode,
                       run_dir=str(Path(a.run_dir).absolute()), data_root=str(Path(a.data_root).absolute()),
-                      threads=preset.cpus_per_task, device=a.device, parallel=preset.parallel)
+                      threads=preset.cpus_per_task, device=a.device, parallel=preset.parallel,
+                      peak_tflops=preset.peak_tflops_per_gpu if preset.gpus_per_node else 0.0)
     else:
         fn = _scoring_job(a, preset.cpus_per_task)
     if a.kind == "analysis":

@@ -32,6 +32,7 @@ class TrainJob(Checkpointable):
     threads: int = 0
     parallel: str = "ddp"
     device: str = "auto"
+    peak_tflops: float = 0.0  # per GPU, from the preset: the train log's MFU (0 = unknown, left null)
 
     def __call__(self) -> dict:
         from mor.jobs import train_job
@@ -40,7 +41,7 @@ class TrainJob(Checkpointable):
         dist = init_distributed(self.device)
         try:
             summary = train_job(self.grid, self.run_id, self.mode, self.run_dir, self.data_root, self.device,
-                                dist=dist, threads=self.threads, parallel=self.parallel)
+                                dist=dist, threads=self.threads, parallel=self.parallel, peak_tflops=self.peak_tflops)
         finally:
             shutdown()
         return {"rank": dist.rank, "world_size": dist.world_size, **summary}

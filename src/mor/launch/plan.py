@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from pathlib import Path
 
-from mor.config import RunConfig, load_scales
+from mor.budget import run_vocab
+from mor.config import RunConfig, model_shape
 from mor.flops import forward_flops_per_token, train_flops
 from mor.grids import Grid
 from mor.launch.slurm import Preset, Presets
@@ -55,18 +56,8 @@ class JobEstimate:
         return self.segments * self.time_min / 60 * self.gpus
 
 
-def run_vocab(run: RunConfig) -> int:
-    """Vocabulary size without loading a tokenizer: the scale's, else the local BPE's."""
-    shape = load_scales()[run.model.scale]
-    vocab = shape.vocab or run.data.bpe_vocab
-    if not vocab:
-        raise ValueError(f"run {run.run_id}: scale {shape.name} has vocab 0 and tokenizer {run.data.tokenizer!r} "
-                         "is not a local 'bpe-<vocab>'; cannot size the LM head")
-    return vocab
-
-
 def job_flops(run: RunConfig, kind: str) -> float:
-    shape = load_scales()[run.model.scale]
+    shape = model_shape(run.model)
     vocab, t = run_vocab(run), run.train
     if kind == "train":
         return train_flops(run.model, shape, vocab, t.seq_len, t.steps * t.tokens_per_step)

@@ -74,6 +74,7 @@ class Preset:
     max_timeouts: int = 20  # requeues after a time-out before submitit gives up (preemptions don't count)
     parallel: str = "ddp"  # train with world > 1: ddp or fsdp (fully sharded; 1.7B)
     tflops_per_gpu: float = 100.0  # sustained model TFLOP/s per GPU (per task on CPU): plan estimates only
+    peak_tflops_per_gpu: float = 0.0  # the GPU's peak dense bf16 TFLOP/s: MFU in the train log (0 = unknown)
     tokens_per_s_per_cpu: float = 350_000.0  # data job: tokenizer throughput per core, plan estimates only
 
     @property
@@ -106,6 +107,7 @@ class Preset:
 
 
 _FIELDS = {f.name: f for f in fields(Preset)}
+_NON_NEGATIVE = ("peak_tflops_per_gpu",)
 _INT_MIN = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 0, "cpus_per_task": 1, "time_min": 1,
             "signal_delay_s": 0, "max_timeouts": 0}
 _POSITIVE = ("mem_gb", "tflops_per_gpu", "tokens_per_s_per_cpu")
@@ -126,6 +128,11 @@ def _check_value(where: str, key: str, value: Any) -> Any:
         if num is None or not num > 0:
             raise PresetError(f"{where}.{key}: expected a number > 0, got {value!r}")
         return num
+    if key in _NON_NEGATIVE:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+        if not ok:
+            raise PresetError(f"{where}.{key}: expected a number >= 0 (0 = unknown), got {value!r}")
+        return float(value)
     if key in _STR_OR_NULL:
         if value is not None and not isinstance(value, str):
             raise PresetError(f"{where}.{key}: expected a string or null, got {value!r}")

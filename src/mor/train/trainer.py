@@ -31,7 +31,8 @@ import torch
 from tqdm.auto import tqdm
 
 from mor.atomic import atomic_path, sha256_file, write_json_atomic
-from mor.config import RunConfig, load_scales
+from mor.config import RunConfig, model_shape
+from mor.flops import train_flops
 from mor.data.sampler import TokenSampler, load_tokens
 from mor.model.transformer import MoRTransformer, build_model
 from mor.provenance import git_commit
@@ -90,7 +91,7 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 def make_model(run: RunConfig, vocab_size: int, device: torch.device, load_init: bool = True) -> MoRTransformer:
     """The run's model; ``model.init_checkpoint`` (up-training) is loaded unless ``load_init``
     is False (eval, which overwrites every weight with the run's final ones anyway)."""
-    shape = load_scales()[run.model.scale]
+    shape = model_shape(run.model)
     vocab = shape.vocab or vocab_size
     if shape.vocab and shape.vocab < vocab_size:
         raise ValueError(f"scale {shape.name} has vocab {shape.vocab} < tokenizer's {vocab_size}")
@@ -126,6 +127,7 @@ class Trainer:
         dist: DistInfo | None = None,
         progress: bool = True,
         threads: int = 0,
+        peak_tflops: float = 0.0,
     ):
         self.run, self.run_dir = run, Path(run_dir)
         self.dist = dist or DistInfo()
@@ -136,6 +138,10 @@ class Trainer:
         torch.manual_seed(t.seed)
         self.model = make_model(run, vocab_size, self.device)
         self.vocab_size = self.model.vocab_size
+        # model FLOPs of one optimizer step (mor.flops, the same count as the isoFLOP budget)
+        # and the devices' peak FLOP/s for MFU (presets' peak_tflops_per_gpu; 0 = unknown: null)
+        self.step_flops = train_flops(run.model, self.model.shape, self.vocab_size, t.seq_len, t.tokens_per_step)
+        self.peak_flops = peak_tflops * 1e12 * self.dist.world_size
         self.optimizer = make_optimizer(self.model, run)
         # shard digests are checked by one rank per job (hashing 40 GB of FineWeb-Edu once per
         # job start costs ~1 min; per rank it would be that times the rank count); sizes by all
@@ -293,6 +299,8 @@ class Trainer:
                 dt = time.perf_counter() - step_start
                 self.train_time_s += dt
                 last["tokens_per_s"] = t.tokens_per_step / dt
+                last["model_flops_per_s"] = self.step_flops / dt
+                last["mfu"] = self.step_flops / dt / self.peak_flops if self.peak_flops else None
                 last["tokens_seen"] = self.tokens_seen
                 self.last_metrics = last
                 if log and (self.step % t.log_every == 0 or self.step == t.steps):
@@ -317,6 +325,9 @@ class Trainer:
             "train_time_s": self.train_time_s,
             "tokens_per_s": self.tokens_seen / self.train_time_s if self.train_time_s > 0 else float("nan"),
             "resumed_from": resumed_from,
+            "train_flops": self.step_flops * self.step,
+            "mfu": (self.step_flops * self.step / self.train_time_s / self.peak_flops
+                    if self.peak_flops and self.train_time_s > 0 else None),
             "n_params": self.model.num_params(),
             "device": str(self.device),
             "world_size": self.dist.world_size,
