@@ -28,7 +28,7 @@ Relaxations (Table 16) add their per-token work to every recursion-layer call
 from __future__ import annotations
 
 from mor.config import ModelConfig, ScaleShape, capacities
-from mor.model.tying import TyingPlan, effective_depth, kv_producers, kv_unused, reduced_depth, tying_plan, vanilla_plan
+from mor.model.tying import TyingPlan, kv_producers, kv_unused, model_plan
 
 
 def layer_params(s: ScaleShape) -> int:
@@ -61,9 +61,8 @@ def _router_bias_params(cfg: ModelConfig) -> int:
 
 
 def plan_for(cfg: ModelConfig, s: ScaleShape) -> TyingPlan:
-    if cfg.variant == "vanilla":
-        return vanilla_plan(reduced_depth(s.layers, cfg.num_recursions) if cfg.reduced else s.layers)
-    return tying_plan(cfg.tying, effective_depth(cfg.tying, s.layers, cfg.num_recursions), cfg.num_recursions)
+    """The model's tying plan (``mor.model.tying.model_plan``; ``model.layers`` honoured)."""
+    return model_plan(cfg, s.layers)
 
 
 def param_count(cfg: ModelConfig, s: ScaleShape, vocab: int) -> int:
@@ -248,3 +247,46 @@ def kv_cache_bytes(cfg: ModelConfig, s: ScaleShape, batch: int, max_len: int, by
                    sizing: str = "capacity") -> int:
     """Bytes of keys and values: entries x batch x 2 (K, V) x kv_heads x head_dim x bytes."""
     return kv_cache_entries(cfg, s, max_len, sizing) * batch * 2 * s.kv_heads * s.head_dim * bytes_per_elem
+
+
+def model_bytes(cfg: ModelConfig, s: ScaleShape, vocab: int, bytes_per_elem: int = 2) -> int:
+    """Parameter memory at inference (the unique parameters, in the serving dtype)."""
+    return param_count(cfg, s, vocab) * bytes_per_elem
+
+
+def max_batch(cfg: ModelConfig, s: ScaleShape, vocab: int, max_len: int, memory_bytes: float,
+              bytes_per_elem: int = 2) -> int:
+    """App. E's maximum decoding batch, exactly: how many sequences of ``max_len`` tokens fit
+    their KV cache (``kv_cache_bytes``, capacity-sized: recursion r of an expert-choice MoR
+    model holds c_r of the positions; shared KV stores recursion 1's only; unshared first and
+    last layers hold every position) beside the parameters (``model_bytes``) in
+    ``memory_bytes``. Activations of the current position are neglected, as App. E does."""
+    free = memory_bytes - model_bytes(cfg, s, vocab, bytes_per_elem)
+    per_seq = kv_cache_bytes(cfg, s, 1, max_len, bytes_per_elem, sizing="capacity")
+    if free <= 0:
+        return 0
+    return int(free // per_seq)
+
+
+def relative_max_batch_exact(cfg: ModelConfig, vanilla: ModelConfig, s: ScaleShape, vocab: int, max_len: int,
+                             memory_bytes: float, base_batch: int = 32, bytes_per_elem: int = 2) -> float:
+    """App. E's relative maximum batch from ``max_batch``: base_batch x the model's maximum
+    batch / the vanilla baseline's (for MoR-4 at 360M a 34-layer vanilla, model.layers: 34)."""
+    ref = max_batch(vanilla, s, vocab, max_len, memory_bytes, bytes_per_elem)
+    if ref < 1:
+        raise ValueError(f"the vanilla baseline does not fit {memory_bytes / 2**30:.1f} GiB at max_len {max_len}")
+    return base_batch * max_batch(cfg, s, vocab, max_len, memory_bytes, bytes_per_elem) / ref
+
+
+def decode_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, context_len: float) -> float:
+    """Forward FLOPs of generating one token with ``context_len`` cached positions.
+
+    The per-token matmuls are the training forward's (each recursion weighted by the share
+    of tokens reaching it), and a token attends over the keys its layers cache: c_r of the
+    context at recursion r with recursion-wise caching (a fraction c_r of the tokens each
+    attending to c_r x context: c_r^2, as in training), all of recursion 1's with KV sharing
+    (c_r). That is ``forward_flops_per_token`` with the sequence length replaced by the
+    context length; for a generation of n tokens from an empty prefix the mean context is
+    about n / 2. The ratio of two models' values is the FLOPs-predicted decoding speedup.
+    """
+    return forward_flops_per_token(cfg, s, vocab, max(1, round(context_len)))

@@ -27,7 +27,7 @@ from mor.model.expert_choice import run_expert_choice
 from mor.model.relax import build_relaxation
 from mor.model.router import ExpertChoiceRouter, TokenChoiceRouter
 from mor.model.token_choice import run_token_choice
-from mor.model.tying import TyingPlan, effective_depth, kv_producers, kv_unused, reduced_depth, tying_plan, vanilla_plan
+from mor.model.tying import kv_producers, kv_unused, model_plan
 from mor.model.kv_cache import run_kv_layer
 
 
@@ -58,22 +58,13 @@ class ModelOutput:
     routing: RoutingTrace | None = None
 
 
-def model_plan(cfg: ModelConfig, shape: ScaleShape) -> TyingPlan:
-    """Which unique layer runs at each effective depth for this config."""
-    if cfg.variant == "vanilla":
-        depth = reduced_depth(shape.layers, cfg.num_recursions) if cfg.reduced else shape.layers
-        return vanilla_plan(depth)
-    depth = effective_depth(cfg.tying, shape.layers, cfg.num_recursions)
-    return tying_plan(cfg.tying, depth, cfg.num_recursions)
-
-
 class MoRTransformer(nn.Module):
     def __init__(self, cfg: ModelConfig, shape: ScaleShape, vocab_size: int):
         super().__init__()
         if vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
         self.cfg, self.shape, self.vocab_size = cfg, shape, vocab_size
-        self.plan = model_plan(cfg, shape)
+        self.plan = model_plan(cfg, shape.layers)  # model.layers overrides the scale's depth
         C = shape.hidden
         self.embed_tokens = nn.Embedding(vocab_size, C)
         self.unique_layers = nn.ModuleList(

@@ -77,6 +77,17 @@ def vanilla_plan(depth: int) -> TyingPlan:
     return TyingPlan(prefix=(), recursions=(tuple(range(depth)),), suffix=())
 
 
+def model_plan(cfg, scale_layers: int) -> TyingPlan:
+    """The tying plan of a model config (``mor.config.ModelConfig``) at a scale of
+    ``scale_layers`` layers: the one place the depth is decided (``model.layers`` overrides
+    the scale's; reduced vanilla takes a Cycle model's unique-layer count; recursive and
+    MoR pad to the scheme, ``effective_depth``). The model, FLOP counts and KV sizing call it."""
+    layers = cfg.layers or scale_layers
+    if cfg.variant == "vanilla":
+        return vanilla_plan(reduced_depth(layers, cfg.num_recursions) if cfg.reduced else layers)
+    return tying_plan(cfg.tying, effective_depth(cfg.tying, layers, cfg.num_recursions), cfg.num_recursions)
+
+
 def reduced_depth(layers: int, num_recursions: int) -> int:
     """Depth of the 'reduced' vanilla baseline: the unique layers of a Cycle model."""
     return effective_depth("cycle", layers, num_recursions) // num_recursions
