@@ -20,7 +20,8 @@ IGNORED = {"grid", "label", "model.scale"}  # identity, not ablation axes
 METRIC_NAMES = {
     "val_nll": "NLL", "val_nll_causal": "NLL (causal)", "avg_accuracy": "Avg acc", "dead_token_ratio": "Dead token ratio",
     "sampling_accuracy": "Sampling acc", "max_vio": "MaxVio", "entropy": "Entropy",
-    "mean_depth": "Mean depth", "n_params": "Params",
+    "mean_depth": "Mean depth", "n_params": "Params", "unique_layers": "Unique layers",
+    "effective_layers": "Effective layers",
 }
 
 
@@ -64,6 +65,9 @@ def build_table(df: pd.DataFrame, ref: list[dict], metrics: tuple[str, ...]) -> 
         for m in metrics:
             if m == "avg_accuracy":  # the average, its stderr and every task's acc
                 row.update(accuracy_cells(r, tasks))
+                paper = reference_value(ref, r, m)
+                if paper is not None:
+                    row["Paper Avg acc"] = paper
                 continue
             v = r.get(m)
             row[METRIC_NAMES.get(m, m)] = None if v is None or pd.isna(v) else round(float(v), 4)
@@ -93,6 +97,8 @@ def render_ablation(spec: AblationSpec, results: Path, grid: Path, out: Path, mo
 
 
 SPECS = {
+    "table11": AblationSpec("table11", "Table 11: Middle-Cycle vs Cycle at equal unique layers",
+                            ("val_nll", "avg_accuracy", "n_params", "unique_layers", "effective_layers")),
     "table12": AblationSpec("table12", "Table 12: up-training from a pretrained vanilla checkpoint",
                             ("val_nll", "avg_accuracy", "n_params")),
     "table13": AblationSpec("table13", "Table 13: expert-choice router designs",

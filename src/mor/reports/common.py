@@ -66,6 +66,15 @@ def shown(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def scale_key(s: str) -> float:
+    """Sort key of a paper scale name ('135M' < '1.7B'); unknown names last."""
+    mult = {"M": 1e6, "B": 1e9}
+    try:
+        return float(s[:-1]) * mult.get(s[-1], 1)
+    except ValueError:
+        return float("inf")
+
+
 def has_mor(df: pd.DataFrame) -> bool:
     return bool((df["variant"] == "mor").any())
 

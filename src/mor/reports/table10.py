@@ -12,14 +12,14 @@ from pathlib import Path
 import pandas as pd
 
 from mor.reports.common import (ACC_NOTE, TYING_NAMES, OutputDir, accuracy_cells, has_mor, load_results, reference_value,
-                                result_tasks, shown)
+                                result_tasks, scale_key, shown)
 
 
 def build_table(df: pd.DataFrame, ref: list[dict]) -> pd.DataFrame:
     rows = []
     tasks = result_tasks(df)
     causal = has_mor(df)  # MoR rows: the causal-routing NLL beside the teacher-forced one
-    scale_order = {s: i for i, s in enumerate(sorted(df["paper_scale"].unique(), key=_scale_key))}
+    scale_order = {s: i for i, s in enumerate(sorted(df["paper_scale"].unique(), key=scale_key))}
     for _, r in df.iterrows():
         reduced = bool(r["reduced"])
         if r["variant"] == "vanilla" and not reduced:
@@ -44,14 +44,6 @@ def build_table(df: pd.DataFrame, ref: list[dict]) -> pd.DataFrame:
         })
     table = pd.DataFrame(rows).sort_values("_order").drop(columns="_order").reset_index(drop=True)
     return table
-
-
-def _scale_key(s: str) -> float:
-    mult = {"M": 1e6, "B": 1e9}
-    try:
-        return float(s[:-1]) * mult.get(s[-1], 1)
-    except ValueError:
-        return float("inf")
 
 
 def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:

@@ -1,0 +1,66 @@
+"""Figure 4b: the tying-scheme ablation, drawn from table10's parquet.
+
+Validation NLL of each scheme against the number of recursions, one panel per scale, with
+the full vanilla model (dashed) and the reduced vanilla of each Nr (dotted, the same unique
+layers as the recursive model) as reference lines. Figure 6 shows the same runs as bars;
+this is the compact line view. Written as ``figures/fig4b/`` with fig4b.png, .pdf, .csv.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from mor.reports.common import TYING_NAMES, OutputDir, load_results, scale_key  # noqa: E402
+
+
+def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
+    df, _ = load_results(results, grid)
+    rec = df[df["variant"] != "vanilla"]
+    if rec.empty:
+        raise ValueError(f"{results}: no recursive runs to plot")
+    scales = sorted(rec["paper_scale"].unique(), key=scale_key)
+    fig, axes = plt.subplots(1, len(scales), figsize=(4.0 * len(scales), 3.4), squeeze=False)
+    drawn = []
+    for ax, scale in zip(axes[0], scales):
+        sub = rec[rec["paper_scale"] == scale]
+        nrs = sorted(int(n) for n in sub["num_recursions"].unique())
+        for i, (tying, name) in enumerate(TYING_NAMES.items()):
+            t = sub[sub["tying"] == tying].sort_values("num_recursions")
+            if t.empty:
+                continue
+            ax.plot(t["num_recursions"].astype(int), t["val_nll"], "o-", color=f"C{i}", label=name)
+            drawn += [{"scale": scale, "series": name, "num_recursions": int(n), "val_nll": v}
+                      for n, v in zip(t["num_recursions"], t["val_nll"])]
+        van = df[(df["paper_scale"] == scale) & (df["variant"] == "vanilla")]
+        full = van[~van["reduced"].astype(bool)]
+        for _, v in full.iterrows():
+            ax.axhline(v["val_nll"], ls="--", color="0.3", lw=1, label="Vanilla")
+            drawn.append({"scale": scale, "series": "Vanilla", "num_recursions": None, "val_nll": v["val_nll"]})
+        red = van[van["reduced"].astype(bool)].sort_values("num_recursions")
+        if len(red):
+            ax.plot(red["num_recursions"].astype(int), red["val_nll"], ":", marker="s", color="0.5", ms=4,
+                    label="Vanilla (reduced)")
+            drawn += [{"scale": scale, "series": "Vanilla (reduced)", "num_recursions": int(n), "val_nll": v}
+                      for n, v in zip(red["num_recursions"], red["val_nll"])]
+        ax.set_xticks(nrs)
+        ax.set_xlabel("recursions Nr")
+        ax.set_title(f"{scale} (run at {sub['scale'].iloc[0]}, mode {mode})")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("validation NLL")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
+    fig.suptitle("Figure 4b: weight-tying schemes")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    od = OutputDir(out)
+    with od as d:
+        fig.savefig(d / "fig4b.png", dpi=150)
+        fig.savefig(d / "fig4b.pdf")
+        pd.DataFrame(drawn).to_csv(d / "fig4b.csv", index=False)
+    plt.close(fig)
+    return od.files()
