@@ -124,3 +124,21 @@ def test_mode_axis_clashing_with_a_block_axis_is_an_error(tmp_path):
                    "modes:\n  local: {scale_map: {135M: small}, axes: {train.budget_flops: [2e12]}}\n")
     with pytest.raises(GridError, match="train.budget_flops"):
         load_grid(bad, "local")
+
+
+def test_plan_shows_each_budgets_tokens_before_submitting():
+    """The cluster dry run lists, per budget and variant, the tokens every scale's run trains:
+    the same numbers the expanded grid holds."""
+    from mor.launch.plan import format_plan, plan_grid
+    from mor.launch.slurm import load_presets
+
+    presets = load_presets(grid_path("table9").parents[1] / "slurm" / "presets.yaml")
+    grid = load_grid(grid_path("table9"), "cluster")
+    text = format_plan(grid, plan_grid(grid, presets), presets)
+    jobs = [j for j in plan_grid(grid, presets) if j.kind == "train"]
+    assert len(jobs) == 36 and all(j.tokens == grid.run(j.run_id).config.train.tokens for j in jobs)
+    mor_2e18 = [line for line in text.splitlines() if line.split()[:2] == ["2e+18", "mor"]]
+    assert len(mor_2e18) == 1
+    tokens = {r.config.paper_scale: r.config.train.tokens for r in grid.runs
+              if r.config.model.variant == "mor" and r.config.train.budget_flops == 2e18}
+    assert f"135M {tokens['135M'] / 1e9:.3g}B" in mor_2e18[0]

@@ -159,7 +159,7 @@ def test_plan_command_prints_jobs_gpu_hours_and_run_ids():
     text = out.getvalue()
     grid = load_grid(REPO / "grids" / "table10.yaml", "cluster")
     assert "jobs: train 22, eval 22" in text
-    assert "GPU-hours for tables/table10, figures/fig6:" in text
+    assert "GPU-hours for tables/table10, figures/fig6, figures/fig4b:" in text
     assert all(r.run_id in text for r in grid.runs)
 
 

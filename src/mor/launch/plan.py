@@ -46,6 +46,10 @@ class JobEstimate:
     flops: float
     hours: float  # estimated wall-clock hours
     segments: int  # Slurm jobs (1 + requeues after time-outs)
+    tokens: int = 0  # train: the tokens it trains (derived from train.budget_flops where set)
+    budget: float = 0.0  # train.budget_flops (0 = tokens set by hand)
+    paper_scale: str = ""
+    variant: str = ""
 
     @property
     def gpu_hours(self) -> float:
@@ -71,8 +75,11 @@ def estimate(run: RunConfig, kind: str, preset: Preset) -> JobEstimate:
     devices = preset.gpus or preset.world_size  # GPUs, or CPU tasks on a CPU preset
     hours = flops / (preset.tflops_per_gpu * 1e12 * devices) / 3600
     segments = max(1, math.ceil(hours * 60 / preset.time_min))
+    t = run.train
     return JobEstimate(run.run_id, kind, run.model.scale, preset.nodes, preset.gpus, preset.world_size,
-                       preset.time_min, flops, hours, segments)
+                       preset.time_min, flops, hours, segments,
+                       tokens=t.steps * t.tokens_per_step if kind == "train" else run.eval.nll_tokens,
+                       budget=t.budget_flops, paper_scale=run.paper_scale or run.model.scale, variant=run.model.variant)
 
 
 def plan_grid(grid: Grid, presets: Presets, tags: list[str] | None = None,
@@ -98,15 +105,41 @@ def format_plan(grid: Grid, jobs: list[JobEstimate], presets: Presets) -> str:
         f"  runs: {len({j.run_id for j in jobs})}; jobs: " + ", ".join(f"{k} {len(v)}" for k, v in per_kind.items()),
         f"  GPU-hours for {artifacts}: {est:.1f} estimated, {req:.1f} requested ({by_kind})",
         f"  presets: {presets.path}",
-        f"  {'run id':<44} {'kind':<5} {'scale':<6} {'nodes x GPUs':>12} {'limit':>6} {'PFLOP':>10} "
-        f"{'est. h':>8} {'jobs':>4} {'GPU-h est':>9} {'GPU-h req':>9}",
     ]
+    lines += format_budgets(jobs)
+    lines.append(f"  {'run id':<44} {'kind':<5} {'scale':<6} {'nodes x GPUs':>12} {'limit':>6} {'tokens':>8} "
+                 f"{'PFLOP':>10} {'est. h':>8} {'jobs':>4} {'GPU-h est':>9} {'GPU-h req':>9}")
     for j in jobs:
         lines.append(
             f"  {j.run_id:<44} {j.kind:<5} {j.scale:<6} {f'{j.nodes} x {j.gpus // j.nodes}':>12} "
-            f"{_hm(j.time_min):>6} {j.flops / 1e15:>10.3g} {j.hours:>8.2f} {j.segments:>4} "
+            f"{_hm(j.time_min):>6} {_tokens(j.tokens):>8} {j.flops / 1e15:>10.3g} {j.hours:>8.2f} {j.segments:>4} "
             f"{j.gpu_hours:>9.1f} {j.gpu_hours_requested:>9.1f}")
     return "\n".join(lines)
+
+
+def _tokens(n: int) -> str:
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return str(n)
+
+
+def format_budgets(jobs: list[JobEstimate]) -> list[str]:
+    """isoFLOP grids: per budget and variant, the tokens each scale's run will train
+    (mor.budget) and the GPU-hours, so a user sees what a budget buys before submitting."""
+    trains = [j for j in jobs if j.kind == "train" and j.budget]
+    if not trains:
+        return []
+    out = ["  isoFLOP budgets: tokens per run derived from train.budget_flops (mor.budget)",
+           f"    {'budget':>9} {'variant':<10} {'tokens per scale':<56} {'GPU-h est':>9} {'GPU-h req':>9}"]
+    for b in sorted({j.budget for j in trains}):
+        for v in dict.fromkeys(j.variant for j in trains):
+            js = [j for j in trains if j.budget == b and j.variant == v]
+            if js:
+                toks = ", ".join(f"{j.paper_scale} {_tokens(j.tokens)}" for j in js)
+                out.append(f"    {b:>9.3g} {v:<10} {toks:<56} {sum(j.gpu_hours for j in js):>9.1f} "
+                           f"{sum(j.gpu_hours_requested for j in js):>9.1f}")
+    return out
 
 
 @dataclass(frozen=True)
