@@ -24,6 +24,7 @@ include: "workflows/train.smk"
 include: "workflows/eval.smk"
 include: "workflows/lm_eval.smk"
 include: "workflows/analysis.smk"
+include: "workflows/throughput.smk"
 include: "workflows/report.smk"
 
 

@@ -89,6 +89,24 @@ def lm_eval_result(wildcards):
     return []
 
 
+def throughput_protocol(wildcards):
+    """The throughput job's protocol for this mode (workflows/throughput.yaml): its `params:` trigger."""
+    import json
+
+    from mor.engine.job import load_protocol
+
+    return json.dumps(load_protocol(MODE), sort_keys=True)
+
+
+def throughput_result(wildcards):
+    """A run of a grid that draws fig4a: its eval row waits for (and reads) the throughput job's JSON."""
+    from mor.engine.job import ARTIFACTS
+
+    if set(GRIDS[wildcards.grid].artifacts) & set(ARTIFACTS):
+        return [f"runs/{wildcards.grid}/{wildcards.run_id}/throughput.json"]
+    return []
+
+
 def analysis_settings(wildcards):
     """An analysis job's own settings (mor.analysis.job.settings): its `params:` trigger."""
     import json

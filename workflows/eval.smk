@@ -7,6 +7,7 @@ rule eval:
         summary="runs/{grid}/{run_id}/train_summary.json",
         data=run_data_inputs,
         lm_eval=lm_eval_result,  # runs/<grid>/<run_id>/lm_eval.json (workflows/lm_eval.smk), if any task
+        throughput=throughput_result,  # runs/<grid>/<run_id>/throughput.json (workflows/throughput.smk), fig4a grids
     output:
         "results/runs/{grid}/{run_id}.parquet",
     params:

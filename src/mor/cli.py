@@ -83,7 +83,7 @@ def add_job_arguments(p: argparse.ArgumentParser, kind: str, threads_help: str) 
     p.add_argument("--data-root", default="data")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help=threads_help)
-    if kind in ("eval", "lmeval", "analysis"):
+    if kind in ("eval", "lmeval", "analysis", "throughput"):
         p.add_argument("--out", required=True)
     if kind == "analysis":
         from mor.analysis.job import ANALYSES

@@ -100,6 +100,10 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
         from mor.lm_eval.job import accuracy_columns, read_result
 
         accuracy = accuracy_columns(read_result(run_dir_p / LM_EVAL_FILE, run.eval, run_id))
+    from mor.engine.job import THROUGHPUT_FILE, throughput_columns
+
+    # written by this run's throughput job (workflows/throughput.smk) when its grid draws fig4a
+    throughput = throughput_columns(run_dir_p / THROUGHPUT_FILE, run_id)
     shape = model_shape(run.model)
     plan = plan_for(run.model, shape)
     m = run.model
@@ -122,7 +126,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
         "mfu": summary.get("mfu"),
         "final_train_loss": summary["final_loss"],
         "val_nll": metrics["val_nll"], "val_nll_causal": metrics["val_nll_causal"], "val_tokens": metrics["val_tokens"],
-        **accuracy,
+        **accuracy, **throughput,
         "dead_token_ratio": metrics.get("dead_token_ratio"), "sampling_accuracy": metrics.get("sampling_accuracy"),
         "max_vio": metrics.get("max_vio"), "entropy": metrics.get("entropy"),
         "mean_depth": metrics.get("mean_depth"), "depth_histogram": metrics.get("depth_histogram"),

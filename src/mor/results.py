@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mor.atomic import atomic_path
 
-SCHEMA_VERSION = 4  # 4: budget_flops, mfu, model_flops_per_s; 3: val_nll_causal, accuracy stderr / acc_norm maps
+SCHEMA_VERSION = 5  # 5: decode throughput (mor.engine.job); 4: budget_flops, mfu, model_flops_per_s; 3: val_nll_causal, accuracy stderr / acc_norm maps
 
 RUN_SCHEMA = pa.schema(
     [
@@ -63,6 +63,19 @@ RUN_SCHEMA = pa.schema(
         ("accuracy_norm_stderr", pa.map_(pa.string(), pa.float64())),
         ("avg_accuracy", pa.float64()),
         ("avg_accuracy_stderr", pa.float64()),  # sqrt(sum of squared task stderrs) / number of tasks
+        # decoding throughput (App. E, mor.engine.job; null for runs without a throughput job):
+        # tokens/s over the forward passes and over the wall time, mean slot occupancy, at the
+        # fixed batch (32) and at the relative maximum batch; the model's maximum batch in the
+        # protocol's memory, and the FLOPs-predicted speedup over the same-depth Vanilla
+        ("decode_max_batch", pa.int64()),
+        ("decode_batch_max", pa.int64()),
+        ("decode_flops_speedup", pa.float64()),
+        ("decode_tokens_per_s_fixed", pa.float64()),
+        ("decode_tokens_per_s_wall_fixed", pa.float64()),
+        ("decode_occupancy_fixed", pa.float64()),
+        ("decode_tokens_per_s_max", pa.float64()),
+        ("decode_tokens_per_s_wall_max", pa.float64()),
+        ("decode_occupancy_max", pa.float64()),
         # router metrics (App. G.2); null where they do not apply
         ("dead_token_ratio", pa.float64()),
         ("sampling_accuracy", pa.float64()),

@@ -41,7 +41,8 @@ class EngineResult:
     occupancy: list[float] = field(default_factory=list)  # per step: fraction of slots holding a live sequence
     forward_s: float = 0.0  # time inside model forward passes (synchronised on a GPU)
     wall_s: float = 0.0  # whole run
-    rows: list[int] = field(default_factory=list)  # per step: tokens the stage ran on
+    rows: list[int] = field(default_factory=list)  # per step: tokens the stage took (depth r: its candidates)
+    ran: list[int] = field(default_factory=list)  # per step: tokens that ran the stage's layers (kept by the router)
     stages: list[str] = field(default_factory=list)  # per step: 'head' or 'depth<r>'
     waiting: list[int] = field(default_factory=list)  # per step: requests still in the queue
     admitted: list[int] = field(default_factory=list)  # request ids in the order they took a slot
@@ -128,6 +129,7 @@ class Engine:
                 sched.exited = [rest] if rest is not None else []
                 tokens = timed(self.stepper.leave, head)
                 res.rows.append(n)
+                res.ran.append(n)
                 res.stages.append("head")
                 feed = []
                 for slot, tok in zip(head.seq, tokens):
@@ -143,6 +145,7 @@ class Engine:
                 sched.depth[r] = []
                 run, stay = timed(self.stepper.recursion, r, rows)
                 res.rows.append(len(rows))
+                res.ran.append(0 if run is None else len(run))
                 res.stages.append(f"depth{r}")
                 if stay is not None:
                     sched.exited.append(stay)

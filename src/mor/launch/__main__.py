@@ -1,6 +1,6 @@
 """``python -m mor.launch <kind> ...``: the thin launcher the train / eval rules run.
 
-    train | eval | lmeval | analysis
+    train | eval | lmeval | analysis | throughput
                    run one job of one run: inline (``--launcher local``), or as a Slurm job
                    through submitit (``--launcher slurm``), waiting for it and failing with
                    the Slurm log path in the message if it fails
@@ -34,7 +34,7 @@ def log_dir(root: str, grid_name: str, run_id: str, kind: str) -> Path:
 
 
 def _scoring_job(a, threads: int):
-    """The eval / lmeval / analysis callable of one run: the same object runs inline and is
+    """The eval / lmeval / analysis / throughput callable of one run: the same object runs inline and is
     pickled into a Slurm job, so both launchers run one implementation of each kind."""
     from mor.launch.checkpointable import EvalJob
 
@@ -49,6 +49,10 @@ def _scoring_job(a, threads: int):
         from mor.analysis.job import AnalysisJob
 
         return AnalysisJob(analysis=a.analysis, **common)
+    if a.kind == "throughput":
+        from mor.engine.job import ThroughputJob
+
+        return ThroughputJob(**common)
     return EvalJob(**common)
 
 
@@ -64,6 +68,10 @@ def _summary(kind: str, r: dict) -> str:
         return lmeval_summary(r)
     if kind == "analysis":
         from mor.analysis.job import summary
+
+        return summary(r)
+    if kind == "throughput":
+        from mor.engine.job import summary
 
         return summary(r)
     return f"eval {r['run_id']}: val NLL {r['val_nll']:.4f} over {r['val_tokens']} tokens"
@@ -172,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mor.launch", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for kind in ("train", "eval", "lmeval", "analysis"):
+    for kind in ("train", "eval", "lmeval", "analysis", "throughput"):
         p = sub.add_parser(kind, help=f"run one {kind} job (inline or on Slurm)")
         add_job_arguments(p, kind, threads_help="CPU threads inline (Slurm: the preset's cpus_per_task)")
         p.add_argument("--launcher", choices=("local", "slurm"), default="local")

@@ -10,13 +10,15 @@ from functools import partial
 from pathlib import Path
 
 from mor.analysis.job import TOKENIZER_ARTIFACTS
-from mor.reports import fig1, fig4b, fig5a, fig5b, fig5c, fig6, fig7, table9, table10, table17
+from mor.reports import fig1, fig4a, fig4b, fig5a, fig5b, fig5c, fig6, fig7, table9, table10, table17
 from mor.reports.ablation import SPECS, render_ablation
 
 RENDERERS = {
     "tables/table9": table9.render,
     "figures/fig5a": fig5a.render,
     "tables/table10": table10.render,
+    "figures/fig4a": fig4a.render_figure,
+    "tables/fig4a": fig4a.render_table,
     "figures/fig4b": fig4b.render,
     "figures/fig6": fig6.render,
     **{f"tables/{name}": partial(render_ablation, spec) for name, spec in SPECS.items()},

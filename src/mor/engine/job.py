@@ -1,0 +1,174 @@
+"""The ``throughput`` job: App. E's decoding-throughput protocol on one trained run.
+
+    python -m mor.launch throughput --grid ... --run-id ... --run-dir runs/<grid>/<id> --out runs/<grid>/<id>/throughput.json
+
+Protocol (``workflows/throughput.yaml``, one section per mode): ``requests`` prompts from the
+validation split, each a single token (App. E starts "without any input prefix"; one token
+is the least a greedy decoder needs), generation lengths ~ Normal(gen_mean, gen_std)
+clipped to 1..gen_max, ``warmup_tokens`` decoding iterations of a full batch before timing,
+then the same request set at two batch sizes:
+
+    fixed  ``fixed_batch`` (32) slots
+    max    the relative maximum batch: base_batch x max_batch(model) / max_batch(vanilla)
+           (mor.flops.max_batch: parameters + capacity-sized KV cache in ``memory_gib``, or
+           the GPU's memory when it is 'device'); vanilla = a Vanilla model of the run's
+           effective depth (for MoR-4 Middle-Cycle at 360M the 34-layer one, App. E)
+
+It writes tokens/s over the forward passes (App. E's timing) and over the wall time,
+the mean batch occupancy, the batch sizes, and the FLOPs-predicted speedup over that
+vanilla (mor.flops.decode_flops_per_token at the mean context gen_mean / 2). The eval job
+copies them into the run's result row (``throughput_columns``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from mor.launch.checkpointable import ScoringJob
+
+PROTOCOL_FILE = Path(__file__).resolve().parents[3] / "workflows" / "throughput.yaml"
+VERSION = 1  # bump when the job measures something else: its files are then remade
+THROUGHPUT_FILE = "throughput.json"  # runs/<grid>/<run_id>/throughput.json
+ARTIFACTS = ("figures/fig4a", "tables/fig4a")  # grids listing one of these get a throughput job per run
+KEYS = ("requests", "gen_mean", "gen_std", "gen_max", "warmup_tokens", "fixed_batch", "base_batch",
+        "memory_gib", "dtype", "seed")
+
+
+def load_protocol(mode: str, path: str | Path = PROTOCOL_FILE) -> dict:
+    """The protocol of ``mode`` (the file's section of that name); a missing key fails."""
+    raw = yaml.safe_load(Path(path).read_text())
+    if mode not in raw:
+        raise ValueError(f"{path}: no throughput protocol for mode {mode!r}; sections: {sorted(raw)}")
+    spec = raw[mode]
+    missing = [k for k in KEYS if k not in spec]
+    if missing:
+        raise ValueError(f"{path}: section {mode!r} lacks {missing}")
+    return {k: spec[k] for k in KEYS}
+
+
+def baseline(cfg):
+    """The Vanilla model a run's speed is normalised to: same scale, the run's effective depth."""
+    import dataclasses
+
+    from mor.config import ModelConfig, model_shape
+    from mor.flops import plan_for
+
+    depth = len(plan_for(cfg, model_shape(cfg)).order)
+    base = ModelConfig(scale=cfg.scale, variant="vanilla", attention=cfg.attention)
+    return base if depth == model_shape(base).layers else dataclasses.replace(base, layers=depth)
+
+
+def requests_from(val_tokens, p: dict):
+    """The protocol's request set: one validation token per prompt, normal generation lengths."""
+    import numpy as np
+
+    from mor.engine import Request
+
+    rng = np.random.default_rng(p["seed"])
+    starts = rng.integers(0, len(val_tokens), size=p["requests"])
+    lengths = np.clip(np.rint(rng.normal(p["gen_mean"], p["gen_std"], size=p["requests"])), 1, p["gen_max"])
+    return [Request(i, [int(val_tokens[s])], int(n)) for i, (s, n) in enumerate(zip(starts, lengths))]
+
+
+def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, dtype) -> dict:
+    """Warm up, then run ``reqs`` with ``batch`` slots; the timings of the timed run."""
+    from mor.engine import Engine, Request
+
+    engine = Engine(model, capacity=batch, max_len=max_len, device=device, dtype=dtype)
+    if warmup_tokens:
+        engine.run([Request(-1 - i, reqs[i % len(reqs)].prompt, warmup_tokens) for i in range(batch)])
+    res = engine.run(reqs)
+    tokens = res.tokens
+    return {"batch": batch, "tokens": tokens, "steps": res.steps, "forward_s": res.forward_s, "wall_s": res.wall_s,
+            "tokens_per_s": tokens / res.forward_s, "tokens_per_s_wall": tokens / res.wall_s,
+            "occupancy": sum(res.occupancy) / len(res.occupancy)}
+
+
+def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
+                   device: str = "auto", threads: int = 0, protocol_file: str | Path = PROTOCOL_FILE) -> dict:
+    import torch
+
+    from mor.atomic import write_text_atomic
+    from mor.config import model_shape
+    from mor.cpu_allocator import tune_cpu_allocator
+    from mor.data.paths import data_paths
+    from mor.data.sampler import load_tokens
+    from mor.flops import decode_flops_per_token, max_batch, relative_max_batch_exact
+    from mor.grids import load_grid
+    from mor.jobs import tokenizer_vocab
+    from mor.train.checkpoint import load_model_weights
+    from mor.train.trainer import make_model, pick_device
+
+    if threads:
+        torch.set_num_threads(threads)
+    tune_cpu_allocator()
+    p = load_protocol(mode, protocol_file)
+    run = load_grid(grid, mode).run(run_id).config
+    paths = data_paths(run.data, Path(data_root))
+    dev = pick_device(device)
+    model = make_model(run, tokenizer_vocab(paths.tokenizer), dev, load_init=False)
+    load_model_weights(Path(run_dir) / "final" / "model.safetensors", model)
+    dtype = getattr(torch, p["dtype"])
+    elem = torch.tensor([], dtype=dtype).element_size()
+    memory = (torch.cuda.get_device_properties(dev).total_memory if p["memory_gib"] == "device"
+              else float(p["memory_gib"]) * 2**30)
+    cfg, s, vocab = run.model, model_shape(run.model), model.vocab_size
+    van = baseline(cfg)
+    max_len = p["gen_max"] + 1  # one prompt token + the longest generation
+    own_max = max_batch(cfg, s, vocab, max_len, memory, elem)
+    van_max = max_batch(van, model_shape(van), vocab, max_len, memory, elem)
+    rel = relative_max_batch_exact(cfg, van, s, vocab, max_len, memory, p["base_batch"], elem)
+    ctx = p["gen_mean"] / 2
+    speedup = decode_flops_per_token(van, model_shape(van), vocab, ctx) / decode_flops_per_token(cfg, s, vocab, ctx)
+    reqs = requests_from(load_tokens(paths.val_tokens), p)
+    t0 = time.perf_counter()
+    settings = {"fixed": measure(model, reqs, p["fixed_batch"], max_len, p["warmup_tokens"], dev, dtype)}
+    settings["max"] = measure(model, reqs, max(1, int(rel)), max_len, p["warmup_tokens"], dev, dtype)
+    result = {"run_id": run_id, "config_hash": run.config_hash, "version": VERSION, "protocol": p,
+              "device": str(dev), "memory_bytes": memory, "max_len": max_len, "max_batch": own_max,
+              "baseline_layers": van.layers or model_shape(van).layers, "baseline_max_batch": van_max, "relative_max_batch": rel,
+              "flops_speedup": speedup, "settings": settings, "seconds": time.perf_counter() - t0}
+    write_text_atomic(Path(out), json.dumps(result, indent=2))
+    return result
+
+
+def throughput_columns(path: str | Path | None, run_id: str) -> dict:
+    """The result-row columns from a run's throughput.json (all null without one)."""
+    cols = {f"decode_{k}": None for k in ("max_batch", "batch_max", "flops_speedup", "tokens_per_s_fixed",
+                                          "tokens_per_s_wall_fixed", "occupancy_fixed", "tokens_per_s_max",
+                                          "tokens_per_s_wall_max", "occupancy_max")}
+    if path is None or not Path(path).exists():
+        return cols
+    r = json.loads(Path(path).read_text())
+    if r.get("run_id") != run_id:
+        raise ValueError(f"{path} belongs to run {r.get('run_id')!r}, not {run_id!r}")
+    cols.update(decode_max_batch=r["max_batch"], decode_batch_max=r["settings"]["max"]["batch"],
+                decode_flops_speedup=r["flops_speedup"])
+    for name in ("fixed", "max"):
+        m = r["settings"][name]
+        cols[f"decode_tokens_per_s_{name}"] = m["tokens_per_s"]
+        cols[f"decode_tokens_per_s_wall_{name}"] = m["tokens_per_s_wall"]
+        cols[f"decode_occupancy_{name}"] = m["occupancy"]
+    return cols
+
+
+def summary(r: dict) -> str:
+    f, m = r["settings"]["fixed"], r["settings"]["max"]
+    return (f"throughput {r['run_id']}: batch {f['batch']}: {f['tokens_per_s']:.0f} tok/s (wall {f['tokens_per_s_wall']:.0f}); "
+            f"batch {m['batch']}: {m['tokens_per_s']:.0f} tok/s (wall {m['tokens_per_s_wall']:.0f}); "
+            f"FLOPs-predicted speedup {r['flops_speedup']:.2f}")
+
+
+@dataclass
+class ThroughputJob(ScoringJob):
+    """``throughput_job`` as a launcher callable (inline or a one-GPU Slurm job, preset 'throughput')."""
+
+    def __call__(self) -> dict:
+        r = throughput_job(self.grid, self.run_id, self.mode, self.run_dir, self.out, self.data_root, self.device,
+                           threads=self.threads)
+        return {"rank": 0, "world_size": 1, **r}

@@ -1,0 +1,127 @@
+"""Figure 4a (App. E): decoding throughput relative to Vanilla against validation NLL, and
+the table of its numbers.
+
+Each run's row holds its throughput job's measurements (mor.engine.job: tokens/s over the
+forward passes and over the wall time, at the fixed batch and at the relative maximum
+batch). A model's speed is divided by that of the Vanilla run of the same effective depth
+(App. E: MoR-4 Middle-Cycle against the Vanilla with its 34 layers), at the same setting;
+Vanilla's own maximum-batch setting is the base batch (32), so both panels compare with
+Vanilla at 32. The FLOPs-predicted speedup (mor.flops.decode_flops_per_token) is drawn
+beside each measured point (hollow marker) and listed in the table.
+
+    figures/fig4a/  fig4a.png, fig4a.pdf, fig4a.csv (the numbers drawn)
+    tables/fig4a/   fig4a.md, fig4a.csv, fig4a.tex (with App. E's maximum batches beside ours)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from mor.reports.common import OutputDir, load_results, reference_value, shown  # noqa: E402
+
+SETTINGS = (("fixed", "fixed batch (32)"), ("max", "relative maximum batch"))
+PAPER_NOTE = ("App. E (360M, H100): relative maximum batch MoR-2 42, MoR-3 48, MoR-4 51; Fig. 4a shows up to "
+              "about 2x Vanilla's throughput (MoR-4, maximum batch). Throughput = generated tokens / time inside "
+              "the forward passes (App. E's timing); 'wall' = / the whole engine run.")
+
+
+def throughput_table(df: pd.DataFrame, ref: list[dict] | None = None) -> pd.DataFrame:
+    """One row per run: its NLL, batches, and throughput relative to the same-depth Vanilla."""
+    need = ["decode_tokens_per_s_fixed", "decode_tokens_per_s_max"]
+    df = df.dropna(subset=need)
+    if df.empty:
+        raise ValueError("no run has throughput measurements (decode_* columns); run the throughput jobs")
+    vanilla = df[df["variant"] == "vanilla"]
+    rows = []
+    for _, r in df.sort_values(["variant", "effective_layers", "num_recursions"]).iterrows():
+        base = vanilla[vanilla["effective_layers"] == r["effective_layers"]]
+        if base.empty:
+            raise ValueError(f"run {r['run_id']}: no Vanilla run with its effective depth {r['effective_layers']} "
+                             "to normalise its throughput to")
+        b = base.iloc[0]
+        row = {"run_id": r["run_id"], "model": r["label"], "variant": r["variant"],
+               "num_recursions": int(r["num_recursions"]), "effective_layers": int(r["effective_layers"]),
+               "baseline": b["label"], "val_nll": r["val_nll"], "max_batch": r["decode_max_batch"],
+               "batch_max": r["decode_batch_max"],
+               "paper_batch_max": (reference_value(ref or [], r, "max_batch") if r["variant"] != "vanilla" else 32)}
+        for name, _ in SETTINGS:
+            row[f"rel_{name}"] = r[f"decode_tokens_per_s_{name}"] / b[f"decode_tokens_per_s_{name}"]
+            row[f"rel_wall_{name}"] = r[f"decode_tokens_per_s_wall_{name}"] / b[f"decode_tokens_per_s_wall_{name}"]
+            row[f"tokens_per_s_{name}"] = r[f"decode_tokens_per_s_{name}"]
+            row[f"occupancy_{name}"] = r[f"decode_occupancy_{name}"]
+        row["flops_predicted"] = r["decode_flops_speedup"]
+        row["measured_over_predicted"] = row["rel_fixed"] / row["flops_predicted"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(throughput, nll) points no other point beats on both (higher throughput, lower NLL),
+    by ascending throughput."""
+    front, best = [], float("inf")
+    for x, y in sorted(points, key=lambda p: (-p[0], p[1])):
+        if y < best:
+            front.append((x, y))
+            best = y
+    return front[::-1]
+
+
+def render_figure(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
+    df, ref = load_results(results, grid)
+    t = throughput_table(df, ref)
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.8), sharey=True)
+    colors = plt.get_cmap("tab10")
+    for ax, (name, title) in zip(axes, SETTINGS):
+        pts = []
+        for i, r in enumerate(t.itertuples()):
+            c = colors(i % 10)
+            x = getattr(r, f"rel_{name}")
+            ax.scatter([x], [r.val_nll], color=c, s=36, zorder=3, label=r.model)
+            if r.variant != "vanilla":
+                ax.scatter([r.flops_predicted], [r.val_nll], facecolors="none", edgecolors=c, s=36, zorder=3)
+                ax.plot([x, r.flops_predicted], [r.val_nll, r.val_nll], color=c, lw=0.6, ls=":")
+            batch = "" if pd.isna(r.batch_max) else f" (b={int(r.batch_max) if name == 'max' else 32})"
+            ax.annotate(f"{r.model}{batch}", (x, r.val_nll), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            pts.append((x, r.val_nll))
+        front = pareto(pts)
+        ax.plot(*zip(*front), color="0.3", lw=1.0, ls="--", zorder=2, label="Pareto front")
+        ax.axvline(1.0, color="0.8", lw=0.8, zorder=1)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("throughput relative to Vanilla (filled: measured, hollow: FLOPs-predicted)", fontsize=7)
+    axes[0].set_ylabel("validation NLL")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=7, frameon=False)
+    fig.suptitle(f"Figure 4a: decoding throughput vs NLL (mode {mode})", fontsize=10)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    od = OutputDir(out)
+    with od as d:
+        fig.savefig(d / "fig4a.png", dpi=150)
+        fig.savefig(d / "fig4a.pdf")
+        t.to_csv(d / "fig4a.csv", index=False)
+    plt.close(fig)
+    return od.files()
+
+
+def render_table(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
+    df, ref = load_results(results, grid)
+    t = throughput_table(df, ref)
+    cols = {"model": "Model", "baseline": "vs", "val_nll": "NLL", "max_batch": "max batch (memory)",
+            "batch_max": "rel. max batch", "paper_batch_max": "paper rel. max batch",
+            "rel_fixed": "speedup b=32", "rel_wall_fixed": "speedup b=32 (wall)",
+            "rel_max": "speedup max b", "rel_wall_max": "speedup max b (wall)",
+            "flops_predicted": "FLOPs-predicted", "measured_over_predicted": "measured / predicted (b=32)",
+            "occupancy_fixed": "occupancy b=32", "occupancy_max": "occupancy max b"}
+    printed = shown(t[["run_id", *cols]].round(3).rename(columns=cols))
+    od = OutputDir(out)
+    with od as d:
+        t.to_csv(d / "fig4a.csv", index=False)
+        (d / "fig4a.md").write_text(f"# Figure 4a numbers: decoding throughput (mode {mode})\n\n{PAPER_NOTE}\n\n"
+                                    + printed.to_markdown(index=False) + "\n")
+        (d / "fig4a.tex").write_text(printed.drop(columns=["run_id"]).to_latex(index=False, escape=True))
+    return od.files()

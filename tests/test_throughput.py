@@ -1,0 +1,159 @@
+"""The throughput job (mor.engine.job), its workflow wiring and the Figure 4a report.
+
+The report is checked on hand-built result rows (parquet in, numbers out); the job on its
+pure parts (protocol, baseline, columns); the wiring by a dry run of the paper grid and,
+end to end, a 2-run tiny grid through the local profile (marked slow: ~1 min).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from mor.config import ModelConfig, RouterConfig, RunConfig
+from mor.engine.job import THROUGHPUT_FILE, baseline, load_protocol, throughput_columns
+from mor.reports import render
+from mor.reports.fig4a import pareto, throughput_table
+from mor.results import write_rows
+from test_reports import _row
+from test_workflow import REPO, TINY_LOCAL_MODE, job_counts, snakemake
+
+
+def test_protocol_has_both_modes_and_app_e_values():
+    cluster, local = load_protocol("cluster"), load_protocol("local")
+    assert (cluster["gen_mean"], cluster["warmup_tokens"], cluster["fixed_batch"], cluster["requests"]) == (256, 100, 32, 1000)
+    assert cluster["memory_gib"] == "device" and isinstance(local["memory_gib"], float)
+    assert local["gen_mean"] < cluster["gen_mean"]
+    with pytest.raises(ValueError, match="no throughput protocol"):
+        load_protocol("nonexistent")
+
+
+def test_baseline_is_the_vanilla_of_the_same_effective_depth():
+    mor = lambda nr: ModelConfig(scale="360M", variant="mor", tying="middle_cycle", num_recursions=nr)  # noqa: E731
+    assert baseline(mor(2)) == baseline(mor(3)) == ModelConfig(scale="360M", variant="vanilla")
+    assert baseline(mor(4)).layers == 34 and baseline(mor(4)).variant == "vanilla"  # App. E's 34-layer Vanilla
+    assert baseline(ModelConfig(scale="360M", variant="vanilla")) == ModelConfig(scale="360M", variant="vanilla")
+
+
+def _measurement(run_id, tps_fixed, tps_max, batch_max=32):
+    setting = lambda tps, b: {"batch": b, "tokens": 100, "steps": 10, "forward_s": 100 / tps,  # noqa: E731
+                              "wall_s": 110 / tps, "tokens_per_s": tps, "tokens_per_s_wall": tps / 1.1, "occupancy": 0.9}
+    return {"run_id": run_id, "max_batch": 400, "flops_speedup": 1.5,
+            "settings": {"fixed": setting(tps_fixed, 32), "max": setting(tps_max, batch_max)}}
+
+
+def test_throughput_columns_read_the_job_file(tmp_path):
+    assert set(throughput_columns(tmp_path / "absent.json", "r")).issubset({f.name for f in _schema()})
+    assert all(v is None for v in throughput_columns(tmp_path / "absent.json", "r").values())
+    f = tmp_path / THROUGHPUT_FILE
+    f.write_text(json.dumps(_measurement("r", 100.0, 150.0, batch_max=45)))
+    cols = throughput_columns(f, "r")
+    assert cols["decode_tokens_per_s_fixed"] == 100.0 and cols["decode_batch_max"] == 45
+    assert cols["decode_tokens_per_s_wall_max"] == pytest.approx(150 / 1.1) and cols["decode_flops_speedup"] == 1.5
+    with pytest.raises(ValueError, match="belongs to run"):
+        throughput_columns(f, "other")
+
+
+def _schema():
+    from mor.results import RUN_SCHEMA
+
+    return RUN_SCHEMA
+
+
+def _fig4a_rows():
+    """Vanilla (8 layers), Vanilla (10 layers), MoR-2/3 (8 effective), MoR-4 (10 effective)."""
+    ec = RouterConfig(type="expert_choice", func="sigmoid", alpha=0.1, arch="linear", aux="aux_loss")
+    mk = lambda **kw: RunConfig(grid="fig4a", paper_scale="360M", model=ModelConfig(scale="medium", **kw))  # noqa: E731
+    spec = [  # run, effective layers, val_nll, tok/s fixed, tok/s max, batch max
+        (mk(variant="vanilla"), 8, 5.6, 100.0, 100.0, 32),
+        (mk(variant="vanilla", layers=10), 10, 5.5, 80.0, 80.0, 32),
+        (mk(variant="mor", tying="middle_cycle", num_recursions=2, router=ec), 8, 5.3, 120.0, 150.0, 42),
+        (mk(variant="mor", tying="middle_cycle", num_recursions=3, router=ec), 8, 5.4, 140.0, 180.0, 48),
+        (mk(variant="mor", tying="middle_cycle", num_recursions=4, router=ec), 10, 5.45, 160.0, 200.0, 51),
+    ]
+    rows = []
+    for run, layers, nll, f, m, b in spec:
+        cols = {f"decode_{k}": v for k, v in dict(
+            max_batch=b * 10, batch_max=b, flops_speedup=1.0 if run.model.variant == "vanilla" else 1.5,
+            tokens_per_s_fixed=f, tokens_per_s_wall_fixed=f / 2, occupancy_fixed=0.95,
+            tokens_per_s_max=m, tokens_per_s_wall_max=m / 2, occupancy_max=0.9).items()}
+        label = "Vanilla" if run.model.variant == "vanilla" else f"MoR-{run.model.num_recursions}"
+        rows.append({**_row(run, val_nll=nll, label=label, **cols), "effective_layers": layers})
+    return rows
+
+
+def test_fig4a_normalises_each_model_to_the_vanilla_of_its_depth(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "r.parquet", _fig4a_rows())
+    grid = tmp_path / "fig4a.yaml"
+    grid.write_text((REPO / "grids" / "fig4a.yaml").read_text())
+    files = render("tables/fig4a", str(tmp_path / "r.parquet"), str(grid))
+    assert [f.name for f in files] == ["fig4a.csv", "fig4a.md", "fig4a.tex"]
+    t = pd.read_csv(files[0]).set_index("model")
+    assert t.loc["MoR-2", "rel_fixed"] == pytest.approx(1.2) and t.loc["MoR-3", "rel_max"] == pytest.approx(1.8)
+    assert t.loc["MoR-4", "rel_fixed"] == pytest.approx(2.0)  # against the 10-layer Vanilla (80 tok/s), not 100
+    assert t.loc["MoR-4", "rel_wall_max"] == pytest.approx(2.5)
+    assert t.loc["MoR-4", "measured_over_predicted"] == pytest.approx(2.0 / 1.5)
+    assert list(t.loc[["MoR-2", "MoR-3", "MoR-4"], "paper_batch_max"]) == [42, 48, 51]
+    assert sorted(t.loc["Vanilla", "rel_fixed"]) == [1.0, 1.0]
+    assert "up to about 2x" in files[1].read_text()
+    fig = render("figures/fig4a", str(tmp_path / "r.parquet"), str(grid))
+    assert {f.suffix for f in fig} == {".png", ".pdf", ".csv"}
+
+
+def test_fig4a_fails_without_a_same_depth_vanilla_or_measurements(tmp_path):
+    rows = _fig4a_rows()
+    df = pd.DataFrame([r for r in rows if not (r["variant"] == "vanilla" and r["effective_layers"] == 10)])
+    with pytest.raises(ValueError, match="effective depth 10"):
+        throughput_table(df)
+    with pytest.raises(ValueError, match="no run has throughput"):
+        throughput_table(pd.DataFrame(rows).assign(decode_tokens_per_s_fixed=None))
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    pts = [(1.0, 5.6), (1.2, 5.3), (1.4, 5.4), (1.1, 5.5), (2.0, 5.45)]
+    assert pareto(pts) == [(1.2, 5.3), (1.4, 5.4), (2.0, 5.45)]  # (1.0, 5.6), (1.1, 5.5) are beaten by (1.2, 5.3)
+
+
+def test_dry_run_of_fig4a_has_a_throughput_job_per_run_before_its_eval(tmp_path):
+    out = snakemake("figures/fig4a", "tables/fig4a", "-n", "--nolock", "--directory", str(tmp_path),
+                    "--config", f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}")
+    counts = job_counts(out.stdout + out.stderr)
+    assert counts == {"corpus": 1, "tokenizer": 1, "tokens": 2, "train": 5, "throughput": 5, "eval": 5,
+                      "collect": 1, "figure": 1, "table": 1}  # no lm-eval locally: the figure needs NLL only
+    assert (out.stdout + out.stderr).count("job_kind=throughput") == 5  # the Slurm preset kind it asks for
+
+
+E2E_GRID = """
+name: tput
+artifacts: [figures/fig4a, tables/fig4a]
+defaults:
+  data: {source: django-docs, tokenizer: bpe-4096}
+runs:
+  - name: vanilla
+    set: {model.variant: vanilla}
+    axes: {model.scale: [135M]}
+  - name: mor
+    set: {model.variant: mor, model.tying: middle_cycle, model.num_recursions: 2,
+          model.router: {type: expert_choice, aux: aux_loss}}
+    axes: {model.scale: [135M]}
+""" + TINY_LOCAL_MODE
+
+
+@pytest.mark.slow
+def test_throughput_rows_and_fig4a_end_to_end(tmp_path, data_root):
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    (grids / "tput.yaml").write_text(E2E_GRID)
+    snakemake("figures/fig4a", "tables/fig4a", "--directory", str(tmp_path), "--config", f"grids_dir={grids}",
+              f"data_root={data_root}")
+    rows = {r["variant"]: r for r in pq.read_table(tmp_path / "results" / "tput.parquet").to_pylist()}
+    for r in rows.values():
+        assert r["decode_tokens_per_s_fixed"] > 0 and r["decode_tokens_per_s_wall_max"] > 0
+        assert 0 < r["decode_occupancy_fixed"] <= 1 and r["decode_max_batch"] > 0
+    assert rows["vanilla"]["decode_flops_speedup"] == pytest.approx(1.0)
+    assert rows["mor"]["decode_flops_speedup"] > 1.0 and rows["mor"]["decode_batch_max"] > 32
+    assert (tmp_path / "figures" / "fig4a" / "fig4a.png").exists() and (tmp_path / "tables" / "fig4a" / "fig4a.md").exists()

@@ -1,0 +1,27 @@
+# Decoding throughput (App. E, mor.engine.job): one job per trained run of a grid that draws
+# fig4a (mor.engine.job.ARTIFACTS) -> runs/<grid>/<run_id>/throughput.json, which the eval rule
+# copies into the run's result row. It reads the final weights and never retrains; its params
+# are the protocol of the mode (workflows/throughput.yaml) and the job's VERSION. On Slurm it
+# takes the preset's `throughput` resources (one GPU).
+from mor.engine.job import VERSION as THROUGHPUT_VERSION
+
+
+rule throughput:
+    input:
+        summary="runs/{grid}/{run_id}/train_summary.json",
+        data=run_data_inputs,
+    output:
+        "runs/{grid}/{run_id}/throughput.json",
+    params:
+        mode=MODE,
+        protocol=throughput_protocol,  # an edit of this mode's protocol re-runs it (and the eval that reads it)
+        version=THROUGHPUT_VERSION,
+    threads: config["threads"]
+    resources:
+        job_kind="throughput",
+    log:
+        "logs/{grid}/{run_id}/throughput.log",
+    shell:
+        "{PY}.launch throughput --grid {GRIDS_DIR}/{wildcards.grid}.yaml --run-id {wildcards.run_id}"
+        " --mode {params.mode} --run-dir $(dirname {input.summary}) --data-root {DATA} --threads {threads}"
+        " --out {output} {LAUNCH_ARGS} > {log} 2>&1"
