@@ -42,7 +42,7 @@ def optimal_size(n_params: list[float], nll: list[float], budget: float) -> Opti
             xs = -c1 / (2 * c2)
             if x.min() <= xs <= x.max():
                 return Optimum(budget, float(10**xs), float(c0 + c1 * xs + c2 * xs * xs), "fit")
-    return Optimum(budget, float(10 ** x[best]), float(y[best]), "edge")
+    return Optimum(budget, float(n_params[best]), float(y[best]), "edge")
 
 
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:

@@ -1,0 +1,76 @@
+"""isoFLOP grids through Snakemake: a tiny budget grid end to end (real training), and the
+cluster dry run of table9 (the paper's 4 scales x 3 budgets)."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pandas as pd
+import pytest
+
+from mor.budget import step_flops
+from mor.grids import load_grid
+from test_workflow import REPO, job_counts, snakemake
+
+ISO_GRID = """
+name: iso
+artifacts: [tables/table9, figures/fig5a]
+defaults:
+  data: {source: django-docs, tokenizer: bpe-4096}
+  model: {tying: middle_cycle}
+runs:
+  - label: Vanilla
+    set: {model.variant: vanilla}
+    axes: {model.scale: [135M, 360M, 730M]}
+  - label: MoR
+    set: {model.variant: mor, model.num_recursions: 2}
+    axes: {model.scale: [135M, 360M, 730M]}
+modes:
+  local:
+    scale_map: {135M: tiny, 360M: xxs, 730M: xs}
+    set:
+      train: {tokens: 512, seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 8}
+      eval: {nll_tokens: 1024, batch: 8}
+    axes:
+      train.budget_flops: [8.0e9, 1.6e10]
+reference: []
+"""
+
+
+@pytest.mark.slow
+def test_budget_grid_end_to_end(tmp_path, data_root):
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    (grids / "iso.yaml").write_text(ISO_GRID)
+    snakemake("tables/table9", "figures/fig5a", "--directory", str(tmp_path),
+              "--config", f"grids_dir={grids}", f"data_root={data_root}")
+    rows = pq.read_table(tmp_path / "results" / "iso.parquet").to_pylist()
+    grid = load_grid(grids / "iso.yaml", "local")
+    assert len(rows) == 12
+    for r in rows:
+        run = grid.run(r["run_id"]).config
+        # trained exactly the derived steps, and spent the budget to within half a step
+        assert r["train_steps"] == run.train.steps and r["budget_flops"] == run.train.budget_flops
+        assert abs(r["train_flops"] - r["budget_flops"]) <= step_flops(run) / 2 * 1.0001
+        assert r["model_flops_per_s"] == pytest.approx(r["train_flops"] / r["train_time_s"])
+        assert r["mfu"] is None  # no peak FLOP/s on CPU
+    # a cheaper token buys more of them: at each budget the smallest scale trains the most
+    by = pd.DataFrame(rows)
+    for (_, _), g in by.groupby(["budget_flops", "variant"]):
+        assert g.sort_values("n_params")["train_tokens"].is_monotonic_decreasing
+    table = pd.read_csv(tmp_path / "tables" / "table9" / "table9.csv")
+    assert sorted(table["run_id"]) == sorted(r["run_id"] for r in rows)
+    stars = pd.read_csv(tmp_path / "figures" / "fig5a" / "fig5a.csv")
+    assert len(stars) == 4  # 2 variants x 2 budgets
+    for _, s in stars.iterrows():
+        sizes = by[(by["variant"] == s["variant"]) & (by["budget_flops"] == s["budget_flops"])]["n_params"]
+        assert sizes.min() <= s["n_params_opt"] <= sizes.max()
+
+
+def test_cluster_dry_run_of_table9_plans_four_scales_and_three_budgets(tmp_path):
+    out = snakemake("tables/table9", "figures/fig5a", "-n", "--nolock", "--directory", str(tmp_path),
+                    "--config", f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}", "mode=cluster")
+    counts = job_counts(out.stdout + out.stderr)
+    assert counts["train"] == 36 and counts["eval"] == 36 and counts["table"] == 1 and counts["figure"] == 1
+    grid = load_grid(REPO / "grids" / "table9.yaml", "cluster")
+    assert {(r.config.model.scale, r.config.train.budget_flops) for r in grid.runs} == {
+        (s, b) for s in ("135M", "360M", "730M", "1.7B") for b in (2e18, 5e18, 16.5e18)}
