@@ -93,6 +93,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--scale", default="engine")
     ap.add_argument("--requests", type=int, default=0, help="override the protocol's request count")
+    ap.add_argument("--memory-gib", type=float, default=0.5,
+                    help="memory the maximum batches fill (the protocol's 0.05 GiB is sized for `medium`; the "
+                         "engine scale's fp32 parameters alone take 0.1 GiB)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     tune_cpu_allocator()
@@ -105,7 +108,7 @@ def main() -> None:
     reqs = [Request(i, [rnd.randrange(V)], max(1, min(p["gen_max"], round(rnd.gauss(p["gen_mean"], p["gen_std"])))))
             for i in range(p["requests"])]
     max_len = p["gen_max"] + 1
-    memory = float(p["memory_gib"]) * 2**30
+    memory = a.memory_gib * 2**30
     torch.manual_seed(0)
     calib = torch.randint(0, V, (8, 64))
     models, batches, predicted = {}, {}, {}
