@@ -19,6 +19,11 @@ at the relative maximum batch (mor.flops.max_batch in the protocol's stated memo
 ratio is taken within its round, the table gives medians.
 
     .venv/bin/python benchmarks/bench_engine.py [--rounds 3] [--threads 1] [--scale engine]
+
+On a GPU, App. E's own setting (360M, bf16, the cluster protocol, the device's memory):
+
+    .venv/bin/python benchmarks/bench_engine.py --scale 360M --protocol cluster --device cuda \
+        --dtype bfloat16 --memory-gib 0 --requests 256 --rounds 1
 """
 
 from __future__ import annotations
@@ -93,22 +98,29 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--scale", default="engine")
     ap.add_argument("--requests", type=int, default=0, help="override the protocol's request count")
+    ap.add_argument("--protocol", default="local", help="section of workflows/throughput.yaml")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
     ap.add_argument("--memory-gib", type=float, default=0.5,
                     help="memory the maximum batches fill (the protocol's 0.05 GiB is sized for `medium`; the "
-                         "engine scale's fp32 parameters alone take 0.1 GiB)")
+                         "engine scale's fp32 parameters alone take 0.1 GiB); 0 = the GPU's memory")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     tune_cpu_allocator()
-    p = load_protocol("local")
+    p = load_protocol(a.protocol)
+    dev, dtype = torch.device(a.device), getattr(torch, a.dtype)
+    elem = torch.tensor([], dtype=dtype).element_size()
     if a.requests:
         p["requests"] = a.requests
     shapes = load_scales()
+    global V
+    V = shapes[a.scale].vocab or V  # the paper scales' SmolLM vocabulary; CPU scales: 4096
     cfgs = configs(a.scale)
     rnd = random.Random(p["seed"])
     reqs = [Request(i, [rnd.randrange(V)], max(1, min(p["gen_max"], round(rnd.gauss(p["gen_mean"], p["gen_std"])))))
             for i in range(p["requests"])]
     max_len = p["gen_max"] + 1
-    memory = a.memory_gib * 2**30
+    memory = a.memory_gib * 2**30 if a.memory_gib else torch.cuda.get_device_properties(dev).total_memory
     torch.manual_seed(0)
     calib = torch.randint(0, V, (8, 64))
     models, batches, predicted = {}, {}, {}
@@ -117,13 +129,14 @@ def main() -> None:
         torch.manual_seed(0)
         m = build_model(cfg, s, V).eval()
         steer_routers(m, calib)
+        m.to(device=dev, dtype=dtype)
         models[name] = m
         van = baseline(cfg)
         vs = dataclasses.replace(shapes[van.scale], layers=van.layers or shapes[van.scale].layers)
         batches[name] = {"fixed": p["fixed_batch"],
-                         "max": max(1, int(relative_max_batch_exact(cfg, van, s, V, max_len, memory, p["base_batch"], 4)))}
+                         "max": max(1, int(relative_max_batch_exact(cfg, van, s, V, max_len, memory, p["base_batch"], elem)))}
         predicted[name] = decode_flops_per_token(van, vs, V, p["gen_mean"] / 2) / decode_flops_per_token(cfg, s, V, p["gen_mean"] / 2)
-        print(f"{name}: max batch {max_batch(cfg, s, V, max_len, memory, 4)}, relative max batch {batches[name]['max']}, "
+        print(f"{name}: max batch {max_batch(cfg, s, V, max_len, memory, elem)}, relative max batch {batches[name]['max']}, "
               f"FLOPs-predicted speedup (design capacities) {predicted[name]:.3f}")
     base_of = {name: ("Vanilla (MoR-4 depth)" if baseline(cfg) != cfgs["Vanilla"] else "Vanilla") for name, cfg in cfgs.items()}
     tps = {(n, k): [] for n in cfgs for k in ("fixed", "max")}
@@ -134,7 +147,7 @@ def main() -> None:
         rnd.shuffle(order)
         for name in order:
             for k in ("fixed", "max"):
-                eng = Engine(models[name], capacity=batches[name][k], max_len=max_len)
+                eng = Engine(models[name], capacity=batches[name][k], max_len=max_len, device=dev, dtype=dtype)
                 eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(batches[name][k])])  # warm-up
                 res = eng.run(reqs)
                 tps[name, k].append(res.tokens / res.wall_s)
@@ -143,7 +156,7 @@ def main() -> None:
                     real[name] = realised_capacity(res, cfgs[name].num_recursions)
         print(f"round {rd + 1}/{a.rounds} done")
     print()
-    print(f"scale {a.scale}, {p['requests']} requests, gen ~ N({p['gen_mean']}, {p['gen_std']}), {a.threads} thread(s)")
+    print(f"scale {a.scale}, {p['requests']} requests, gen ~ N({p['gen_mean']}, {p['gen_std']}), {a.threads} thread(s), {a.device} {a.dtype}")
     print("model                  setting  batch  tok/s(fwd)  measured(fwd)  measured(wall)  predicted(realised)  "
           "predicted(design)  measured/predicted")
     for name, cfg in cfgs.items():
