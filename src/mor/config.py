@@ -415,6 +415,8 @@ class RunConfig:
             parts.append(f"reduced{m.num_recursions}")
         if m.variant != "vanilla":
             parts += [m.tying.replace("_", ""), f"nr{m.num_recursions}"]
+        if self.train.seed:  # seed 0 (every grid's default) keeps the ids runs had before seeds
+            parts.append(f"s{self.train.seed}")
         return "-".join(parts + [self.config_hash[:8]]).replace(".", "p")
 
 

@@ -8,7 +8,9 @@ bad grid stops ``snakemake`` at parse time, before any job starts.
 Merge order for one run: ``defaults`` -> ``modes.<mode>.set`` (on top of its ``base``) ->
 block ``set`` -> block ``mode_set.<mode>`` -> block ``axes`` values. A block with
 ``only_modes`` exists only in those modes; ``modes.<mode>.axes`` are axes every block gets
-in that mode (table9's budgets differ between the CPU and the cluster mode). ``model.scale`` always names a paper scale (135M, 360M, ...); the mode's
+in that mode (table9's budgets differ between the CPU and the cluster mode);
+``modes.<mode>.seeds: n`` repeats every run with train.seed = seed, seed+1, ..., seed+n-1
+(data order and initialisation), each its own run (ids of seed > 0 carry ``-s<seed>``). ``model.scale`` always names a paper scale (135M, 360M, ...); the mode's
 ``scale_map`` turns it into the scale actually built (CPU scales in the local mode).
 """
 
@@ -160,13 +162,18 @@ def load_grid(path: str | Path, mode: str = "local") -> Grid:
                 set_dotted(cfg, k, v)
             where = f"{path}: runs[{b}] ({name}) with " + ", ".join(f"{k}={v}" for k, v in zip(keys, values))
             run = _resolve(cfg, raw["name"], scale_map, scales, where, block.get("label", ""), values, keys)
-            rid = run.config.run_id
-            if rid in runs:
-                raise GridError(f"{where}: resolves to the same training config (run {rid}) as {origin[rid]}; "
-                                "two runs would share one run directory. Remove one, or make them differ in a "
-                                "model / train / data field (labels and eval settings are not part of a run's identity)")
-            runs[rid] = Run(run.config, name, tuple(block.get("tags", [])))
-            origin[rid] = where.removeprefix(f"{path}: ")
+            for seed in range(mode_spec.get("seeds", 1)):  # repeats: seeds base, base+1, ... (data order, init)
+                rc = run.config
+                if seed:
+                    rc = dataclasses.replace(rc, train=dataclasses.replace(rc.train, seed=rc.train.seed + seed))
+                rid = rc.run_id
+                if rid in runs:
+                    raise GridError(f"{where}: resolves to the same training config (run {rid}) as {origin[rid]}; "
+                                    "two runs would share one run directory. Remove one, or make them differ in a "
+                                    "model / train / data field (labels and eval settings are not part of a run's "
+                                    "identity)")
+                runs[rid] = Run(rc, name, tuple(block.get("tags", [])))
+                origin[rid] = where.removeprefix(f"{path}: ")
     resolved = _resolve_run_references(path, raw["name"], list(runs.values()))
     return Grid(
         name=raw["name"],
@@ -208,15 +215,19 @@ def _mode_spec(path: Path, spec: dict, mode: str) -> dict:
     if not base_file.exists():
         raise GridError(f"{path}: key modes.{mode}.base: no file grids/modes/{spec['base']}.yaml")
     base = _load_yaml(base_file)
-    unknown = sorted(set(base) - {"set", "scale_map"})
+    unknown = sorted(set(base) - {"set", "scale_map", "seeds"})
     if unknown:
-        raise GridError(f"{base_file}: unknown key(s) {unknown}; allowed keys are ['scale_map', 'set']")
+        raise GridError(f"{base_file}: unknown key(s) {unknown}; allowed keys are ['scale_map', 'seeds', 'set']")
+    if "seeds" in base and (isinstance(base["seeds"], bool) or not isinstance(base["seeds"], int) or base["seeds"] < 1):
+        raise GridError(f"{base_file}: key seeds: expected an integer >= 1, got {base['seeds']!r}")
     merged: dict = {"set": {}}
     merge(merged["set"], base.get("set", {}))
     merge(merged["set"], spec.get("set", {}))
     merged["scale_map"] = {**base.get("scale_map", {}), **spec.get("scale_map", {})}
     if "axes" in spec:
         merged["axes"] = spec["axes"]
+    if "seeds" in spec or "seeds" in base:
+        merged["seeds"] = spec.get("seeds", base.get("seeds"))
     return merged
 
 

@@ -1,0 +1,54 @@
+"""Runs that differ only in their seed, folded into one row: mean, standard deviation, n.
+
+The paper reports one run per cell; our local numbers need several seeds before a
+difference means anything (README, "Seeds"). ``fold_seeds`` groups a results frame by the
+resolved config without ``train.seed`` and returns one row per group: numeric metrics
+replaced by their mean over seeds, ``<metric> sd`` (sample standard deviation, ddof 1; null
+for n = 1) and ``n_seeds``. Identity columns keep the first seed's values, ``run_id`` lists
+every run of the group. Tables call it before building rows, so a grid with one seed looks
+exactly as before.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+SD = " sd"
+
+
+def config_without_seed(config_json: str) -> str:
+    cfg = json.loads(config_json)
+    cfg.get("train", {}).pop("seed", None)
+    return json.dumps(cfg, sort_keys=True)
+
+
+def mean_sd(values: list[float]) -> tuple[float, float | None, int]:
+    """Mean, sample standard deviation (None for one value) and count, NaNs dropped."""
+    v = [float(x) for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    if not v:
+        return math.nan, None, 0
+    m = sum(v) / len(v)
+    sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else None
+    return m, sd, len(v)
+
+
+def fold_seeds(df: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
+    """One row per config-without-seed (see module docstring); metrics get mean / sd / n."""
+    keys = df["config_json"].map(config_without_seed)
+    rows = []
+    for _, g in df.groupby(keys, sort=False):
+        row = g.iloc[0].copy()
+        row["run_id"] = ", ".join(g["run_id"])
+        row["seeds"] = sorted(int(s) for s in g["seed"])
+        row["n_seeds"] = len(g)
+        for m in metrics:
+            if m not in g.columns:
+                continue
+            mean, sd, _ = mean_sd(list(g[m]))
+            row[m] = mean
+            row[m + SD] = sd
+        rows.append(row)
+    return pd.DataFrame(rows).reset_index(drop=True)

@@ -1,0 +1,65 @@
+"""Seeds: a mode-level repeat count expands every run, and tables fold the repeats."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pandas as pd
+import pytest
+
+from mor.grids import GridError, load_grid
+from mor.reports.seeds import fold_seeds, mean_sd
+
+GRID = """
+name: g
+runs:
+  - axes: {model.scale: [135M], model.variant: [vanilla]}
+modes:
+  local: {scale_map: {135M: tiny}, seeds: 3}
+  cluster: {scale_map: {135M: tiny}}
+"""
+
+
+def _grid(tmp_path, text):
+    p = tmp_path / "g.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_seeds_repeat_every_run_with_its_own_id(tmp_path):
+    text = GRID
+    local = load_grid(_grid(tmp_path, text), "local")
+    cluster = load_grid(_grid(tmp_path, text), "cluster")
+    assert [r.config.train.seed for r in local.runs] == [0, 1, 2]
+    assert len({r.run_id for r in local.runs}) == 3
+    assert local.runs[0].run_id == cluster.runs[0].run_id  # seed 0 keeps the one-seed id
+    assert local.runs[1].run_id.startswith("135M-vanilla-s1-")
+    assert len({r.config.config_hash for r in local.runs}) == 3
+
+
+def test_bad_seed_count_is_an_error_naming_the_key(tmp_path):
+    with pytest.raises(GridError, match="seeds"):
+        load_grid(_grid(tmp_path, GRID.replace("seeds: 3", "seeds: 0")), "local")
+
+
+def test_mean_sd_by_hand():
+    m, sd, n = mean_sd([5.0, 5.2, 5.6])
+    assert (m, n) == (pytest.approx(5.2666666667), 3)
+    assert sd == pytest.approx(statistics.stdev([5.0, 5.2, 5.6]))
+    assert mean_sd([4.0]) == (4.0, None, 1)
+    assert mean_sd([4.0, float("nan")]) == (4.0, None, 1)
+
+
+def test_fold_groups_by_config_without_seed():
+    def row(variant, seed, nll):
+        cfg = {"model": {"variant": variant}, "train": {"seed": seed, "tokens": 10}}
+        return {"run_id": f"{variant}-{seed}", "seed": seed, "val_nll": nll, "variant": variant,
+                "config_json": json.dumps(cfg)}
+    df = pd.DataFrame([row("vanilla", 0, 5.0), row("vanilla", 1, 5.2), row("mor", 0, 4.9), row("vanilla", 2, 5.6)])
+    out = fold_seeds(df, ("val_nll",)).set_index("variant")
+    assert out.loc["vanilla", "n_seeds"] == 3 and out.loc["mor", "n_seeds"] == 1
+    assert out.loc["vanilla", "val_nll"] == pytest.approx((5.0 + 5.2 + 5.6) / 3)
+    assert out.loc["vanilla", "val_nll sd"] == pytest.approx(statistics.stdev([5.0, 5.2, 5.6]))
+    assert pd.isna(out.loc["mor", "val_nll sd"])
+    assert out.loc["vanilla", "run_id"] == "vanilla-0, vanilla-1, vanilla-2"
