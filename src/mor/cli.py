@@ -74,6 +74,14 @@ def _report(a) -> int:
     return 0
 
 
+def _claims(a) -> int:
+    from mor.claims import render_claims
+
+    for path in render_claims(a.results, a.out, a.mode):
+        print(f"wrote {path}")
+    return 0
+
+
 def add_job_arguments(p: argparse.ArgumentParser, kind: str, threads_help: str) -> None:
     """The arguments of one train / eval job (shared by ``mor`` and ``mor.launch``)."""
     p.add_argument("--grid", required=True)
@@ -123,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="local")
     p.add_argument("--data-root", default="data", help="where the tokenizer is (tables/figures that decode tokens)")
     p.set_defaults(fn=_report)
+
+    p = sub.add_parser("claims", help="check the paper's claims against the results (tables/claims)")
+    p.add_argument("--results", default="results", help="folder of the grids' <grid>.parquet")
+    p.add_argument("--out", default="tables/claims")
+    p.add_argument("--mode", default="local")
+    p.set_defaults(fn=_claims)
 
     a = ap.parse_args(argv)
     try:

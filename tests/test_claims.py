@@ -1,0 +1,92 @@
+"""Claim predicates and verdicts on hand-built results: one claim that holds, one that is
+contradicted, one inconclusive, and a claim whose grid is not built."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from mor.claims import CLAIMS, evaluate, interval, load_frames, verdict
+from mor.config import ModelConfig, RunConfig, TrainConfig
+from mor.results import write_rows
+
+SCHEMES = ("cycle", "sequence", "middle_cycle", "middle_sequence")
+
+
+def test_interval_by_hand():
+    """Effects 1, 2, 3: mean 2, sd 1, t(2 dof) = 4.303: 2 -+ 4.303 / sqrt(3)."""
+    mean, lo, hi, n = interval([1.0, 2.0, 3.0])
+    half = 4.303 / math.sqrt(3)
+    assert (mean, n) == (2.0, 3) and lo == pytest.approx(2 - half) and hi == pytest.approx(2 + half)
+    assert verdict(lo, hi, n) == "inconclusive"
+    assert verdict(*interval([1.0, 1.1, 0.9])[1:]) == "holds"
+    assert verdict(*interval([-1.0, -1.1, -0.9])[1:]) == "contradicted"
+    assert verdict(*interval([5.0])[1:]) == "inconclusive"  # one seed: no interval
+
+
+def _run(seed: int, **model) -> RunConfig:
+    return RunConfig(grid="table10", paper_scale="135M", model=ModelConfig(scale="small", **model),
+                     train=TrainConfig(seed=seed))
+
+
+def _row(run: RunConfig, nll: float) -> dict:
+    m = run.model
+    return {"run_id": run.run_id, "grid": run.grid, "config_hash": run.config_hash, "git_commit": "abc", "mode": "local",
+            "scale": m.scale, "paper_scale": run.paper_scale, "seed": run.train.seed, "variant": m.variant,
+            "tying": None if m.variant == "vanilla" else m.tying, "num_recursions": m.num_recursions,
+            "reduced": m.reduced, "n_params": 1, "unique_layers": 1, "effective_layers": 1, "val_nll": nll,
+            "config_json": json.dumps(run.to_dict())}
+
+
+def _table10(tmp_path):
+    """3 seeds. Vanilla 5.0; every scheme 0.1 + a seed offset above it (sharing costs NLL, all
+    seeds agree); Sequence best by 0.05 in every seed (the paper says worst: contradicted);
+    Middle-Cycle vs the others' mean flips sign between seeds (inconclusive)."""
+    noise = {0: 0.00, 1: 0.02, 2: -0.02}
+    mc = {0: -0.05, 1: 0.06, 2: 0.0}
+    rows = []
+    for s in (0, 1, 2):
+        rows.append(_row(_run(s), 5.0 + noise[s]))
+        for t in SCHEMES:
+            nll = 5.1 + noise[s] + (-0.05 if t == "sequence" else 0) + (mc[s] if t == "middle_cycle" else 0)
+            rows.append(_row(_run(s, variant="recursive", tying=t, num_recursions=2), nll))
+    write_rows(tmp_path / "table10.parquet", rows)
+
+
+def test_verdicts_on_hand_built_parquet(tmp_path):
+    _table10(tmp_path)
+    frames = load_frames(tmp_path, {c for cl in CLAIMS for c in cl.grids})
+    assert set(frames) == {"table10"}
+    out = evaluate(frames).set_index("claim")
+    # sharing costs: recursive - vanilla = mean over schemes of 0.1 - 0.05/4 + mc/4 per seed
+    per_seed = [0.1 - 0.0125 + m / 4 for m in (-0.05, 0.06, 0.0)]
+    mean, lo, hi, _ = interval(per_seed)
+    assert out.loc["sharing-costs", "verdict"] == "holds"
+    assert out.loc["sharing-costs", "mean effect"] == pytest.approx(mean, abs=1e-4)
+    assert out.loc["sharing-costs", "95% lo"] == pytest.approx(lo, abs=1e-4)
+    assert out.loc["sequence-worst", "verdict"] == "contradicted"
+    assert out.loc["middle-cycle-safest", "verdict"] == "inconclusive"
+    assert out.loc["sequence-worst", "n seeds"] == 3
+    # grids that were never built say so instead of failing
+    assert out.loc["compute", "verdict"] == "not built" and "table9" in out.loc["compute", "note"]
+    assert out.loc["decodes-faster", "verdict"] == "not built"
+
+
+def test_equivalence_claim_uses_its_margin():
+    """KV sharing 'changes NLL little': |difference| of 0.01 in every seed is within the 0.05
+    margin (holds); 0.2 in every seed is outside it (contradicted)."""
+    claim = next(c for c in CLAIMS if c.id == "kv-sharing-little")
+
+    def frames(diff):
+        rows = []
+        for s in (0, 1, 2):
+            for kv, nll in (("recursion_wise", 5.0), ("shared", 5.0 + diff + 0.001 * s)):
+                rows.append({"seed": s, "kv": kv, "variant": "recursive", "paper_scale": "135M", "num_recursions": 3,
+                             "tying": "cycle", "val_nll": nll, "config_json": "{}"})
+        return {"table15": pd.DataFrame(rows)}
+
+    assert evaluate(frames(0.01), (claim,)).loc[0, "verdict"] == "holds"
+    assert evaluate(frames(0.2), (claim,)).loc[0, "verdict"] == "contradicted"
