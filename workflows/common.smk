@@ -181,3 +181,16 @@ def artifact_grid_file(kind):
 def hub_name(wildcards):
     """'HuggingFaceTB--SmolLM-135M' (a path-safe slug) -> 'HuggingFaceTB/SmolLM-135M'."""
     return wildcards.slug.replace("--", "/")
+
+
+def claims_inputs(wildcards):
+    """The results of every grid a claim needs (that this workflow has), and fig5c's capped NLLs."""
+    from mor.analysis.job import applies
+    from mor.claims import CLAIMS
+
+    grids = sorted({g for c in CLAIMS for g in c.grids if g in GRIDS})
+    files = [f"results/{g}.parquet" for g in grids]
+    if "fig5c" in GRIDS:
+        files += [f"results/runs/fig5c/{r.run_id}.depth_cap.npz" for r in GRIDS["fig5c"].select(TAGS)
+                  if applies("depth_cap", r.config)]
+    return files

@@ -1,4 +1,11 @@
-# Tables and figures, redrawn from a grid's parquet alone.
+# Tables and figures, redrawn from a grid's parquet alone; the claims table; the `paper`
+# target. Every artifact is flagged for Snakemake's report (`--report report.html`), under
+# its paper section, with a caption (workflows/report/artifact.rst -> mor.reports.captions).
+from mor.reports.captions import Captions, section
+
+# read when the report is rendered (claims verdicts, run counts, commits): never a param
+config["mor_captions"] = Captions(ARTIFACT_GRID)
+CAPTION = "report/artifact.rst"
 
 
 rule table:
@@ -7,11 +14,14 @@ rule table:
         grid=artifact_grid_file("tables"),
         analyses=artifact_analyses("tables"),  # analysis files (workflows/analysis.smk), tokenizer, if any
     output:
-        directory("tables/{name}"),
+        report(directory("tables/{name}"), patterns=["{file}.csv"], caption=CAPTION,
+               category=lambda w: section(f"tables/{w.name}"), subcategory="tables/{name}"),
     params:
         mode=MODE,
     log:
         "logs/report/tables-{name}.log",
+    wildcard_constraints:
+        name=r"(?!claims$)[A-Za-z0-9_-]+",  # tables/claims is rule claims
     shell:
         "{PY} report --artifact tables/{wildcards.name} --results {input.results} --grid {input.grid}"
         " --mode {params.mode} --data-root {DATA} > {log} 2>&1"
@@ -23,7 +33,8 @@ rule figure:
         grid=artifact_grid_file("figures"),
         analyses=artifact_analyses("figures"),  # analysis files (workflows/analysis.smk), tokenizer, if any
     output:
-        directory("figures/{name}"),
+        report(directory("figures/{name}"), patterns=["{file}.png"], caption=CAPTION,
+               category=lambda w: section(f"figures/{w.name}"), subcategory="figures/{name}"),
     params:
         mode=MODE,
     log:
@@ -31,3 +42,24 @@ rule figure:
     shell:
         "{PY} report --artifact figures/{wildcards.name} --results {input.results} --grid {input.grid}"
         " --mode {params.mode} --data-root {DATA} > {log} 2>&1"
+
+
+rule claims:
+    input:
+        claims_inputs,
+    output:
+        report(directory("tables/claims"), patterns=["{file}.csv"], caption=CAPTION,
+               category=section("tables/claims"), subcategory="tables/claims"),
+    params:
+        mode=MODE,
+    log:
+        "logs/report/claims.log",
+    shell:
+        "{PY} claims --results results --out {output} --mode {params.mode} > {log} 2>&1"
+
+
+# Every table and figure of the paper for the active profile, and the claims checked on them.
+rule paper:
+    input:
+        ALL_ARTIFACTS,
+        "tables/claims",
