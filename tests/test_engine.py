@@ -137,3 +137,33 @@ def test_static_cache_is_never_reallocated_and_misuse_fails():
         eng.run([Request(0, [1] * 10, MAX_LEN)])
     with pytest.raises(ValueError, match="unique"):
         eng.run([Request(0, [1], 2), Request(0, [2], 2)])
+
+
+@pytest.mark.parametrize("kv", ["recursion_wise", "shared", "shared_dagger"])
+def test_engine_cache_rows_equal_the_decode_cache(kv):
+    """Beyond the greedy tokens: after a request, its slot holds the keys, values and positions
+    ``decode.prefill`` + ``decode_step`` cache for the same tokens (a stale or missing write
+    that does not flip an argmax still fails here)."""
+    from mor.model.decode import decode_step, prefill
+
+    model = make(ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=3, kv=kv,
+                             router=RouterConfig(aux="aux_router")))
+    req = Request(0, [3, 1, 4, 1, 5], 10)
+    eng = Engine(model, capacity=1, max_len=MAX_LEN)
+    out = eng.run([req]).outputs[0]
+    cache, _ = prefill(model, torch.tensor([req.prompt]), MAX_LEN)
+    with torch.no_grad():
+        for tok in out[:-1]:
+            decode_step(model, cache, torch.tensor([tok]))
+    lengths = set()
+    for e, ref in cache.slots.items():
+        if cache.specs[e].kind == "dagger":
+            ref.mirror(cache.slots[cache.specs[e].source])
+        got = eng.cache.cache.slots[e]
+        n = int(ref.length[0])
+        lengths.add(n)
+        assert int(got.length[0]) == n and torch.equal(got.pos[0, :n], ref.pos[0, :n]), f"slot e{e}"
+        torch.testing.assert_close(got.k[0, :, :n], ref.k[0, :, :n], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got.v[0, :, :n], ref.v[0, :, :n], rtol=1e-5, atol=1e-6)
+    if kv == "recursion_wise":  # tokens exited early: deeper slots hold fewer of them
+        assert len(lengths) > 1
