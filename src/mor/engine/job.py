@@ -16,7 +16,8 @@ then the same request set at two batch sizes:
 
 It writes tokens/s over the forward passes (App. E's timing) and over the wall time,
 the mean batch occupancy, the batch sizes, and the FLOPs-predicted speedup over that
-vanilla (mor.flops.decode_flops_per_token at the mean context gen_mean / 2). The eval job
+vanilla (mor.flops.decode_flops_per_token at the mean context gen_mean / 2; the JSON also
+holds it at the recursion shares the causal router kept, ``flops_speedup_realised``). The eval job
 copies them into the run's result row (``throughput_columns``).
 """
 
@@ -32,7 +33,7 @@ import yaml
 from mor.launch.checkpointable import ScoringJob
 
 PROTOCOL_FILE = Path(__file__).resolve().parents[3] / "workflows" / "throughput.yaml"
-VERSION = 1  # bump when the job measures something else: its files are then remade
+VERSION = 2  # bump when the job measures something else: its files are then remade
 THROUGHPUT_FILE = "throughput.json"  # runs/<grid>/<run_id>/throughput.json
 ARTIFACTS = ("figures/fig4a", "tables/fig4a")  # grids listing one of these get a throughput job per run
 KEYS = ("requests", "gen_mean", "gen_std", "gen_max", "warmup_tokens", "fixed_batch", "base_batch",
@@ -84,9 +85,14 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
         engine.run([Request(-1 - i, reqs[i % len(reqs)].prompt, warmup_tokens) for i in range(batch)])
     res = engine.run(reqs)
     tokens = res.tokens
+    ran = [0] * len(model.plan.recursions)  # tokens that ran each recursion
+    for stage, n in zip(res.stages, res.ran):
+        if stage.startswith("depth"):
+            ran[int(stage[len("depth"):])] += n
     return {"batch": batch, "tokens": tokens, "steps": res.steps, "forward_s": res.forward_s, "wall_s": res.wall_s,
             "tokens_per_s": tokens / res.forward_s, "tokens_per_s_wall": tokens / res.wall_s,
-            "occupancy": sum(res.occupancy) / len(res.occupancy)}
+            "occupancy": sum(res.occupancy) / len(res.occupancy),
+            "recursion_share": [n / ran[0] if ran[0] else 0.0 for n in ran]}
 
 
 def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
@@ -129,10 +135,19 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     t0 = time.perf_counter()
     settings = {"fixed": measure(model, reqs, p["fixed_batch"], max_len, p["warmup_tokens"], dev, dtype)}
     settings["max"] = measure(model, reqs, max(1, int(rel)), max_len, p["warmup_tokens"], dev, dtype)
+    realised = speedup  # the same prediction for the capacities the causal router really kept
+    share = settings["fixed"]["recursion_share"]
+    if cfg.variant == "mor" and cfg.router.type == "expert_choice" and min(share) > 0:
+        import dataclasses
+
+        seen = dataclasses.replace(cfg, router=dataclasses.replace(cfg.router, capacity=tuple(share)))
+        realised = (decode_flops_per_token(van, model_shape(van), vocab, ctx)
+                    / decode_flops_per_token(seen, s, vocab, ctx))
     result = {"run_id": run_id, "config_hash": run.config_hash, "version": VERSION, "protocol": p,
               "device": str(dev), "memory_bytes": memory, "max_len": max_len, "max_batch": own_max,
               "baseline_layers": van.layers or model_shape(van).layers, "baseline_max_batch": van_max, "relative_max_batch": rel,
-              "flops_speedup": speedup, "settings": settings, "seconds": time.perf_counter() - t0}
+              "flops_speedup": speedup, "flops_speedup_realised": realised,
+              "settings": settings, "seconds": time.perf_counter() - t0}
     write_text_atomic(Path(out), json.dumps(result, indent=2))
     return result
 
@@ -161,7 +176,8 @@ def summary(r: dict) -> str:
     f, m = r["settings"]["fixed"], r["settings"]["max"]
     return (f"throughput {r['run_id']}: batch {f['batch']}: {f['tokens_per_s']:.0f} tok/s (wall {f['tokens_per_s_wall']:.0f}); "
             f"batch {m['batch']}: {m['tokens_per_s']:.0f} tok/s (wall {m['tokens_per_s_wall']:.0f}); "
-            f"FLOPs-predicted speedup {r['flops_speedup']:.2f}")
+            f"FLOPs-predicted speedup {r['flops_speedup']:.2f} (at the capacities the router kept: "
+            f"{r.get('flops_speedup_realised', r['flops_speedup']):.2f}, shares {r['settings']['fixed']['recursion_share']})")
 
 
 @dataclass
