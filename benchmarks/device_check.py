@@ -14,6 +14,12 @@ attention calls went to flash-attn. Two equivalence checks run on the device in 
 
 Writes ``device_check.json`` into ``$OUT`` (or ``--out``) when given. Exit status 1 when a
 loss is not finite or an equivalence check fails.
+
+Decoding throughput (App. E, the engine's flash-attn KV-cache path) is the second script to
+run on a GPU, Vanilla vs MoR-2/3/4 at 360M in bf16 with the cluster protocol:
+
+    python benchmarks/bench_engine.py --scale 360M --protocol cluster --device cuda --dtype bfloat16 \
+        --memory-gib 0 --requests 256 --rounds 1
 """
 
 from __future__ import annotations
