@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mor.reports.common import (ACC_NOTE, OutputDir, accuracy_cells, has_mor, load_results, reference_value,
-                                result_tasks, shown)
+from mor.reports.common import (ACC_NOTE, OutputDir, accuracy_cells, has_mor, load_results, metric_cells, reference_value,
+                                result_tasks, run_count, seed_count, shown)
 
 IGNORED = {"grid", "label", "model.scale"}  # identity, not ablation axes
 METRIC_NAMES = {
@@ -69,11 +69,11 @@ def build_table(df: pd.DataFrame, ref: list[dict], metrics: tuple[str, ...]) -> 
                 if paper is not None:
                     row["Paper Avg acc"] = paper
                 continue
-            v = r.get(m)
-            row[METRIC_NAMES.get(m, m)] = None if v is None or pd.isna(v) else round(float(v), 4)
+            row.update(metric_cells(r, m, METRIC_NAMES.get(m, m)))
             paper = reference_value(ref, r, m)
             if paper is not None:
                 row[f"Paper {METRIC_NAMES.get(m, m)}"] = paper
+        row.update(seed_count(r))
         row["run_id"] = r["run_id"]
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -82,14 +82,14 @@ def build_table(df: pd.DataFrame, ref: list[dict], metrics: tuple[str, ...]) -> 
 
 
 def render_ablation(spec: AblationSpec, results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
-    df, ref = load_results(results, grid)
+    df, ref = load_results(results, grid, fold=True)
     table = build_table(df, ref, spec.metrics)
     commits = ", ".join(c[:12] for c in sorted(df["git_commit"].unique()))
     od = OutputDir(out)
     with od as d:
         printed = shown(table)
         (d / f"{spec.name}.md").write_text(
-            f"# {spec.title}\n\nReproduced in mode '{mode}' from {results} ({len(df)} runs, commit(s) {commits}). "
+            f"# {spec.title}\n\nReproduced in mode '{mode}' from {results} ({run_count(df)} runs, commit(s) {commits}). "
             f"{ACC_NOTE}\n\n" + printed.to_markdown(index=False) + "\n")
         table.to_csv(d / f"{spec.name}.csv", index=False)
         (d / f"{spec.name}.tex").write_text(printed.drop(columns=["run_id"]).to_latex(index=False, escape=True))

@@ -54,9 +54,41 @@ def _round(v, digits: int = 4):
     return None if v is None or (isinstance(v, float) and pd.isna(v)) else round(float(v), digits)
 
 
+def metric_cells(row: pd.Series, metric: str, name: str, digits: int = 4) -> dict:
+    """A metric's cell and, where seeds were folded (mor.reports.seeds), its sd cell."""
+    out = {name: _round(row.get(metric), digits)}
+    if f"{metric} sd" in row.index:
+        out[f"{name} sd"] = _round(row.get(f"{metric} sd"), digits)
+    return out
+
+
+def run_count(df: pd.DataFrame) -> int:
+    """Runs behind a (possibly seed-folded) frame."""
+    return int(df["n_seeds"].sum()) if "n_seeds" in df.columns else len(df)
+
+
+def seeds_in(df: pd.DataFrame) -> list[int]:
+    """Every seed behind a (possibly seed-folded) frame."""
+    if "seeds" in df.columns:
+        return sorted({int(s) for seeds in df["seeds"] for s in seeds})
+    return sorted(int(s) for s in df["seed"].unique())
+
+
+def seed_count(row: pd.Series) -> dict:
+    """The 'n' (seeds) cell of a folded row, nothing for an unfolded one."""
+    return {"n": int(row["n_seeds"])} if "n_seeds" in row.index else {}
+
+
 def shown(table: pd.DataFrame) -> pd.DataFrame:
-    """The table as printed (.md, .tex): blanks for nulls, each stderr folded into its value's cell."""
+    """The table as printed (.md, .tex): blanks for nulls, each stderr and seed sd folded into
+    its value's cell ('v ± e')."""
     out = table.astype(object).where(table.notna(), "")
+    for col in [c for c in table.columns if c.endswith(" sd")]:
+        base = col[: -len(" sd")]
+        if base in out.columns:
+            out[base] = [f"{v:.4f} ± {e:.4f}" if v != "" and e != "" else (f"{v:.4f}" if v != "" else "")
+                         for v, e in zip(out[base], out[col])]
+        out = out.drop(columns=col)
     for col in [c for c in table.columns if c.endswith(SE)]:
         base = col[: -len(SE)]
         if base in out.columns:
@@ -79,11 +111,18 @@ def has_mor(df: pd.DataFrame) -> bool:
     return bool((df["variant"] == "mor").any())
 
 
-def load_results(results: Path, grid: Path) -> tuple[pd.DataFrame, list[dict]]:
-    """Results frame plus the grid's reference rows (the paper's published numbers)."""
+def load_results(results: Path, grid: Path, fold: bool = False) -> tuple[pd.DataFrame, list[dict]]:
+    """Results frame plus the grid's reference rows (the paper's published numbers).
+
+    ``fold``: one row per config, its seeds' metrics as mean, '<metric> sd' and n_seeds
+    (mor.reports.seeds); tables fold, figures draw every seed."""
     df = read_frame(results)
     if df.empty:
         raise ValueError(f"{results} holds no runs")
+    if fold:
+        from mor.reports.seeds import FOLDED, fold_seeds
+
+        df = fold_seeds(df, FOLDED)
     ref = yaml.safe_load(Path(grid).read_text()).get("reference", [])
     return df, ref
 

@@ -17,6 +17,9 @@ import math
 import pandas as pd
 
 SD = " sd"
+MAPS = ("accuracy", "accuracy_norm")  # task -> value maps, averaged key by key
+FOLDED = ("val_nll", "val_nll_causal", "avg_accuracy", "dead_token_ratio", "sampling_accuracy", "max_vio", "entropy",
+          "mean_depth", "final_train_loss", "train_time_s")
 
 
 def config_without_seed(config_json: str) -> str:
@@ -50,5 +53,10 @@ def fold_seeds(df: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
             mean, sd, _ = mean_sd(list(g[m]))
             row[m] = mean
             row[m + SD] = sd
+        for m in MAPS:  # per-task accuracies: the mean over seeds of each task's value
+            if m in g.columns:
+                maps = [dict(v) for v in g[m] if isinstance(v, (dict, list)) and len(v)]
+                keys = dict.fromkeys(k for d in maps for k in d)
+                row[m] = {k: mean_sd([d.get(k) for d in maps])[0] for k in keys} if maps else row[m]
         rows.append(row)
     return pd.DataFrame(rows).reset_index(drop=True)

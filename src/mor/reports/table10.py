@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from mor.reports.common import (ACC_NOTE, TYING_NAMES, OutputDir, accuracy_cells, has_mor, load_results, reference_value,
-                                result_tasks, scale_key, shown)
+                                metric_cells, result_tasks, run_count, scale_key, seed_count, seeds_in, shown)
 
 
 def build_table(df: pd.DataFrame, ref: list[dict]) -> pd.DataFrame:
@@ -33,7 +33,7 @@ def build_table(df: pd.DataFrame, ref: list[dict]) -> pd.DataFrame:
         rows.append({
             "Scale": r["paper_scale"], "Local scale": r["scale"], "Nr": nr, "Model": model,
             "Params": int(r["n_params"]), "Layers (unique/effective)": f"{r['unique_layers']}/{r['effective_layers']}",
-            "NLL": round(float(r["val_nll"]), 4),
+            **metric_cells(r, "val_nll", "NLL"), **seed_count(r),
             **({"NLL (causal)": None if pd.isna(r["val_nll_causal"]) else round(float(r["val_nll_causal"]), 4)}
                if causal else {}),
             "Paper NLL": reference_value(ref, r, "val_nll"),
@@ -47,10 +47,10 @@ def build_table(df: pd.DataFrame, ref: list[dict]) -> pd.DataFrame:
 
 
 def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
-    df, ref = load_results(results, grid)
+    df, ref = load_results(results, grid, fold=True)
     table = build_table(df, ref)
     commits = sorted(df["git_commit"].unique())
-    note = (f"Reproduced in mode '{mode}' from {results} ({len(df)} runs, commit(s) {', '.join(c[:12] for c in commits)}). "
+    note = (f"Reproduced in mode '{mode}' from {results} ({run_count(df)} runs, seed(s) {seeds_in(df)}, commit(s) {', '.join(c[:12] for c in commits)}). "
             "'Paper NLL' is the value stated in the paper (App. F) where it gives one. " + ACC_NOTE)
     od = OutputDir(out)
     with od as d:

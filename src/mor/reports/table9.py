@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from mor.reports import maxbatch
-from mor.reports.common import ACC_NOTE, OutputDir, accuracy_cells, has_mor, load_results, result_tasks, scale_key, shown
+from mor.reports.common import ACC_NOTE, OutputDir, accuracy_cells, has_mor, load_results, metric_cells, result_tasks, run_count, scale_key, seed_count, seeds_in, shown
 from mor.reports.isoflop import optimal_size, path_slope, size_exponent
 
 VARIANTS = {"vanilla": "Vanilla", "recursive": "Recursive", "mor": "MoR"}
@@ -38,7 +38,7 @@ def build_table(df: pd.DataFrame) -> pd.DataFrame:
             "Params": int(r["n_params"]), "Layers (unique/effective)": f"{r['unique_layers']}/{r['effective_layers']}",
             "Tokens": int(r["train_tokens"]), "Steps": int(r["train_steps"]),
             "FLOPs spent / budget": None if budget is None or pd.isna(budget) else round(r["train_flops"] / budget, 4),
-            "NLL": round(float(r["val_nll"]), 4),
+            **metric_cells(r, "val_nll", "NLL"), **seed_count(r),
             **({"NLL (causal)": None if pd.isna(r["val_nll_causal"]) else round(float(r["val_nll_causal"]), 4)}
                if causal else {}),
             **accuracy_cells(r, tasks),
@@ -76,12 +76,12 @@ def _r(v: float) -> float | None:
 
 
 def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
-    df, _ = load_results(results, grid)
+    df, _ = load_results(results, grid, fold=True)
     table = build_table(df)
     optimal, paths = optimal_table(df)
     commits = ", ".join(c[:12] for c in sorted(df["git_commit"].unique()))
-    seeds = sorted(int(s) for s in df["seed"].unique())
-    note = (f"Reproduced in mode '{mode}' from {results} ({len(df)} runs, seed(s) {seeds}, commit(s) {commits}). "
+    seeds = seeds_in(df)
+    note = (f"Reproduced in mode '{mode}' from {results} ({run_count(df)} runs, seed(s) {seeds}, commit(s) {commits}). "
             "Each run trains the whole number of optimizer steps whose FLOPs (mor.flops) are closest to its budget, "
             "so 'FLOPs spent / budget' is within half a step of 1. " + ACC_NOTE)
     opt_note = ("N*: the minimum of a parabola in log10(params) fitted to each isoFLOP profile ('fit'); 'edge' = the "
