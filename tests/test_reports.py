@@ -36,8 +36,10 @@ def test_table13_renders_router_metrics(tmp_path, monkeypatch):
     grid = tmp_path / "table13.yaml"
     grid.write_text("reference: []\n")
     files = render("tables/table13", str(tmp_path / "r.parquet"), str(grid))
-    assert [f.name for f in files] == ["table13.csv", "table13.md", "table13.tex"]
+    assert [f.name for f in files] == ["table13.csv", "table13.html", "table13.md", "table13.tex"]
     csv = pd.read_csv(files[0])
+    page = files[1].read_text()  # the report's view: every row of the csv, under the .md's title
+    assert page.count("<tr") == len(csv) + 1 and "Table 13: expert-choice router designs" in page
     assert list(csv["aux"]) == ["aux_loss", "aux_router"]
     assert list(csv["Dead token ratio"]) == [0.0, 0.667]
     assert "Sampling acc" in files[1].read_text()
@@ -81,7 +83,7 @@ def test_accuracy_columns_show_each_task_and_the_average_with_stderr(tmp_path, m
         _row(runs[1], val_nll=5.1, val_nll_causal=5.3)])  # no lm-eval: blank accuracy cells
     grid = tmp_path / "table15.yaml"
     grid.write_text("reference: []\n")
-    csv_file, md_file, _ = render("tables/table15", str(tmp_path / "r.parquet"), str(grid))
+    csv_file, _, md_file, _ = render("tables/table15", str(tmp_path / "r.parquet"), str(grid))
     csv = pd.read_csv(csv_file)
     cols = list(csv.columns)
     assert cols.index("LAMBADA") < cols.index("PIQA") < cols.index("ARC-e")  # the paper's order

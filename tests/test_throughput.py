@@ -91,7 +91,7 @@ def test_fig4a_normalises_each_model_to_the_vanilla_of_its_depth(tmp_path, monke
     grid = tmp_path / "fig4a.yaml"
     grid.write_text((REPO / "grids" / "fig4a.yaml").read_text())
     files = render("tables/fig4a", str(tmp_path / "r.parquet"), str(grid))
-    assert [f.name for f in files] == ["fig4a.csv", "fig4a.md", "fig4a.tex"]
+    assert [f.name for f in files] == ["fig4a.csv", "fig4a.html", "fig4a.md", "fig4a.tex"]
     t = pd.read_csv(files[0]).set_index("model")
     assert t.loc["MoR-2", "rel_fixed"] == pytest.approx(1.2) and t.loc["MoR-3", "rel_max"] == pytest.approx(1.8)
     assert t.loc["MoR-4", "rel_fixed"] == pytest.approx(2.0)  # against the 10-layer Vanilla (80 tok/s), not 100

@@ -14,7 +14,7 @@ rule table:
         grid=artifact_grid_file("tables"),
         analyses=artifact_analyses("tables"),  # analysis files (workflows/analysis.smk), tokenizer, if any
     output:
-        report(directory("tables/{name}"), patterns=["{file}.csv"], caption=CAPTION,
+        report(directory("tables/{name}"), patterns=["{file}.html"], caption=CAPTION,
                category=lambda w: section(f"tables/{w.name}"), subcategory="tables/{name}"),
     params:
         mode=MODE,
@@ -48,7 +48,7 @@ rule claims:
     input:
         claims_inputs,
     output:
-        report(directory("tables/claims"), patterns=["{file}.csv"], caption=CAPTION,
+        report(directory("tables/claims"), patterns=["{file}.html"], caption=CAPTION,
                category=section("tables/claims"), subcategory="tables/claims"),
     params:
         mode=MODE,

@@ -146,6 +146,28 @@ def _norm(value, key):
     return int(value) if key == "num_recursions" else value
 
 
+def write_html_table(csv: Path) -> Path:
+    """``<name>.html`` beside ``<name>.csv``: the table as HTML, under the title and note of
+    ``<name>.md`` when there is one. Snakemake's report shows HTML in place (a CSV is only a
+    download), so every table folder carries one for ``--report``."""
+    import html
+
+    md = csv.with_suffix(".md")
+    head = ""
+    if md.exists():
+        text = md.read_text().split("\n|", 1)[0]  # the prose before the markdown table
+        paras = [p.strip() for p in text.split("\n\n") if p.strip()]
+        head = "".join(f"<h2>{html.escape(p.lstrip('# '))}</h2>" if p.startswith("#") else f"<p>{html.escape(p)}</p>"
+                       for p in paras)
+    table = pd.read_csv(csv).to_html(index=False, na_rep="", border=0, classes="mor-table")
+    style = ("<style>body{font-family:sans-serif;font-size:13px;margin:1em}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#eee}</style>")
+    out = csv.with_suffix(".html")
+    out.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(csv.stem)}</title>{style}"
+                   f"</head><body>{head}{table}</body></html>\n")
+    return out
+
+
 class OutputDir:
     """Write into a hidden temporary folder and swap it in on success: readers see the old
     artifact or the whole new one, never half of one (``mor.atomic.replace_dir``)."""
@@ -162,6 +184,9 @@ class OutputDir:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
+            if self.final.parent.name == "tables":  # the report shows a table's HTML (write_html_table)
+                for csv in sorted(self.tmp.glob("*.csv")):
+                    write_html_table(csv)
             replace_dir(self.tmp, self.final)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
