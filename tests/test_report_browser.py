@@ -1,0 +1,139 @@
+"""The Snakemake report of the `paper` target, opened in a real headless Chromium.
+
+A tiny grid named `table10` (so the claims about tying schemes apply to it; two seeds, so
+they get an interval) is built with `snakemake paper --report report.html
+--report-after-run`. Chromium then loads the report and we click through it as a reader
+would, over the DevTools protocol (tests/browser.py): open the claims category, view
+claims.html (the report shows it in an iframe: we count its rendered table rows and read
+its verdicts), then view fig6.png and check the browser decoded it at the PNG's own width.
+Screenshots of both views are written (``MOR_REPORT_SHOT`` = a folder to keep them in).
+
+Opt-in like the Slurm tests (MOR_TESTS=all or a list naming `browser`): as root it
+apt-get installs Debian's `chromium` when missing; without root and without chromium it
+skips with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+
+import pytest
+
+from test_workflow import snakemake
+
+pytestmark = pytest.mark.slow
+
+GRID = """
+name: table10
+artifacts: [tables/table10, figures/fig6]
+defaults:
+  data: {source: django-docs, tokenizer: bpe-4096}
+runs:
+  - label: Vanilla
+    set: {model.variant: vanilla}
+    axes: {model.scale: [135M]}
+  - label: "{model_tying}"
+    set: {model.variant: recursive, model.num_recursions: 2}
+    axes: {model.scale: [135M], model.tying: [middle_cycle, sequence]}
+modes:
+  local:
+    scale_map: {135M: tiny}
+    seeds: 2
+    set:
+      train: {tokens: 8192, seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 8}
+      eval: {nll_tokens: 2048, batch: 8}
+reference: []
+"""
+
+
+def browser_tests_enabled() -> bool:
+    names = {n.strip().lower() for n in os.environ.get("MOR_TESTS", "").split(",")}
+    return bool(names & {"all", "browser"})
+
+
+def chromium() -> str:
+    if not browser_tests_enabled():
+        pytest.skip("browser tests are opt-in (as root they apt-get install chromium): "
+                    "MOR_TESTS=all bash scripts/test.sh (or MOR_TESTS=browser)")
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.geteuid() != 0:
+        pytest.skip("chromium is not installed and this is not root (apt-get install chromium)")
+    proc = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        pytest.skip(f"apt-get install chromium failed: {proc.stderr[-500:]}")
+    return shutil.which("chromium")
+
+
+def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
+    browser = chromium()
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    (grids / "table10.yaml").write_text(GRID)
+    report = tmp_path / "report.html"
+    snakemake("paper", "--report", str(report), "--report-after-run", "--directory", str(tmp_path),
+              "--config", f"grids_dir={grids}", f"data_root={data_root}")
+    from browser import Browser
+
+    from mor.claims import CLAIMS
+
+    claims = pd.read_csv(tmp_path / "tables" / "claims" / "claims.csv")
+    png = (tmp_path / "figures" / "fig6" / "fig6.png").read_bytes()
+    png_width = struct.unpack(">I", png[16:20])[0]  # IHDR width
+    shots = tmp_path / "shots"
+    shots.mkdir()
+
+    async def read_report(page):
+        await page.open(report.as_uri())
+        categories = await page.js("Object.keys(categories)")
+        await page.js(CLICK.replace("NAME", "App. F Parameter sharing"))  # menu -> category
+        await asyncio.sleep(0.5)
+        await page.js(CLICK.replace("NAME", "figures/fig6"))  # -> subcategory
+        await asyncio.sleep(0.5)
+        await page.js(VIEW.replace("NAME", "fig6.png"))
+        await asyncio.sleep(1.0)
+        widths = await page.js("[...document.images].filter(i => i.src.startsWith('data:image/png'))"
+                               ".map(i => i.complete ? i.naturalWidth : 0)")
+        await page.screenshot(shots / "fig6.png")
+        await page.js("app.setView({navbarMode: 'menu'})")  # the home button
+        await asyncio.sleep(0.5)
+        await page.js(CLICK.replace("NAME", "0 The paper's claims, checked"))
+        await asyncio.sleep(0.5)
+        await page.js(VIEW.replace("NAME", "claims.html"))
+        await asyncio.sleep(1.0)
+        rows = await page.js("[...document.querySelectorAll('table tr')].map(r => [...r.cells].map(c => c.innerText))",
+                             frame=0)
+        await page.screenshot(shots / "claims.png")
+        return categories, rows, widths
+
+    with Browser(browser) as b:
+        categories, rows, widths = b.run(read_report)
+    assert set(categories) == {"0 The paper's claims, checked", "App. F Parameter sharing"}
+    header, body = rows[0], rows[1:]
+    assert len(body) == len(CLAIMS)  # every claim rendered as a table row
+    shown = {r[header.index("claim")]: r[header.index("verdict")] for r in body}
+    assert shown == dict(zip(claims["claim"], claims["verdict"]))
+    assert shown["sharing-costs"] in ("holds", "contradicted", "inconclusive")  # table10 is built: decided
+    assert shown["compute"] == "not built"  # no table9 in this workflow
+    assert widths == [png_width]  # the figure, decoded by the browser at its own size
+    for shot in shots.iterdir():
+        assert shot.stat().st_size > 20_000
+        if os.environ.get("MOR_REPORT_SHOT"):
+            Path(os.environ["MOR_REPORT_SHOT"]).mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, Path(os.environ["MOR_REPORT_SHOT"]) / shot.name)
+
+
+# click the navigation link whose text is NAME, as a reader would
+CLICK = ("(() => { [...document.querySelectorAll('a')].find(a => a.innerText.trim() == `NAME`).click(); "
+         "return true; })()")
+# click the "view" icon of the result row whose file is NAME (the report's own button)
+VIEW = ("(() => { const tr = [...document.querySelectorAll('tr')].find(t => t.innerText.includes('NAME'));"
+        " tr.querySelector('a').click(); return true; })()")
