@@ -124,3 +124,29 @@ def test_table11_shows_the_paper_numbers_beside_ours(tmp_path, monkeypatch):
     csv = pd.read_csv(render("tables/table11", str(tmp_path / "r.parquet"), str(grid))[0]).set_index("tying")
     assert csv.loc["middle_cycle", "Paper NLL"] == 2.7552 and csv.loc["cycle", "Paper Avg acc"] == 0.419
     assert csv.loc["cycle", "layers"] == 12 and csv.loc["cycle", "NLL"] == 5.1
+
+
+def test_fig4b_draws_the_mean_over_seeds(tmp_path, monkeypatch):
+    """Two seeds of one scheme (NLL 5.0 and 5.2) are one point at 5.1; two seeds of the
+    vanilla one reference line at their mean."""
+    monkeypatch.chdir(tmp_path)
+
+    def mk(seed, **kw):
+        return RunConfig(grid="table10", paper_scale="135M", model=ModelConfig(scale="small", **kw),
+                         train=TrainConfig(seed=seed))
+    rows = []
+    for seed, nll in ((0, 5.0), (1, 5.2)):
+        r = mk(seed, variant="recursive", tying="cycle", num_recursions=2)
+        rows.append({**_row(r, 1000, nll), "seed": seed})
+        v = mk(seed)
+        rows.append({**_row(v, 1000, 4.8 + 0.1 * seed), "seed": seed})
+    write_rows(tmp_path / "r.parquet", rows)
+    grid = tmp_path / "table10.yaml"
+    grid.write_text("reference: []\n")
+    drawn = pd.read_csv([f for f in render("figures/fig4b", str(tmp_path / "r.parquet"), str(grid))
+                         if f.suffix == ".csv"][0]).set_index("series")
+    assert drawn.loc["Cycle", "val_nll"] == pytest.approx(5.1)
+    assert drawn.loc["Vanilla", "val_nll"] == pytest.approx(4.85)
+    table = pd.read_csv(render("tables/table10", str(tmp_path / "r.parquet"), str(grid))[0]).set_index("Model")
+    assert table.loc["Cycle", "NLL"] == pytest.approx(5.1) and table.loc["Cycle", "n"] == 2
+    assert table.loc["Cycle", "NLL sd"] == pytest.approx(0.1414, abs=1e-4)  # sd of 5.0, 5.2

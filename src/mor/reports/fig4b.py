@@ -3,7 +3,7 @@
 Validation NLL of each scheme against the number of recursions, one panel per scale, with
 the full vanilla model (dashed) and the reduced vanilla of each Nr (dotted, the same unique
 layers as the recursive model) as reference lines. Figure 6 shows the same runs as bars;
-this is the compact line view. Written as ``figures/fig4b/`` with fig4b.png, .pdf, .csv.
+this is the compact line view. With several seeds a point is their mean and its error bar their sd. Written as ``figures/fig4b/`` with fig4b.png, .pdf, .csv.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from mor.reports.common import TYING_NAMES, OutputDir, load_results, scale_key  # noqa: E402
+from mor.reports.seeds import fold_seeds  # noqa: E402
 
 
 def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
@@ -31,13 +32,16 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
         sub = rec[rec["paper_scale"] == scale]
         nrs = sorted(int(n) for n in sub["num_recursions"].unique())
         for i, (tying, name) in enumerate(TYING_NAMES.items()):
-            t = sub[sub["tying"] == tying].sort_values("num_recursions")
+            t = sub[sub["tying"] == tying]
             if t.empty:
                 continue
-            ax.plot(t["num_recursions"].astype(int), t["val_nll"], "o-", color=f"C{i}", label=name)
+            t = fold_seeds(t, ("val_nll",)).sort_values("num_recursions")  # mean over seeds, sd as error bar
+            ax.errorbar(t["num_recursions"].astype(int), t["val_nll"], yerr=t["val_nll sd"].fillna(0).to_numpy(float),
+                        fmt="o-", color=f"C{i}", label=name, capsize=3)
             drawn += [{"scale": scale, "series": name, "num_recursions": int(n), "val_nll": v}
                       for n, v in zip(t["num_recursions"], t["val_nll"])]
         van = df[(df["paper_scale"] == scale) & (df["variant"] == "vanilla")]
+        van = fold_seeds(van, ("val_nll",)) if len(van) else van
         full = van[~van["reduced"].astype(bool)]
         for _, v in full.iterrows():
             ax.axhline(v["val_nll"], ls="--", color="0.3", lw=1, label="Vanilla")

@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from mor.reports.common import OutputDir, load_results  # noqa: E402
+from mor.reports.seeds import fold_seeds  # noqa: E402
 from mor.reports.isoflop import optimal_size, parabola, path_slope  # noqa: E402
 from mor.reports.table9 import VARIANTS  # noqa: E402
 
@@ -29,6 +30,7 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     df = df[df["budget_flops"].notna()]
     if df.empty:
         raise ValueError(f"{results}: no runs with train.budget_flops to draw isoFLOP profiles from")
+    df = fold_seeds(df, ("val_nll",))  # a point per config: the mean over seeds, the sd as error bar
     variants = [v for v in VARIANTS if v in set(df["variant"])]
     budgets = sorted(df["budget_flops"].unique())
     colors = {b: plt.cm.viridis(i / max(1, len(budgets) - 1) * 0.85) for i, b in enumerate(budgets)}
@@ -41,7 +43,8 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
             if g.empty:
                 continue
             n, y = g["n_params"].to_numpy(float), g["val_nll"].to_numpy(float)
-            ax.plot(n, y, "o", color=colors[b], ms=4, label=f"{b:.3g} FLOPs")
+            ax.errorbar(n, y, yerr=g["val_nll sd"].fillna(0).to_numpy(float), fmt="o", color=colors[b], ms=4,
+                        capsize=2, label=f"{b:.3g} FLOPs")
             xs = np.geomspace(n.min(), n.max(), 60)
             curve = parabola(list(n), list(y), xs)
             if curve is not None:

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from mor.reports.common import TYING_NAMES, OutputDir, load_results, reference_value  # noqa: E402
+from mor.reports.seeds import fold_seeds  # noqa: E402
 
 
 def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
@@ -29,15 +30,16 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     order = [t for t in TYING_NAMES.values() if t in set(rec["Tying"])]
     for ax, scale in zip(axes[0], scales):
         sub = rec[rec["paper_scale"] == scale]
-        sns.barplot(data=sub, x="Tying", y="val_nll", hue="Nr", order=order, ax=ax, palette="Blues")
-        van = df[(df["paper_scale"] == scale) & (df["variant"] == "vanilla")]
+        # one bar per scheme and Nr: the mean over seeds, the error bar their sd (none for one seed)
+        sns.barplot(data=sub, x="Tying", y="val_nll", hue="Nr", order=order, ax=ax, palette="Blues", errorbar="sd")
+        van = fold_seeds(df[(df["paper_scale"] == scale) & (df["variant"] == "vanilla")], ("val_nll",))
         for _, v in van.iterrows():
             style = ":" if v["reduced"] else "--"
             lab = f"Vanilla reduced Nr={int(v['num_recursions'])}" if v["reduced"] else "Vanilla"
             color = f"C{1 + int(v['num_recursions'])}" if v["reduced"] else "0.3"
             ax.axhline(v["val_nll"], ls=style, lw=1, color=color, label=lab)
         hues = sorted(sub["Nr"].unique())
-        for _, r in sub.iterrows():
+        for _, r in fold_seeds(sub, ("val_nll",)).iterrows():  # one annotation per bar
             paper = reference_value(ref, r, "val_nll")
             if paper is not None:  # seaborn dodges hue bars within a 0.8-wide slot
                 x = order.index(r["Tying"]) + (hues.index(r["Nr"]) - (len(hues) - 1) / 2) * 0.8 / len(hues)
