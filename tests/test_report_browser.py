@@ -26,10 +26,11 @@ import pandas as pd
 
 import pytest
 
-from test_workflow import snakemake
+from test_workflow import TINY_LOCAL_MODE, snakemake
 
 pytestmark = pytest.mark.slow
 
+# tiny runs, two seeds (claims get an interval), named table10 (the tying claims apply)
 GRID = """
 name: table10
 artifacts: [tables/table10, figures/fig6]
@@ -42,15 +43,7 @@ runs:
   - label: "{model_tying}"
     set: {model.variant: recursive, model.num_recursions: 2}
     axes: {model.scale: [135M], model.tying: [middle_cycle, sequence]}
-modes:
-  local:
-    scale_map: {135M: tiny}
-    seeds: 2
-    set:
-      train: {tokens: 8192, seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 8}
-      eval: {nll_tokens: 2048, batch: 8}
-reference: []
-"""
+""" + TINY_LOCAL_MODE.replace("    scale_map: {135M: tiny}\n", "    scale_map: {135M: tiny}\n    seeds: 2\n")
 
 
 def browser_tests_enabled() -> bool:

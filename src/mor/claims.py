@@ -164,31 +164,26 @@ def _mor_catches_up(f) -> float:
     return _nanmean(gaps)
 
 
-def _scheme_cells(df):
+def _scheme_nlls(df) -> list[dict[str, float]]:
+    """table10: per (scale, Nr) cell, each tying scheme's NLL."""
     rec = df[df["variant"] == "recursive"]
-    return rec[["paper_scale", "num_recursions"]].drop_duplicates().itertuples(index=False)
+    cells = rec[["paper_scale", "num_recursions"]].drop_duplicates().itertuples(index=False)
+    return [{t: one(df, variant="recursive", paper_scale=s, num_recursions=int(nr), tying=t)
+             for t in ("cycle", "sequence", "middle_cycle", "middle_sequence")} for s, nr in cells]
+
+
+def _others(nll: dict[str, float], scheme: str) -> float:
+    return _nanmean([v for t, v in nll.items() if t != scheme])
 
 
 def _sequence_worst(f) -> float:
     """table10: NLL(Sequence) - mean NLL(other three schemes), mean over scale x Nr."""
-    df = f["table10"]
-    out = []
-    for s, nr in _scheme_cells(df):
-        nll = {t: one(df, variant="recursive", paper_scale=s, num_recursions=int(nr), tying=t)
-               for t in ("cycle", "sequence", "middle_cycle", "middle_sequence")}
-        out.append(nll["sequence"] - _nanmean([v for t, v in nll.items() if t != "sequence"]))
-    return _nanmean(out)
+    return _nanmean([nll["sequence"] - _others(nll, "sequence") for nll in _scheme_nlls(f["table10"])])
 
 
 def _middle_cycle_safest(f) -> float:
     """table10: mean NLL(other three schemes) - NLL(Middle-Cycle), mean over scale x Nr."""
-    df = f["table10"]
-    out = []
-    for s, nr in _scheme_cells(df):
-        nll = {t: one(df, variant="recursive", paper_scale=s, num_recursions=int(nr), tying=t)
-               for t in ("cycle", "sequence", "middle_cycle", "middle_sequence")}
-        out.append(_nanmean([v for t, v in nll.items() if t != "middle_cycle"]) - nll["middle_cycle"])
-    return _nanmean(out)
+    return _nanmean([_others(nll, "middle_cycle") - nll["middle_cycle"] for nll in _scheme_nlls(f["table10"])])
 
 
 def _middle_cycle_equal_unique(f) -> float:
