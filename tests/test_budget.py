@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from mor.budget import resolve_budget, step_flops
+from mor.budget import resolve_budget
 from mor.config import ConfigError, ModelConfig, RouterConfig, RunConfig, TrainConfig, model_shape
 from mor.flops import plan_for, train_flops
 from mor.grids import GridError, grid_path, load_grid
@@ -80,9 +80,12 @@ def test_table9_local_and_cluster_plans():
         assert len(g.runs) == 36
         assert {r.config.train.budget_flops for r in g.runs} == budgets
         assert {r.config.paper_scale for r in g.runs} == {"135M", "360M", "730M", "1.7B"}
+        vocab = 4096 if mode == "local" else 49152  # bpe-4096 / the SmolLM tokenizer
         for r in g.runs:
-            c = r.config
-            assert abs(c.train.steps * step_flops(c) - c.train.budget_flops) <= step_flops(c) / 2 * 1.0001
+            c, m = r.config, r.config.model
+            spent = train_flops(m, model_shape(m), vocab, c.train.seq_len, c.train.tokens)
+            one_step = train_flops(m, model_shape(m), vocab, c.train.seq_len, c.train.tokens_per_step)
+            assert abs(spent - c.train.budget_flops) <= one_step / 2 * 1.0001
     cluster = load_grid(grid_path("table9"), "cluster")
     assert {r.config.model.scale for r in cluster.runs} == {"135M", "360M", "730M", "1.7B"}
 

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from mor.reports.isoflop import optimal_size, size_exponent
+from mor.reports.isoflop import optima_by_budget, path_slope
 
 # two-sided 95% Student t quantiles, by degrees of freedom (scipy-free)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -164,6 +164,16 @@ def _mor_catches_up(f) -> float:
     return _nanmean(gaps)
 
 
+def _mor_beats_vanilla(f) -> float:
+    """table9: NLL(Vanilla) - NLL(MoR) at every scale from 360M up, mean over scale x budget."""
+    from mor.reports.common import scale_key
+
+    df = f["table9"]
+    cells = df[["paper_scale", "budget_flops"]].drop_duplicates().itertuples(index=False)
+    return _nanmean([one(df, variant="vanilla", paper_scale=s, budget_flops=b) - one(df, variant="mor", paper_scale=s, budget_flops=b)
+                     for s, b in cells if scale_key(s) >= 360e6])
+
+
 def _scheme_nlls(df) -> list[dict[str, float]]:
     """table10: per (scale, Nr) cell, each tying scheme's NLL."""
     rec = df[df["variant"] == "recursive"]
@@ -172,18 +182,21 @@ def _scheme_nlls(df) -> list[dict[str, float]]:
              for t in ("cycle", "sequence", "middle_cycle", "middle_sequence")} for s, nr in cells]
 
 
-def _others(nll: dict[str, float], scheme: str) -> float:
-    return _nanmean([v for t, v in nll.items() if t != scheme])
-
-
 def _sequence_worst(f) -> float:
-    """table10: NLL(Sequence) - mean NLL(other three schemes), mean over scale x Nr."""
-    return _nanmean([nll["sequence"] - _others(nll, "sequence") for nll in _scheme_nlls(f["table10"])])
+    """table10: NLL(Sequence) - the highest NLL of the other schemes (> 0: Sequence is the
+    worst), mean over scale x Nr."""
+    out = []
+    for nll in _scheme_nlls(f["table10"]):
+        others = [v for t, v in nll.items() if t != "sequence" and math.isfinite(v)]
+        out.append(nll["sequence"] - max(others) if others else math.nan)
+    return _nanmean(out)
 
 
 def _middle_cycle_safest(f) -> float:
-    """table10: mean NLL(other three schemes) - NLL(Middle-Cycle), mean over scale x Nr."""
-    return _nanmean([_others(nll, "middle_cycle") - nll["middle_cycle"] for nll in _scheme_nlls(f["table10"])])
+    """table10: mean NLL(Cycle, Middle-Sequence) - NLL(Middle-Cycle), mean over scale x Nr:
+    Middle-Cycle against the schemes it competes with (Sequence, the worst, left out)."""
+    return _nanmean([_nanmean([nll["cycle"], nll["middle_sequence"]]) - nll["middle_cycle"]
+                     for nll in _scheme_nlls(f["table10"])])
 
 
 def _middle_cycle_equal_unique(f) -> float:
@@ -233,31 +246,36 @@ def _deeper_is_better(f) -> float:
 KV_MARGIN = 0.05
 
 
-def _kv_little(f) -> float:
-    """table15: margin - |NLL(kv shared) - NLL(recursion-wise)|, mean over matched pairs."""
-    df = f["table15"]
+def kv_pairs(df: pd.DataFrame) -> list[float]:
+    """table15: NLL(kv shared) - NLL(recursion-wise) for each shared-KV run and its baseline:
+    the same variant and scale; Recursive / MoR also the same tying and Nr (a vanilla's
+    num_recursions is its KV-sharing group size, and its baseline is the plain vanilla)."""
     out = []
     for _, r in df[df["kv"] == "shared"].iterrows():
-        base = df[(df["kv"] == "recursion_wise") & (df["variant"] == r["variant"]) & (df["paper_scale"] == r["paper_scale"])
-                  & (df["num_recursions"] == r["num_recursions"])
-                  & ((df["tying"] == r["tying"]) | (df["variant"] == "vanilla"))]
-        if len(base):
-            out.append(r["val_nll"] - float(base["val_nll"].iloc[0]))
-    d = _nanmean(out)
-    return KV_MARGIN - abs(d) if math.isfinite(d) else math.nan
+        base = df[(df["kv"] == "recursion_wise") & (df["variant"] == r["variant"]) & (df["paper_scale"] == r["paper_scale"])]
+        if r["variant"] == "vanilla":
+            base = base[~base["reduced"].astype(bool)] if "reduced" in base.columns else base
+        else:
+            base = base[(base["num_recursions"] == r["num_recursions"]) & (base["tying"] == r["tying"])]
+        if len(base) == 1:
+            out.append(float(r["val_nll"]) - float(base["val_nll"].iloc[0]))
+    return out
+
+
+def _kv_little(f) -> float:
+    """table15: margin - mean |NLL(kv shared) - NLL(recursion-wise)| over matched pairs (each
+    pair's size counts: +0.1 and -0.1 do not cancel)."""
+    d = [abs(x) for x in kv_pairs(f["table15"])]
+    return KV_MARGIN - _nanmean(d) if d else math.nan
 
 
 def _flatter_path(f) -> float:
-    """table9: size exponent a (N* ~ C^a) of MoR minus Vanilla's (> 0: MoR's optimum grows
-    faster with compute, favouring larger models trained for fewer steps)."""
-    df = f["table9"]
-    a = {}
-    for v in ("mor", "vanilla"):
-        sub = df[df["variant"] == v]
-        optima = [optimal_size(g["n_params"].tolist(), g["val_nll"].tolist(), float(b))
-                  for b, g in sub.groupby("budget_flops")]
-        a[v] = size_exponent(optima) if len(optima) >= 2 else math.nan
-    return a["mor"] - a["vanilla"]
+    """table9: |slope of Vanilla's optimal path| - |slope of MoR's| (dNLL per decade of
+    parameters through the stars, the line of Fig. 5a; > 0: MoR's path is flatter, § 5.1's
+    reading: it benefits more from parameters). The size exponent a (N* ~ C^a) is in
+    tables/table9/optimal_path.csv beside it."""
+    slopes = {v: path_slope(optima_by_budget(f["table9"][f["table9"]["variant"] == v])) for v in ("mor", "vanilla")}
+    return abs(slopes["vanilla"]) - abs(slopes["mor"])
 
 
 def _decodes_faster(f) -> float:
@@ -277,13 +295,16 @@ CLAIMS: tuple[Claim, ...] = (
           ("table10",), _sharing_cost, "NLL(Recursive) - NLL(Vanilla, same scale), mean over scale x Nr x scheme"),
     Claim("mor-beats-recursive", "MoR beats Recursive at equal compute", "Table 9", ("table9",), _mor_vs_recursive,
           "NLL(Recursive) - NLL(MoR) at equal budget and scale, mean over cells"),
-    Claim("mor-catches-up", "MoR catches up with Vanilla as scale grows (and beats it from 360M)", "Table 9 text",
+    Claim("mor-catches-up", "MoR catches up with Vanilla as scale grows", "Table 9 text",
           ("table9",), _mor_catches_up, "(MoR - Vanilla NLL) at the smallest scale minus at the largest, mean over budgets"),
+    Claim("mor-beats-vanilla", "MoR beats Vanilla from 360M upward, with about a third of the parameters",
+          "Table 9 text", ("table9",), _mor_beats_vanilla,
+          "NLL(Vanilla) - NLL(MoR) at equal budget, scales >= 360M, mean over scale x budget"),
     Claim("sequence-worst", "Sequence is the worst tying scheme", "App. F, Table 10 (all four settings)",
           ("table10",), _sequence_worst, "NLL(Sequence) - mean NLL(other schemes), mean over scale x Nr"),
     Claim("middle-cycle-safest", "Middle-Cycle is the safest tying scheme", "App. F, Table 10 (135M Nr=2: Cycle "
           "3.0071 < Middle-Cycle 3.0330; Nr=3: Middle-Cycle 3.1048 < Cycle 3.1154)", ("table10",), _middle_cycle_safest,
-          "mean NLL(other schemes) - NLL(Middle-Cycle), mean over scale x Nr"),
+          "mean NLL(Cycle, Middle-Sequence) - NLL(Middle-Cycle), mean over scale x Nr"),
     Claim("middle-cycle-equal-unique", "At equal unique layers Middle-Cycle beats Cycle", "Table 11 (730M: NLL "
           "2.7552 vs 2.7573, acc 42.32 vs 41.90)", ("table11",), _middle_cycle_equal_unique,
           "NLL(Cycle, 10x3) - NLL(Middle-Cycle, 1+8x3+1)"),
@@ -298,10 +319,11 @@ CLAIMS: tuple[Claim, ...] = (
           "App. G.3, Table 14", ("table14",), _balancing("entropy", -1.0),
           "entropy(balancing loss) - entropy(loss-free), table14's base router"),
     Claim("kv-sharing-little", "KV sharing changes NLL little", "App. H.2, Table 15", ("table15",), _kv_little,
-          f"{KV_MARGIN} - |NLL(shared) - NLL(recursion-wise)|, mean over matched pairs (margin {KV_MARGIN} NLL)",
+          f"{KV_MARGIN} - mean |NLL(shared) - NLL(recursion-wise)| over matched pairs (margin {KV_MARGIN} NLL)",
           margin=KV_MARGIN),
-    Claim("flatter-path", "MoR's compute-optimal path is flatter: it favours larger models, fewer steps",
-          "§ 5.1, Fig. 5a", ("table9",), _flatter_path, "a(MoR) - a(Vanilla), a: N* ~ C^a"),
+    Claim("flatter-path", "MoR's compute-optimal path is flatter (it benefits more from parameters)",
+          "§ 5.1, Fig. 5a", ("table9",), _flatter_path,
+          "|path slope(Vanilla)| - |path slope(MoR)|, dNLL per decade of parameters through the stars"),
     Claim("decodes-faster", "MoR decodes faster than Vanilla", "App. E, Fig. 4a (up to ~2x)", ("fig4a",),
           _decodes_faster, "tokens/s(MoR) / tokens/s(Vanilla) - 1 at batch 32, mean over MoR models"),
 )

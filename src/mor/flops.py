@@ -260,7 +260,9 @@ def max_batch(cfg: ModelConfig, s: ScaleShape, vocab: int, max_len: int, memory_
     their KV cache (``kv_cache_bytes``, capacity-sized: recursion r of an expert-choice MoR
     model holds c_r of the positions; shared KV stores recursion 1's only; unshared first and
     last layers hold every position) beside the parameters (``model_bytes``) in
-    ``memory_bytes``. Activations of the current position are neglected, as App. E does."""
+    ``memory_bytes``. Activations of the current position are neglected, as App. E does.
+    This is App. E's memory model: an engine that allocates every slot at full length (ours,
+    mor.engine, does) or keeps unused K/V weights resident fits fewer sequences than this."""
     free = memory_bytes - model_bytes(cfg, s, vocab, bytes_per_elem)
     per_seq = kv_cache_bytes(cfg, s, 1, max_len, bytes_per_elem, sizing="capacity")
     if free <= 0:

@@ -34,6 +34,10 @@ def optimal_size(n_params: list[float], nll: list[float], budget: float) -> Opti
     """N* of one isoFLOP profile (see module docstring); needs >= 3 sizes for a fit."""
     if len(n_params) != len(nll) or not n_params:
         raise ValueError(f"need matching, non-empty sizes and NLLs, got {len(n_params)} and {len(nll)}")
+    keep = [i for i, v in enumerate(nll) if v is not None and np.isfinite(v)]  # a run without an NLL: left out
+    if not keep:
+        raise ValueError("no finite NLL in the profile")
+    n_params, nll = [n_params[i] for i in keep], [nll[i] for i in keep]
     x, y = np.log10(np.asarray(n_params, float)), np.asarray(nll, float)
     best = int(np.argmin(y))
     if len(x) >= 3 and len(set(x)) >= 3:
@@ -43,6 +47,16 @@ def optimal_size(n_params: list[float], nll: list[float], budget: float) -> Opti
             if x.min() <= xs <= x.max():
                 return Optimum(budget, float(10**xs), float(c0 + c1 * xs + c2 * xs * xs), "fit")
     return Optimum(budget, float(n_params[best]), float(y[best]), "edge")
+
+
+def optima_by_budget(df) -> list[Optimum]:
+    """One variant's runs (a results frame with budget_flops, n_params, val_nll; seeds
+    already folded or one per config): N* per budget, budgets ascending."""
+    out = []
+    for budget, g in sorted(df[df["budget_flops"].notna()].groupby("budget_flops"), key=lambda kv: kv[0]):
+        g = g.sort_values("n_params")
+        out.append(optimal_size(g["n_params"].tolist(), g["val_nll"].tolist(), float(budget)))
+    return out
 
 
 def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:

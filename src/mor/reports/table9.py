@@ -18,7 +18,7 @@ import pandas as pd
 
 from mor.reports import maxbatch
 from mor.reports.common import ACC_NOTE, OutputDir, accuracy_cells, has_mor, load_results, metric_cells, result_tasks, run_count, scale_key, seed_count, seeds_in, shown
-from mor.reports.isoflop import optimal_size, path_slope, size_exponent
+from mor.reports.isoflop import optima_by_budget, path_slope, size_exponent
 
 VARIANTS = {"vanilla": "Vanilla", "recursive": "Recursive", "mor": "MoR"}
 
@@ -54,12 +54,12 @@ def optimal_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows, paths = [], []
     sub = df[df["budget_flops"].notna()]
     for variant in [v for v in VARIANTS if v in set(sub["variant"])]:
-        optima = []
-        for budget, g in sorted(sub[sub["variant"] == variant].groupby("budget_flops"), key=lambda kv: kv[0]):
-            g = g.sort_values("n_params")
-            o = optimal_size(g["n_params"].tolist(), g["val_nll"].tolist(), float(budget))
+        runs = sub[sub["variant"] == variant]
+        optima = optima_by_budget(runs)
+        for o in optima:
+            g = runs[runs["budget_flops"] == o.budget]
             best = g.loc[g["val_nll"].idxmin()]
-            optima.append(o)
+            budget = o.budget
             rows.append({"Model": VARIANTS[variant], "Budget (FLOPs)": f"{budget:.3g}", "Sizes": len(g),
                          "Best trained scale": f"{best['paper_scale']} ({best['scale']})",
                          "Best trained NLL": round(float(best["val_nll"]), 4),
@@ -88,7 +88,8 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
                 "parabola has no minimum inside the trained sizes, and N* is the best trained size (the optimum lies "
                 "at or beyond it). Path slope: dNLL/dlog10 N through the stars (Fig. 5a's line; § 5.1 reads a flatter "
                 "line as 'benefits more from parameters'); a: N* ~ C^a (a larger a favours larger models, fewer "
-                f"tokens). One seed per point ({seeds}): see the README on seed spread before reading differences.")
+                f"tokens). Seeds {seeds}, folded into their mean per point: see the README on seed spread before reading "
+                "differences.")
     mb = maxbatch.max_batch_table()
     od = OutputDir(out)
     with od as d:
