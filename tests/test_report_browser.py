@@ -26,24 +26,13 @@ import pandas as pd
 
 import pytest
 
-from test_workflow import TINY_LOCAL_MODE, snakemake
+from test_workflow import E2E_GRID, snakemake
 
 pytestmark = pytest.mark.slow
 
 # tiny runs, two seeds (claims get an interval), named table10 (the tying claims apply)
-GRID = """
-name: table10
-artifacts: [tables/table10, figures/fig6]
-defaults:
-  data: {source: django-docs, tokenizer: bpe-4096}
-runs:
-  - label: Vanilla
-    set: {model.variant: vanilla}
-    axes: {model.scale: [135M]}
-  - label: "{model_tying}"
-    set: {model.variant: recursive, model.num_recursions: 2}
-    axes: {model.scale: [135M], model.tying: [middle_cycle, sequence]}
-""" + TINY_LOCAL_MODE.replace("    scale_map: {135M: tiny}\n", "    scale_map: {135M: tiny}\n    seeds: 2\n")
+GRID = (E2E_GRID.replace("name: e2e", "name: table10").replace("[middle_cycle]", "[middle_cycle, sequence]")
+        .replace("    scale_map: {135M: tiny}\n", "    scale_map: {135M: tiny}\n    seeds: 2\n"))
 
 
 def browser_tests_enabled() -> bool:

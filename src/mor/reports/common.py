@@ -168,6 +168,23 @@ def write_html_table(csv: Path) -> Path:
     return out
 
 
+def save_figure(fig, out: Path, name: str, drawn: pd.DataFrame | None = None, dpi: int = 150) -> list[Path]:
+    """A figure folder: <name>.png, <name>.pdf and (the numbers drawn) <name>.csv, written
+    atomically (OutputDir); the matplotlib figure is closed."""
+    import matplotlib.pyplot as plt
+
+    od = OutputDir(out)
+    try:
+        with od as d:
+            fig.savefig(d / f"{name}.png", dpi=dpi)
+            fig.savefig(d / f"{name}.pdf")
+            if drawn is not None:
+                drawn.to_csv(d / f"{name}.csv", index=False)
+    finally:
+        plt.close(fig)
+    return od.files()
+
+
 class OutputDir:
     """Write into a hidden temporary folder and swap it in on success: readers see the old
     artifact or the whole new one, never half of one (``mor.atomic.replace_dir``)."""

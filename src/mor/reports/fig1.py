@@ -19,7 +19,7 @@ import pandas as pd  # noqa: E402
 
 from mor.analysis.token_depths import layout, token_pieces  # noqa: E402
 from mor.reports.analysis_common import run_title  # noqa: E402
-from mor.reports.common import OutputDir, load_results  # noqa: E402
+from mor.reports.common import load_results, save_figure  # noqa: E402
 from mor.reports.token_common import decoder, depth_runs, seq_len  # noqa: E402
 
 WIDTH = 96  # characters per line
@@ -61,10 +61,4 @@ def render(results: Path, grid: Path, out: Path, mode: str, data_root: Path = Pa
                   loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=nr, frameon=False)
     fig.suptitle(f"Figure 1 (right): recursion depth per token on validation text (mode {mode})", fontsize=9)
     fig.subplots_adjust(left=0.02, right=0.98, top=1 - (top + 0.1) / (sum(heights) + top + 0.1), bottom=0.02, hspace=0.45)
-    od = OutputDir(out)
-    with od as d:
-        fig.savefig(d / "fig1.png", dpi=170)
-        fig.savefig(d / "fig1.pdf")
-        pd.DataFrame(rows).to_csv(d / "fig1.csv", index=False)
-    plt.close(fig)
-    return od.files()
+    return save_figure(fig, out, "fig1", pd.DataFrame(rows), dpi=170)

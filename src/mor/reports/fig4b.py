@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from mor.reports.common import TYING_NAMES, OutputDir, load_results, scale_key  # noqa: E402
+from mor.reports.common import TYING_NAMES, load_results, save_figure, scale_key  # noqa: E402
 from mor.reports.seeds import fold_seeds  # noqa: E402
 
 
@@ -61,10 +61,4 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
     fig.suptitle("Figure 4b: weight-tying schemes")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    od = OutputDir(out)
-    with od as d:
-        fig.savefig(d / "fig4b.png", dpi=150)
-        fig.savefig(d / "fig4b.pdf")
-        pd.DataFrame(drawn).to_csv(d / "fig4b.csv", index=False)
-    plt.close(fig)
-    return od.files()
+    return save_figure(fig, out, "fig4b", pd.DataFrame(drawn), dpi=150)

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from mor.reports.common import OutputDir, load_results  # noqa: E402
+from mor.reports.common import load_results, save_figure  # noqa: E402
 from mor.reports.seeds import fold_seeds  # noqa: E402
 from mor.reports.isoflop import optimal_size, parabola, path_slope  # noqa: E402
 from mor.reports.table9 import VARIANTS  # noqa: E402
@@ -67,10 +67,4 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     axes[0][0].set_ylabel("validation NLL")
     fig.suptitle("Figure 5a: isoFLOP profiles and compute-optimal path (stars; hollow = at the edge of the sizes)")
     fig.tight_layout()
-    od = OutputDir(out)
-    with od as d:
-        fig.savefig(d / "fig5a.png", dpi=150)
-        fig.savefig(d / "fig5a.pdf")
-        pd.DataFrame(stars).to_csv(d / "fig5a.csv", index=False)
-    plt.close(fig)
-    return od.files()
+    return save_figure(fig, out, "fig5a", pd.DataFrame(stars), dpi=150)
