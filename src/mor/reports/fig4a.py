@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from mor.reports.common import OutputDir, load_results, reference_value, shown  # noqa: E402
+from mor.reports.common import OutputDir, load_results, reference_value, save_figure, shown  # noqa: E402
 
 SETTINGS = (("fixed", "fixed batch (32)"), ("max", "relative maximum batch"))
 PAPER_NOTE = ("App. E (360M, H100): relative maximum batch MoR-2 42, MoR-3 48, MoR-4 51; Fig. 4a shows up to "
@@ -99,13 +99,7 @@ def render_figure(results: Path, grid: Path, out: Path, mode: str) -> list[Path]
     fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=7, frameon=False)
     fig.suptitle(f"Figure 4a: decoding throughput vs NLL (mode {mode})", fontsize=10)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    od = OutputDir(out)
-    with od as d:
-        fig.savefig(d / "fig4a.png", dpi=150)
-        fig.savefig(d / "fig4a.pdf")
-        t.to_csv(d / "fig4a.csv", index=False)
-    plt.close(fig)
-    return od.files()
+    return save_figure(fig, out, "fig4a", t)
 
 
 def render_table(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:

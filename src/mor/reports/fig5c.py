@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from mor.reports.analysis_common import load_sidecar, run_title, runs_with  # noqa: E402
-from mor.reports.common import OutputDir, load_results  # noqa: E402
+from mor.reports.common import load_results, save_figure  # noqa: E402
 
 
 def capped_table(results: Path, df: pd.DataFrame) -> pd.DataFrame:
@@ -63,10 +63,4 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     fig.legend(list(by_label.values()), list(by_label), loc="lower center", ncol=len(by_label), fontsize=7, frameon=False)
     fig.suptitle(f"Figure 5c: NLL as the maximum recursion depth grows (mode {mode})", fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    od = OutputDir(out)
-    with od as d:
-        fig.savefig(d / "fig5c.png", dpi=150)
-        fig.savefig(d / "fig5c.pdf")
-        table.to_csv(d / "fig5c.csv", index=False)
-    plt.close(fig)
-    return od.files()
+    return save_figure(fig, out, "fig5c", table)
