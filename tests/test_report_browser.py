@@ -49,8 +49,15 @@ def chromium() -> str:
         return found
     if os.geteuid() != 0:
         pytest.skip("chromium is not installed and this is not root (apt-get install chromium)")
-    proc = subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
+    def install() -> subprocess.CompletedProcess:
+        return subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"],
+                              capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+
+    proc = install()
+    if proc.returncode != 0:  # a fresh machine may have no package lists yet
+        subprocess.run(["apt-get", "update", "-q"], capture_output=True, timeout=900, stdin=subprocess.DEVNULL)
+        proc = install()
+    if proc.returncode != 0 or not shutil.which("chromium"):
         pytest.skip(f"apt-get install chromium failed: {proc.stderr[-500:]}")
     return shutil.which("chromium")
 
