@@ -67,7 +67,9 @@ class Captions:
         p = self.root / "results" / f"{grid}.parquet"
         if not p.exists():
             return f"Grid {grid}: results not built."
-        df = pd.read_parquet(p, columns=["run_id", "seed", "git_commit", "mode"])
+        from mor.results import read_frame  # the one reader of result parquet (schema-checked)
+
+        df = read_frame(p)
         commits = ", ".join(sorted(c[:12] for c in df["git_commit"].unique()))
         return (f"Grid grids/{grid}.yaml, mode {', '.join(sorted(df['mode'].unique()))}: {len(df)} runs, "
                 f"seeds {sorted(int(s) for s in df['seed'].unique())}, commit(s) {commits}.")
