@@ -133,9 +133,12 @@ def _compute_gain(f) -> float:
                      for v, s in cells])
 
 
+DECIDING = "deciding"  # grids/deciding.yaml: the runs trained long enough, with seeds, to decide NLL claims
+
+
 def _sharing_cost(f) -> float:
-    """table10: NLL(Recursive) - NLL(Vanilla, same scale), mean over scale x Nr x scheme."""
-    df = f["table10"]
+    """deciding: NLL(Recursive) - NLL(Vanilla, same scale), mean over scale x Nr x scheme."""
+    df = f[DECIDING]
     rec = df[df["variant"] == "recursive"]
     return _nanmean([r["val_nll"] - one(df, variant="vanilla", reduced=False, paper_scale=r["paper_scale"])
                      for _, r in rec.iterrows()])
@@ -164,6 +167,15 @@ def _mor_catches_up(f) -> float:
     return _nanmean(gaps)
 
 
+def _mor_vs_recursive_tokens(f) -> float:
+    """deciding: NLL(Recursive) - NLL(MoR expert-choice), same scale, tying and Nr, equal tokens
+    (MoR then spends fewer FLOPs), mean over the matched pairs."""
+    df = f[DECIDING]
+    mor = df[(df["variant"] == "mor") & (df["router_type"] == "expert_choice")]
+    return _nanmean([one(df, variant="recursive", paper_scale=r["paper_scale"], tying=r["tying"],
+                         num_recursions=int(r["num_recursions"])) - float(r["val_nll"]) for _, r in mor.iterrows()])
+
+
 def _mor_beats_vanilla(f) -> float:
     """table9: NLL(Vanilla) - NLL(MoR) at every scale from 360M up, mean over scale x budget."""
     from mor.reports.common import scale_key
@@ -183,10 +195,10 @@ def _scheme_nlls(df) -> list[dict[str, float]]:
 
 
 def _sequence_worst(f) -> float:
-    """table10: NLL(Sequence) - the highest NLL of the other schemes (> 0: Sequence is the
-    worst), mean over scale x Nr."""
+    """deciding: NLL(Sequence) - the highest NLL of the other schemes the grid trained (> 0:
+    Sequence is the worst), mean over scale x Nr."""
     out = []
-    for nll in _scheme_nlls(f["table10"]):
+    for nll in _scheme_nlls(f[DECIDING]):
         others = [v for t, v in nll.items() if t != "sequence" and math.isfinite(v)]
         out.append(nll["sequence"] - max(others) if others else math.nan)
     return _nanmean(out)
@@ -209,10 +221,10 @@ BASE_TOKEN_CHOICE = dict(model__router__func="softmax", model__router__arch="lin
 
 
 def _balancing(metric: str, sign: float):
-    """table14's `balancing` pair (the base router: linear, softmax, coefficient 0.1, no
+    """deciding's `balancing` pair (table14's base router: linear, softmax, coefficient 0.1, no
     z-loss): sign x (metric(loss-free) - metric(balancing loss))."""
     def effect(f) -> float:
-        df = f["table14"]
+        df = f[DECIDING]
         loss = one(df, metric, model__router__balancing="loss", **BASE_TOKEN_CHOICE)
         free = one(df, metric, model__router__balancing="loss_free", **BASE_TOKEN_CHOICE)
         return sign * (free - loss)
@@ -292,16 +304,19 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("compute", "More compute gives lower NLL", "Table 9 text", ("table9",), _compute_gain,
           "NLL at the smallest budget - at the largest, mean over variant x scale"),
     Claim("sharing-costs", "Weight sharing alone (Recursive) costs NLL against Vanilla", "Table 9 text; Table 10",
-          ("table10",), _sharing_cost, "NLL(Recursive) - NLL(Vanilla, same scale), mean over scale x Nr x scheme"),
+          (DECIDING,), _sharing_cost, "NLL(Recursive) - NLL(Vanilla, same scale), mean over scale x Nr x scheme"),
     Claim("mor-beats-recursive", "MoR beats Recursive at equal compute", "Table 9", ("table9",), _mor_vs_recursive,
           "NLL(Recursive) - NLL(MoR) at equal budget and scale, mean over cells"),
+    Claim("mor-beats-recursive-tokens", "MoR beats Recursive at equal tokens, i.e. with fewer FLOPs",
+          "Table 3 / Table 9 (at equal compute MoR trains more tokens)", (DECIDING,), _mor_vs_recursive_tokens,
+          "NLL(Recursive) - NLL(MoR expert-choice), same scale, tying, Nr and tokens"),
     Claim("mor-catches-up", "MoR catches up with Vanilla as scale grows", "Table 9 text",
           ("table9",), _mor_catches_up, "(MoR - Vanilla NLL) at the smallest scale minus at the largest, mean over budgets"),
     Claim("mor-beats-vanilla", "MoR beats Vanilla from 360M upward, with about a third of the parameters",
           "Table 9 text", ("table9",), _mor_beats_vanilla,
           "NLL(Vanilla) - NLL(MoR) at equal budget, scales >= 360M, mean over scale x budget"),
     Claim("sequence-worst", "Sequence is the worst tying scheme", "App. F, Table 10 (all four settings)",
-          ("table10",), _sequence_worst, "NLL(Sequence) - mean NLL(other schemes), mean over scale x Nr"),
+          (DECIDING,), _sequence_worst, "NLL(Sequence) - the highest NLL of the other schemes trained, mean over scale x Nr"),
     Claim("middle-cycle-safest", "Middle-Cycle is the safest tying scheme", "App. F, Table 10 (135M Nr=2: Cycle "
           "3.0071 < Middle-Cycle 3.0330; Nr=3: Middle-Cycle 3.1048 < Cycle 3.1154)", ("table10",), _middle_cycle_safest,
           "mean NLL(Cycle, Middle-Sequence) - NLL(Middle-Cycle), mean over scale x Nr"),
@@ -314,9 +329,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("deeper-recursion", "Deeper recursion at inference lowers NLL", "§ 5.3, Fig. 5c", ("fig5c",), _deeper_is_better,
           "NLL with depth capped at 1 - NLL at full depth, mean over MoR models"),
     Claim("balancing-maxvio", "The balancing loss lowers MaxVio against loss-free balancing", "App. G.3, Table 14",
-          ("table14",), _balancing("max_vio", 1.0), "MaxVio(loss-free) - MaxVio(balancing loss), softmax routers"),
+          (DECIDING,), _balancing("max_vio", 1.0), "MaxVio(loss-free) - MaxVio(balancing loss), table14's base router"),
     Claim("balancing-entropy", "The balancing loss raises the routing entropy against loss-free balancing",
-          "App. G.3, Table 14", ("table14",), _balancing("entropy", -1.0),
+          "App. G.3, Table 14", (DECIDING,), _balancing("entropy", -1.0),
           "entropy(balancing loss) - entropy(loss-free), table14's base router"),
     Claim("kv-sharing-little", "KV sharing changes NLL little", "App. H.2, Table 15", ("table15",), _kv_little,
           f"{KV_MARGIN} - mean |NLL(shared) - NLL(recursion-wise)| over matched pairs (margin {KV_MARGIN} NLL)",

@@ -25,7 +25,7 @@ SECTIONS = {
     "figures/fig4a": "App. E Decoding throughput", "tables/fig4a": "App. E Decoding throughput",
     "figures/fig1": "5.2 Routing analysis", "tables/table17": "5.2 Routing analysis",
     "figures/fig5b": "5.2 Routing analysis", "figures/fig5c": "5.3 Test-time scaling",
-    "tables/claims": "0 The paper's claims, checked",
+    "tables/claims": "0 The paper's claims, checked", "tables/deciding": "0 The paper's claims, checked",
 }
 
 
