@@ -63,3 +63,21 @@ def test_fold_groups_by_config_without_seed():
     assert out.loc["vanilla", "val_nll sd"] == pytest.approx(statistics.stdev([5.0, 5.2, 5.6]))
     assert pd.isna(out.loc["mor", "val_nll sd"])
     assert out.loc["vanilla", "run_id"] == "vanilla-0, vanilla-1, vanilla-2"
+
+
+def test_evidence_is_stated_per_mode_and_checked(tmp_path):
+    """`modes.<mode>.evidence` says what the mode's numbers are good for; the table note
+    carries the mode's seed count; an unknown kind fails at load time naming the key; a run's
+    identity does not depend on it."""
+    from mor.reports.common import evidence_note
+
+    text = GRID.replace("seeds: 3}", "seeds: 3, evidence: deciding}")
+    p = _grid(tmp_path, text)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert [r.run_id for r in load_grid(p, "local").runs] == [r.run_id for r in load_grid(_grid(plain, GRID), "local").runs]
+    note = evidence_note(p, "local")
+    assert note.startswith("Evidence: deciding.") and "(3)" in note and "grids/g.yaml" in note
+    assert evidence_note(p, "cluster") == ""  # the mode says nothing: no note
+    with pytest.raises(GridError, match="evidence"):
+        load_grid(_grid(tmp_path, GRID.replace("seeds: 3}", "seeds: 3, evidence: decisive}")), "local")

@@ -228,6 +228,8 @@ def _mode_spec(path: Path, spec: dict, mode: str) -> dict:
         merged["axes"] = spec["axes"]
     if "seeds" in spec or "seeds" in base:
         merged["seeds"] = spec.get("seeds", base.get("seeds"))
+    if "evidence" in spec:
+        merged["evidence"] = spec["evidence"]
     return merged
 
 

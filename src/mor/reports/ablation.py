@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mor.reports.common import (ACC_NOTE, OutputDir, accuracy_cells, has_mor, load_results, metric_cells, reference_value,
+from mor.reports.common import (ACC_NOTE, evidence_note, OutputDir, accuracy_cells, has_mor, load_results, metric_cells, reference_value,
                                 result_tasks, run_count, seed_count, shown)
 
 IGNORED = {"grid", "label", "model.scale"}  # identity, not ablation axes
@@ -90,7 +90,7 @@ def render_ablation(spec: AblationSpec, results: Path, grid: Path, out: Path, mo
         printed = shown(table)
         (d / f"{spec.name}.md").write_text(
             f"# {spec.title}\n\nReproduced in mode '{mode}' from {results} ({run_count(df)} runs, commit(s) {commits}). "
-            f"{ACC_NOTE}\n\n" + printed.to_markdown(index=False) + "\n")
+            f"{ACC_NOTE} {evidence_note(grid, mode)}\n\n" + printed.to_markdown(index=False) + "\n")
         table.to_csv(d / f"{spec.name}.csv", index=False)
         (d / f"{spec.name}.tex").write_text(printed.drop(columns=["run_id"]).to_latex(index=False, escape=True))
     return od.files()

@@ -71,5 +71,10 @@ class Captions:
 
         df = read_frame(p)
         commits = ", ".join(sorted(c[:12] for c in df["git_commit"].unique()))
-        return (f"Grid grids/{grid}.yaml, mode {', '.join(sorted(df['mode'].unique()))}: {len(df)} runs, "
-                f"seeds {sorted(int(s) for s in df['seed'].unique())}, commit(s) {commits}.")
+        from mor.reports.common import evidence_note
+
+        modes = sorted(df["mode"].unique())
+        grid_file = self.root / "grids" / f"{grid}.yaml"
+        evidence = " ".join(evidence_note(grid_file, m) for m in modes) if grid_file.exists() else ""
+        return (f"Grid grids/{grid}.yaml, mode {', '.join(modes)}: {len(df)} runs, "
+                f"seeds {sorted(int(s) for s in df['seed'].unique())}, commit(s) {commits}. {evidence}").rstrip()

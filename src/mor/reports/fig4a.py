@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from mor.reports.common import OutputDir, load_results, reference_value, save_figure, shown  # noqa: E402
+from mor.reports.common import OutputDir, evidence_note, load_results, reference_value, save_figure, shown  # noqa: E402
 
 SETTINGS = (("fixed", "fixed batch (32)"), ("max", "relative maximum batch"))
 PAPER_NOTE = ("App. E (360M, H100): relative maximum batch MoR-2 42, MoR-3 48, MoR-4 51; Fig. 4a shows up to "
@@ -115,7 +115,7 @@ def render_table(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     od = OutputDir(out)
     with od as d:
         t.to_csv(d / "fig4a.csv", index=False)
-        (d / "fig4a.md").write_text(f"# Figure 4a numbers: decoding throughput (mode {mode})\n\n{PAPER_NOTE}\n\n"
+        (d / "fig4a.md").write_text(f"# Figure 4a numbers: decoding throughput (mode {mode})\n\n{PAPER_NOTE} {evidence_note(grid, mode)}\n\n"
                                     + printed.to_markdown(index=False) + "\n")
         (d / "fig4a.tex").write_text(printed.drop(columns=["run_id"]).to_latex(index=False, escape=True))
     return od.files()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mor.reports.common import (ACC_NOTE, TYING_NAMES, OutputDir, accuracy_cells, has_mor, load_results, reference_value,
+from mor.reports.common import (ACC_NOTE, TYING_NAMES, evidence_note, OutputDir, accuracy_cells, has_mor, load_results, reference_value,
                                 metric_cells, result_tasks, run_count, scale_key, seed_count, seeds_in, shown)
 
 
@@ -52,10 +52,7 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     commits = sorted(df["git_commit"].unique())
     note = (f"Reproduced in mode '{mode}' from {results} ({run_count(df)} runs, seed(s) {seeds_in(df)}, commit(s) {', '.join(c[:12] for c in commits)}). "
             "'Paper NLL' is the value stated in the paper (App. F) where it gives one. " + ACC_NOTE)
-    if mode == "local" and run_count(df) == len(df):  # one seed per config
-        note += (" At the local budget with one seed per row this table demonstrates the pipeline, not the paper's "
-                 "ordering: the seed spread of these NLLs (0.04-0.10 at 262K tokens, README) exceeds the effects the "
-                 "paper reports (0.01-0.03).")
+    note += " " + evidence_note(grid, mode)
     od = OutputDir(out)
     with od as d:
         printed = shown(table)
