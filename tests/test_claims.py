@@ -112,3 +112,23 @@ def test_kv_pairs_match_vanilla_by_scale_and_keep_each_pairs_size():
     df = pd.DataFrame(rows)
     assert kv_pairs(df) == pytest.approx([0.1, -0.1])
     assert claim.effect({"table15": df}) == pytest.approx(KV_MARGIN - 0.1)
+
+
+def test_aux_router_dead_tokens_pairs_by_architecture():
+    """Aux router 0.5 / 0.7 dead tokens against aux loss 0.1 / 0.2 (linear / mlp): effect per
+    seed = mean(0.4, 0.5) + the seed's offset; the non-base router (alpha 1.0) is ignored."""
+    claim = next(c for c in CLAIMS if c.id == "aux-router-dead-tokens")
+
+    def row(seed, aux, arch, dead, alpha=0.1):
+        router = {"type": "expert_choice", "func": "sigmoid", "alpha": alpha, "arch": arch, "aux": aux,
+                  "aux_coeff": 0.001, "z_loss_coeff": 0.0}
+        return {"seed": seed, "dead_token_ratio": dead, "config_json": json.dumps({"model": {"router": router}})}
+
+    offset = {0: 0.0, 1: 0.01, 2: -0.01}
+    rows = [r for s in (0, 1, 2) for r in (
+        row(s, "aux_router", "linear", 0.5 + offset[s]), row(s, "aux_loss", "linear", 0.1),
+        row(s, "aux_router", "mlp", 0.7), row(s, "aux_loss", "mlp", 0.2), row(s, "aux_router", "linear", 0.0, alpha=1.0))]
+    out = evaluate({"table13": pd.DataFrame(rows)}, (claim,)).iloc[0]
+    mean, lo, hi, _ = interval([0.45 + offset[s] / 2 for s in (0, 1, 2)])
+    assert out["verdict"] == "holds" and out["mean effect"] == pytest.approx(mean, abs=1e-4)
+    assert out["95% lo"] == pytest.approx(lo, abs=1e-4)

@@ -216,6 +216,18 @@ def _middle_cycle_equal_unique(f) -> float:
     return one(df, tying="cycle") - one(df, tying="middle_cycle")
 
 
+def _aux_router_dead_tokens(f) -> float:
+    """table13: dead-token ratio(aux router) - dead-token ratio(aux loss), same router
+    architecture and otherwise the base router, mean over architectures."""
+    df = f["table13"]
+    base = dict(model__router__func="sigmoid", model__router__alpha=0.1, model__router__aux_coeff=0.001,
+                model__router__z_loss_coeff=0.0)
+    archs = sorted({_cfg(r, "model.router.arch") for _, r in df.iterrows()} - {None})
+    return _nanmean([one(df, "dead_token_ratio", model__router__aux="aux_router", model__router__arch=a, **base)
+                     - one(df, "dead_token_ratio", model__router__aux="aux_loss", model__router__arch=a, **base)
+                     for a in archs])
+
+
 BASE_TOKEN_CHOICE = dict(model__router__func="softmax", model__router__arch="linear",
                          model__router__z_loss_coeff=0.0, model__router__balance_coeff=0.1)
 
@@ -328,6 +340,9 @@ CLAIMS: tuple[Claim, ...] = (
           "mean router output of selected - unselected tokens, aux-loss runs, mean over recursions"),
     Claim("deeper-recursion", "Deeper recursion at inference lowers NLL", "§ 5.3, Fig. 5c", ("fig5c",), _deeper_is_better,
           "NLL with depth capped at 1 - NLL at full depth, mean over MoR models"),
+    Claim("aux-router-dead-tokens", "An auxiliary router gives more dead tokens than the auxiliary loss",
+          "App. G.3, Table 13 (dead-token ratio up to 66.7% in some aux-router variants)", ("table13",),
+          _aux_router_dead_tokens, "dead-token ratio(aux router) - (aux loss), same architecture, mean over architectures"),
     Claim("balancing-maxvio", "The balancing loss lowers MaxVio against loss-free balancing", "App. G.3, Table 14",
           (DECIDING,), _balancing("max_vio", 1.0), "MaxVio(loss-free) - MaxVio(balancing loss), table14's base router"),
     Claim("balancing-entropy", "The balancing loss raises the routing entropy against loss-free balancing",
