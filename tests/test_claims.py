@@ -132,3 +132,19 @@ def test_aux_router_dead_tokens_pairs_by_architecture():
     mean, lo, hi, _ = interval([0.45 + offset[s] / 2 for s in (0, 1, 2)])
     assert out["verdict"] == "holds" and out["mean effect"] == pytest.approx(mean, abs=1e-4)
     assert out["95% lo"] == pytest.approx(lo, abs=1e-4)
+
+
+def test_uptraining_middle_best_needs_both_middle_schemes_ahead():
+    """Nr=2: Middle-Cycle 5.0 and Middle-Sequence 5.1 against Cycle 5.3, Sequence 5.4 and the
+    reduced vanilla 5.2: effect = 5.2 - 5.1 = 0.1. With Middle-Sequence at 5.25 (behind the
+    reduced vanilla) the effect turns negative: -0.05."""
+    claim = next(c for c in CLAIMS if c.id == "uptraining-middle-best")
+
+    def frame(ms):
+        rows = [{"seed": 0, "variant": "recursive", "reduced": False, "num_recursions": 2, "tying": t, "val_nll": v}
+                for t, v in (("middle_cycle", 5.0), ("middle_sequence", ms), ("cycle", 5.3), ("sequence", 5.4))]
+        rows.append({"seed": 0, "variant": "vanilla", "reduced": True, "num_recursions": 2, "tying": None, "val_nll": 5.2})
+        return {"table12": pd.DataFrame(rows)}
+
+    assert claim.effect(frame(5.1)) == pytest.approx(0.1)
+    assert claim.effect(frame(5.25)) == pytest.approx(-0.05)

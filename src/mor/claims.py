@@ -216,6 +216,20 @@ def _middle_cycle_equal_unique(f) -> float:
     return one(df, tying="cycle") - one(df, tying="middle_cycle")
 
 
+def _uptraining_middle_best(f) -> float:
+    """table12: the lowest NLL among Cycle, Sequence and the reduced vanilla minus the higher
+    of Middle-Cycle and Middle-Sequence (> 0: both Middle schemes beat every other), mean over Nr."""
+    df = f["table12"]
+    out = []
+    for nr in sorted(int(n) for n in df[df["variant"] == "recursive"]["num_recursions"].unique()):
+        middle = [one(df, variant="recursive", num_recursions=nr, tying=t) for t in ("middle_cycle", "middle_sequence")]
+        others = [one(df, variant="recursive", num_recursions=nr, tying=t) for t in ("cycle", "sequence")]
+        others.append(one(df, variant="vanilla", reduced=True, num_recursions=nr))
+        others = [v for v in others if math.isfinite(v)]
+        out.append(min(others) - max(middle) if others and all(math.isfinite(v) for v in middle) else math.nan)
+    return _nanmean(out)
+
+
 def _aux_router_dead_tokens(f) -> float:
     """table13: dead-token ratio(aux router) - dead-token ratio(aux loss), same router
     architecture and otherwise the base router, mean over architectures."""
@@ -335,6 +349,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("middle-cycle-equal-unique", "At equal unique layers Middle-Cycle beats Cycle", "Table 11 (730M: NLL "
           "2.7552 vs 2.7573, acc 42.32 vs 41.90)", ("table11",), _middle_cycle_equal_unique,
           "NLL(Cycle, 10x3) - NLL(Middle-Cycle, 1+8x3+1)"),
+    Claim("uptraining-middle-best", "Under up-training both Middle schemes beat the other schemes and the reduced "
+          "baselines", "App. F, Table 12", ("table12",), _uptraining_middle_best,
+          "min NLL(Cycle, Sequence, reduced vanilla) - max NLL(Middle-Cycle, Middle-Sequence), mean over Nr"),
     Claim("aux-separates", "The expert-choice router with aux loss separates selected from unselected tokens",
           "§ 5.2, Fig. 5b (scores near 1.0 vs 0.0)", ("fig5c",), _separation,
           "mean router output of selected - unselected tokens, aux-loss runs, mean over recursions"),
