@@ -31,14 +31,16 @@ from mor.reports.isoflop import optima_by_budget, path_slope
 
 # two-sided 95% Student t quantiles, by degrees of freedom (scipy-free)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-        12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+        12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
 
 
 def t_quantile(dof: int) -> float:
+    """The tabulated quantile at the largest tabulated dof <= ``dof`` (never narrower than the
+    exact one), the normal 1.960 beyond 120."""
     if dof < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
     known = [d for d in sorted(T975) if d <= dof]
-    return T975[known[-1]] if dof <= 30 else 1.960
+    return T975[known[-1]] if dof <= 120 else 1.960
 
 
 def interval(effects: list[float]) -> tuple[float, float, float, int]:

@@ -4,7 +4,8 @@ The paper reports one run per cell; our local numbers need several seeds before 
 difference means anything (README, "Seeds"). ``fold_seeds`` groups a results frame by the
 resolved config without ``train.seed`` and returns one row per group: numeric metrics
 replaced by their mean over seeds, ``<metric> sd`` (sample standard deviation, ddof 1; null
-for n = 1) and ``n_seeds``. Identity columns keep the first seed's values, ``run_id`` lists
+for n = 1) and ``n_seeds``; a benchmark stderr becomes that of the mean over seeds
+(``stderr_of_mean``). Identity columns keep the first seed's values, ``run_id`` lists
 every run of the group. Tables call it before building rows, so a grid with one seed looks
 exactly as before.
 """
@@ -18,6 +19,8 @@ import pandas as pd
 
 SD = " sd"
 MAPS = ("accuracy", "accuracy_norm")  # task -> value maps, averaged key by key
+STDERRS = ("avg_accuracy_stderr",)  # a benchmark's sampling stderr: that of the mean over seeds
+STDERR_MAPS = ("accuracy_stderr", "accuracy_norm_stderr")
 FOLDED = ("val_nll", "val_nll_causal", "avg_accuracy", "dead_token_ratio", "sampling_accuracy", "max_vio", "entropy",
           "mean_depth", "final_train_loss", "train_time_s")
 
@@ -38,6 +41,13 @@ def mean_sd(values: list[float]) -> tuple[float, float | None, int]:
     return m, sd, len(v)
 
 
+def stderr_of_mean(stderrs: list[float]) -> float:
+    """The sampling stderr of the mean of n independent estimates: sqrt(sum se_i^2) / n
+    (NaNs dropped; nan when none)."""
+    v = [float(x) for x in stderrs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return math.sqrt(sum(x * x for x in v)) / len(v) if v else math.nan
+
+
 def fold_seeds(df: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
     """One row per config-without-seed (see module docstring); metrics get mean / sd / n."""
     keys = df["config_json"].map(config_without_seed)
@@ -53,10 +63,14 @@ def fold_seeds(df: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
             mean, sd, _ = mean_sd(list(g[m]))
             row[m] = mean
             row[m + SD] = sd
-        for m in MAPS:  # per-task accuracies: the mean over seeds of each task's value
+        for m in STDERRS:
+            if m in g.columns and len(g) > 1:
+                row[m] = stderr_of_mean(list(g[m]))
+        for m in MAPS + STDERR_MAPS:  # per-task maps: each task's mean (or stderr of the mean) over seeds
             if m in g.columns:
                 maps = [dict(v) for v in g[m] if isinstance(v, (dict, list)) and len(v)]
                 keys = dict.fromkeys(k for d in maps for k in d)
-                row[m] = {k: mean_sd([d.get(k) for d in maps])[0] for k in keys} if maps else row[m]
+                agg = (lambda xs: stderr_of_mean(xs)) if m in STDERR_MAPS else (lambda xs: mean_sd(xs)[0])
+                row[m] = {k: agg([d.get(k) for d in maps]) for k in keys} if maps else row[m]
         rows.append(row)
     return pd.DataFrame(rows).reset_index(drop=True)
