@@ -75,7 +75,11 @@ def test_dry_run_of_the_paper_grids_lists_one_analysis_per_run_that_needs_one(tm
 
     out = snakemake(*ARTIFACTS, "-n", "--nolock", "--directory", str(tmp_path),
                     "--config", f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}")
-    # grids/fig5c.yaml: 3 MoR runs (depth_cap each); grids/fig7.yaml: 1 Recursive run (kv)
+    # grids/fig5c.yaml: 3 MoR runs x 3 seeds (depth_cap each); grids/fig7.yaml: 1 Recursive run (kv)
+    import yaml
+
+    seeds = yaml.safe_load((REPO / "grids" / "fig5c.yaml").read_text())["modes"]["local"]["seeds"]
+    runs = 3 * seeds + 1
     assert job_counts(out.stdout + out.stderr) == {
-        "corpus": 1, "tokenizer": 1, "tokens": 2, "lm_eval_tasks": 1, "train": 4, "lmeval": 4, "eval": 4,
-        "analysis": 4, "collect": 2, "figure": 5, "table": 1}
+        "corpus": 1, "tokenizer": 1, "tokens": 2, "lm_eval_tasks": 1, "train": runs, "lmeval": runs, "eval": runs,
+        "analysis": runs, "collect": 2, "figure": 5, "table": 1}
