@@ -148,3 +148,42 @@ def test_uptraining_middle_best_needs_both_middle_schemes_ahead():
 
     assert claim.effect(frame(5.1)) == pytest.approx(0.1)
     assert claim.effect(frame(5.25)) == pytest.approx(-0.05)
+
+
+def test_claims_on_the_deciding_grids_own_runs(tmp_path):
+    """Results for every run grids/deciding.yaml expands to (3 seeds), with hand-set effects:
+    Recursive Middle-Cycle 0.1 above Vanilla and Sequence 0.05 below it (sharing costs
+    (0.1 - 0.05) / 2 = 0.025 > 0 in every seed: holds; Sequence best: contradicted); MoR
+    0.08 below Middle-Cycle (holds, effect 0.08); MaxVio 0.5 loss-free vs 0.1 with the loss
+    (holds, 0.4); entropy flips sign between seeds (inconclusive). The Vanilla / Recursive rows
+    carry router defaults and must not be taken for the balancing pair."""
+    from mor.grids import load_grid
+    from test_workflow import REPO
+
+    grid = load_grid(REPO / "grids" / "deciding.yaml", "local")
+    noise = {0: 0.0, 1: 0.03, 2: -0.02}
+    entropy_flip = {0: 0.1, 1: -0.1, 2: 0.05}
+    rows = []
+    for run in grid.runs:
+        c, s = run.config, run.config.train.seed
+        m = c.model
+        nll = {"vanilla": 5.0, "recursive": 5.1 if m.tying == "middle_cycle" else 4.95, "mor": 5.02}[m.variant] + noise[s]
+        extra = {}
+        if m.variant == "mor" and m.router.type == "token_choice":
+            free = m.router.balancing == "loss_free"
+            extra = {"max_vio": 0.5 if free else 0.1, "entropy": 1.0 + (0.0 if free else entropy_flip[s])}
+        elif m.variant in ("vanilla", "recursive"):
+            extra = {"max_vio": 9.0, "entropy": 9.0}  # would wreck the balancing claims if matched
+        rows.append({**_row(c, nll), "router_type": m.router.type if m.variant == "mor" else None, **extra})
+    write_rows(tmp_path / "deciding.parquet", rows)
+    out = evaluate(load_frames(tmp_path, {"deciding"})).set_index("claim")
+    assert out.loc["sharing-costs", "verdict"] == "holds"
+    assert out.loc["sharing-costs", "mean effect"] == pytest.approx(0.025, abs=1e-4)
+    assert out.loc["sequence-worst", "verdict"] == "contradicted"
+    assert out.loc["sequence-worst", "mean effect"] == pytest.approx(-0.15, abs=1e-4)
+    assert out.loc["mor-beats-recursive-tokens", "verdict"] == "holds"
+    assert out.loc["mor-beats-recursive-tokens", "mean effect"] == pytest.approx(0.08, abs=1e-4)
+    assert out.loc["balancing-maxvio", "mean effect"] == pytest.approx(0.4, abs=1e-4)
+    assert out.loc["balancing-maxvio", "verdict"] == "holds"
+    assert out.loc["balancing-entropy", "verdict"] == "inconclusive"
+    assert (out.loc[["sharing-costs", "balancing-maxvio"], "n seeds"] == 3).all()

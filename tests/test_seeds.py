@@ -83,14 +83,15 @@ def test_evidence_is_stated_per_mode_and_checked(tmp_path):
         load_grid(_grid(tmp_path, GRID.replace("seeds: 3}", "seeds: 3, evidence: decisive}")), "local")
 
 
-def test_fold_gives_the_stderr_of_the_mean_over_seeds():
-    """Three seeds with benchmark stderrs 0.03, 0.04, 0.12: the mean's stderr is
-    sqrt(0.03^2 + 0.04^2 + 0.12^2) / 3 = 0.13 / 3, per task and for the average alike."""
+def test_fold_gives_the_benchmark_stderr_over_seeds():
+    """Three seeds with benchmark stderrs 0.03, 0.04, 0.12 on the same documents: the sampling
+    stderr is their root mean square, sqrt((0.03^2 + 0.04^2 + 0.12^2) / 3) = 0.13 / sqrt(3),
+    per task and for the average alike (not / 3: the draw of documents is shared)."""
     def row(seed, se):
         cfg = {"model": {"variant": "mor"}, "train": {"seed": seed}}
         return {"run_id": f"r{seed}", "seed": seed, "avg_accuracy": 0.3, "avg_accuracy_stderr": se,
                 "accuracy": {"piqa": 0.5}, "accuracy_stderr": {"piqa": se}, "config_json": json.dumps(cfg)}
     out = fold_seeds(pd.DataFrame([row(0, 0.03), row(1, 0.04), row(2, 0.12)]), ("avg_accuracy",)).iloc[0]
-    assert out["avg_accuracy_stderr"] == pytest.approx(0.13 / 3)
-    assert out["accuracy_stderr"]["piqa"] == pytest.approx(0.13 / 3)
+    assert out["avg_accuracy_stderr"] == pytest.approx(0.13 / 3 ** 0.5)
+    assert out["accuracy_stderr"]["piqa"] == pytest.approx(0.13 / 3 ** 0.5)
     assert out["accuracy"]["piqa"] == pytest.approx(0.5)

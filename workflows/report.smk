@@ -4,7 +4,7 @@
 from mor.reports.captions import Captions, section
 
 # read when the report is rendered (claims verdicts, run counts, commits): never a param
-config["mor_captions"] = Captions(ARTIFACT_GRID)
+config["mor_captions"] = Captions(ARTIFACT_GRID, grids_dir=GRIDS_DIR)
 CAPTION = "report/artifact.rst"
 
 

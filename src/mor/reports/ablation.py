@@ -108,8 +108,8 @@ def render_ablation(spec: AblationSpec, results: Path, grid: Path, out: Path, mo
 
 
 SPECS = {
-    "deciding": AblationSpec("deciding", "The deciding runs behind tables/claims (3M tokens and 3 seeds locally; "
-                             "the balancing pair at 262K)", ("val_nll", "max_vio", "entropy", "mean_depth", "n_params")),
+    "deciding": AblationSpec("deciding", "The deciding runs behind tables/claims (3 seeds; locally 3M tokens, "
+                             "the balancing pair 262K)", ("val_nll", "max_vio", "entropy", "mean_depth", "n_params")),
     "table11": AblationSpec("table11", "Table 11: Middle-Cycle vs Cycle at equal unique layers",
                             ("val_nll", "avg_accuracy", "n_params", "unique_layers", "effective_layers")),
     "table12": AblationSpec("table12", "Table 12: up-training from a pretrained vanilla checkpoint",

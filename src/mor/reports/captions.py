@@ -36,8 +36,9 @@ def section(artifact: str) -> str:
 class Captions:
     """Lazily read captions: ``artifact_grid`` maps artifact -> grid name."""
 
-    def __init__(self, artifact_grid: dict[str, str], root: Path = Path(".")):
+    def __init__(self, artifact_grid: dict[str, str], root: Path = Path("."), grids_dir: Path | None = None):
         self.artifact_grid, self.root = dict(artifact_grid), Path(root)
+        self.grids_dir = Path(grids_dir) if grids_dir is not None else self.root / "grids"
 
     def caption(self, artifact: str) -> str:
         from mor.claims import CLAIMS
@@ -74,7 +75,7 @@ class Captions:
         from mor.reports.common import evidence_note
 
         modes = sorted(df["mode"].unique())
-        grid_file = self.root / "grids" / f"{grid}.yaml"
+        grid_file = self.grids_dir / f"{grid}.yaml"
         evidence = " ".join(evidence_note(grid_file, m) for m in modes) if grid_file.exists() else ""
         return (f"Grid grids/{grid}.yaml, mode {', '.join(modes)}: {len(df)} runs, "
                 f"seeds {sorted(int(s) for s in df['seed'].unique())}, commit(s) {commits}. {evidence}").rstrip()

@@ -131,16 +131,19 @@ EVIDENCE_NOTES = {
     "deciding": ("Evidence: deciding. grids/{grid}.yaml chose this mode's budget and seeds ({seeds}) to decide the "
                  "claims of tables/claims that read it; its comments say why."),
     "demonstration": ("Evidence: demonstration. At this budget and {seeds} seed(s) the numbers show that the pipeline "
-                      "runs end to end, not the paper's ordering: the seed spread of a local NLL (0.04-0.10 at 262K "
-                      "tokens) exceeds the effects the paper reports (0.01-0.03). The claims of tables/claims are "
-                      "decided by the grids marked deciding (grids/deciding.yaml)."),
+                      "runs end to end, not the paper's ordering (a local NLL's seed spread, 0.04-0.10 at 262K tokens, "
+                      "exceeds the effects the paper reports, 0.01-0.03); a claim that reads only this grid stays "
+                      "inconclusive with one seed (tables/claims)."),
 }
 
 
 def evidence_note(grid: Path, mode: str) -> str:
     """What a table's numbers are good for, from the grid's ``modes.<mode>.evidence`` (''
     where the mode does not say): every table note and report caption prints it."""
-    spec = (yaml.safe_load(Path(grid).read_text()).get("modes") or {}).get(mode) or {}
+    from mor.grids import _mode_spec
+
+    raw = (yaml.safe_load(Path(grid).read_text()).get("modes") or {}).get(mode) or {}
+    spec = _mode_spec(Path(grid), raw, mode)  # seeds may come from the mode's base file
     kind = spec.get("evidence")
     if kind is None:
         return ""

@@ -4,8 +4,8 @@ The paper reports one run per cell; our local numbers need several seeds before 
 difference means anything (README, "Seeds"). ``fold_seeds`` groups a results frame by the
 resolved config without ``train.seed`` and returns one row per group: numeric metrics
 replaced by their mean over seeds, ``<metric> sd`` (sample standard deviation, ddof 1; null
-for n = 1) and ``n_seeds``; a benchmark stderr becomes that of the mean over seeds
-(``stderr_of_mean``). Identity columns keep the first seed's values, ``run_id`` lists
+for n = 1) and ``n_seeds``; a benchmark stderr becomes the root mean square of the seeds'
+(``stderr_of_mean``: they score the same documents). Identity columns keep the first seed's values, ``run_id`` lists
 every run of the group. Tables call it before building rows, so a grid with one seed looks
 exactly as before.
 """
@@ -42,10 +42,12 @@ def mean_sd(values: list[float]) -> tuple[float, float | None, int]:
 
 
 def stderr_of_mean(stderrs: list[float]) -> float:
-    """The sampling stderr of the mean of n independent estimates: sqrt(sum se_i^2) / n
-    (NaNs dropped; nan when none)."""
+    """The benchmark-sampling stderr of the mean over seeds: the root mean square of the
+    per-seed stderrs. Not sqrt(sum se_i^2) / n: every seed scores the SAME documents (the
+    tasks' draw is fixed), so which documents were drawn is shared, not averaged away.
+    NaNs dropped; nan when none."""
     v = [float(x) for x in stderrs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    return math.sqrt(sum(x * x for x in v)) / len(v) if v else math.nan
+    return math.sqrt(sum(x * x for x in v) / len(v)) if v else math.nan
 
 
 def fold_seeds(df: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
