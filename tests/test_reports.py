@@ -94,3 +94,26 @@ def test_accuracy_columns_show_each_task_and_the_average_with_stderr(tmp_path, m
     assert sorted(csv["NLL (causal)"]) == [5.0, 5.3]  # a table with MoR rows shows it
     md = md_file.read_text()
     assert "0.550 ± 0.050" in md and "0.283 ± 0.023" in md and "stderr" not in md.split("\n\n")[-1].split("\n")[0]
+
+
+def test_caption_states_claims_verdicts_runs_and_evidence(tmp_path):
+    """A report caption names each claim resting on the artifact's grid with its verdict from
+    claims.csv, the run and seed counts, and the grid's evidence note read from the
+    configured grids folder (not ./grids)."""
+    from mor.claims import CLAIMS
+    from mor.reports.captions import Captions
+
+    run = RunConfig(grid="table13", paper_scale="135M", model=ModelConfig(scale="small"))
+    (tmp_path / "results").mkdir()
+    write_rows(tmp_path / "results" / "table13.parquet", [_row(run, val_nll=5.0)])
+    grids = tmp_path / "elsewhere"
+    grids.mkdir()
+    (grids / "table13.yaml").write_text("modes:\n  local: {seeds: 2, evidence: deciding}\n")
+    mine = [c.id for c in CLAIMS if "table13" in c.grids]
+    assert mine  # aux-router-dead-tokens
+    (tmp_path / "tables" / "claims").mkdir(parents=True)
+    pd.DataFrame({"claim": [c.id for c in CLAIMS], "verdict": "inconclusive", "n seeds": 1}).to_csv(
+        tmp_path / "tables" / "claims" / "claims.csv", index=False)
+    text = Captions({"tables/table13": "table13"}, root=tmp_path, grids_dir=grids).caption("tables/table13")
+    assert text.count("Local verdict: **inconclusive (n = 1 seeds)**") == len(mine)
+    assert "1 runs, seeds [0]" in text and "Evidence: deciding." in text and "(2)" in text
