@@ -127,6 +127,23 @@ def test_dry_run_of_fig4a_has_a_throughput_job_per_run_before_its_eval(tmp_path)
     assert (out.stdout + out.stderr).count("job_kind=throughput") == 5  # the Slurm preset kind it asks for
 
 
+def test_local_throughput_jobs_reserve_every_core_but_time_with_the_configured_threads(tmp_path):
+    """Decoding is timed alone: the local profile raises a throughput job's threads to all of
+    --cores (so Snakemake starts nothing beside it), while torch gets config `threads` (1)."""
+    import re
+
+    import yaml
+
+    cores = yaml.safe_load((REPO / "local" / "config.yaml").read_text())["cores"]
+    out = snakemake("figures/fig4a", "-n", "-p", "--nolock", "--directory", str(tmp_path),
+                    "--config", f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}")
+    text = out.stdout + out.stderr
+    blocks = {kind: [b for b in re.split(r"\n(?=\[)", text) if f"rule {kind}:" in b] for kind in ("throughput", "train")}
+    assert len(blocks["throughput"]) == 5 and len(blocks["train"]) == 5
+    assert all(f"threads: {cores}" in b and "--threads 1 " in b for b in blocks["throughput"])
+    assert not any(f"threads: {cores}" in b for b in blocks["train"])  # training keeps sharing the cores
+
+
 E2E_GRID = """
 name: tput
 artifacts: [figures/fig4a, tables/fig4a]

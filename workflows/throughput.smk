@@ -16,6 +16,7 @@ rule throughput:
         mode=MODE,
         protocol=throughput_protocol,  # an edit of this mode's protocol re-runs it (and the eval that reads it)
         version=THROUGHPUT_VERSION,
+        torch_threads=config["threads"],  # the timing's torch threads; `threads` may be raised to reserve cores
     threads: config["threads"]
     resources:
         job_kind="throughput",
@@ -23,5 +24,5 @@ rule throughput:
         "logs/{grid}/{run_id}/throughput.log",
     shell:
         "{PY}.launch throughput --grid {GRIDS_DIR}/{wildcards.grid}.yaml --run-id {wildcards.run_id}"
-        " --mode {params.mode} --run-dir $(dirname {input.summary}) --data-root {DATA} --threads {threads}"
+        " --mode {params.mode} --run-dir $(dirname {input.summary}) --data-root {DATA} --threads {params.torch_threads}"
         " --out {output} {LAUNCH_ARGS} > {log} 2>&1"
