@@ -141,9 +141,11 @@ def test_uptraining_middle_best_needs_both_middle_schemes_ahead():
     claim = next(c for c in CLAIMS if c.id == "uptraining-middle-best")
 
     def frame(ms):
-        rows = [{"seed": 0, "variant": "recursive", "reduced": False, "num_recursions": 2, "tying": t, "val_nll": v}
+        rows = [{"seed": 0, "paper_scale": "135M", "variant": "recursive", "reduced": False, "num_recursions": 2,
+                 "tying": t, "val_nll": v}
                 for t, v in (("middle_cycle", 5.0), ("middle_sequence", ms), ("cycle", 5.3), ("sequence", 5.4))]
-        rows.append({"seed": 0, "variant": "vanilla", "reduced": True, "num_recursions": 2, "tying": None, "val_nll": 5.2})
+        rows.append({"seed": 0, "paper_scale": "135M", "variant": "vanilla", "reduced": True, "num_recursions": 2,
+                     "tying": None, "val_nll": 5.2})
         return {"table12": pd.DataFrame(rows)}
 
     assert claim.effect(frame(5.1)) == pytest.approx(0.1)

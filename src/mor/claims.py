@@ -188,12 +188,14 @@ def _mor_beats_vanilla(f) -> float:
                      for s, b in cells if scale_key(s) >= 360e6])
 
 
-def _scheme_nlls(df) -> list[dict[str, float]]:
-    """table10: per (scale, Nr) cell, each tying scheme's NLL."""
+def _scheme_nlls(df, with_cells: bool = False) -> list:
+    """Per (scale, Nr) cell of the Recursive runs, each tying scheme's NLL (nan where not
+    trained); ``with_cells``: ((scale, Nr), NLLs) pairs."""
     rec = df[df["variant"] == "recursive"]
-    cells = rec[["paper_scale", "num_recursions"]].drop_duplicates().itertuples(index=False)
-    return [{t: one(df, variant="recursive", paper_scale=s, num_recursions=int(nr), tying=t)
+    cells = [(s, int(nr)) for s, nr in rec[["paper_scale", "num_recursions"]].drop_duplicates().itertuples(index=False)]
+    nlls = [{t: one(df, variant="recursive", paper_scale=s, num_recursions=nr, tying=t)
              for t in ("cycle", "sequence", "middle_cycle", "middle_sequence")} for s, nr in cells]
+    return list(zip(cells, nlls)) if with_cells else nlls
 
 
 def _sequence_worst(f) -> float:
@@ -223,10 +225,9 @@ def _uptraining_middle_best(f) -> float:
     of Middle-Cycle and Middle-Sequence (> 0: both Middle schemes beat every other), mean over Nr."""
     df = f["table12"]
     out = []
-    for nr in sorted(int(n) for n in df[df["variant"] == "recursive"]["num_recursions"].unique()):
-        middle = [one(df, variant="recursive", num_recursions=nr, tying=t) for t in ("middle_cycle", "middle_sequence")]
-        others = [one(df, variant="recursive", num_recursions=nr, tying=t) for t in ("cycle", "sequence")]
-        others.append(one(df, variant="vanilla", reduced=True, num_recursions=nr))
+    for (scale, nr), nll in _scheme_nlls(df, with_cells=True):
+        middle = [nll["middle_cycle"], nll["middle_sequence"]]
+        others = [nll["cycle"], nll["sequence"], one(df, variant="vanilla", reduced=True, paper_scale=scale, num_recursions=nr)]
         others = [v for v in others if math.isfinite(v)]
         out.append(min(others) - max(middle) if others and all(math.isfinite(v) for v in middle) else math.nan)
     return _nanmean(out)

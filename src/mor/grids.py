@@ -205,6 +205,14 @@ def _resolve_run_references(path: Path, grid_name: str, runs: list[Run]) -> list
     return out
 
 
+def mode_settings(path: str | Path, mode: str) -> dict:
+    """A grid file's ``modes.<mode>`` merged with its base file ({} when the mode is absent):
+    what a report needs of a mode (seeds, evidence) without expanding the runs."""
+    path = Path(path)
+    spec = ((_load_yaml(path) or {}).get("modes") or {}).get(mode)
+    return _mode_spec(path, spec, mode) if spec else {}
+
+
 def _mode_spec(path: Path, spec: dict, mode: str) -> dict:
     """A mode's settings, on top of ``grids/modes/<base>.yaml`` when it names a base."""
     if "base" not in spec:

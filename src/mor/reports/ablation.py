@@ -37,7 +37,9 @@ class AblationSpec:
 def _dead_token_note(df: pd.DataFrame) -> str:
     """App. G.3 states one number for Table 13 that belongs to no single row: the dead-token
     ratio of some aux-router variants reaches 66.7%. Shown beside the largest reproduced one."""
-    aux = df[[json.loads(c).get("model", {}).get("router", {}).get("aux") == "aux_router" for c in df["config_json"]]]
+    from mor.claims import pick  # imported here: mor.claims imports the reports package
+
+    aux = pick(df, model__router__aux="aux_router")
     top = aux["dead_token_ratio"].max() if len(aux) else float("nan")
     here = "no aux-router run" if pd.isna(top) else f"{top:.1%}"
     return f"Paper (App. G.3): the dead-token ratio of some aux-router variants reaches 66.7%; here the largest is {here}."

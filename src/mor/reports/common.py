@@ -140,10 +140,9 @@ EVIDENCE_NOTES = {
 def evidence_note(grid: Path, mode: str) -> str:
     """What a table's numbers are good for, from the grid's ``modes.<mode>.evidence`` (''
     where the mode does not say): every table note and report caption prints it."""
-    from mor.grids import _mode_spec
+    from mor.grids import mode_settings
 
-    raw = (yaml.safe_load(Path(grid).read_text()).get("modes") or {}).get(mode) or {}
-    spec = _mode_spec(Path(grid), raw, mode)  # seeds may come from the mode's base file
+    spec = mode_settings(grid, mode)  # seeds may come from the mode's base file
     kind = spec.get("evidence")
     if kind is None:
         return ""

@@ -5,7 +5,7 @@ difference means anything (README, "Seeds"). ``fold_seeds`` groups a results fra
 resolved config without ``train.seed`` and returns one row per group: numeric metrics
 replaced by their mean over seeds, ``<metric> sd`` (sample standard deviation, ddof 1; null
 for n = 1) and ``n_seeds``; a benchmark stderr becomes the root mean square of the seeds'
-(``stderr_of_mean``: they score the same documents). Identity columns keep the first seed's values, ``run_id`` lists
+(``stderr_over_seeds``: they score the same documents). Identity columns keep the first seed's values, ``run_id`` lists
 every run of the group. Tables call it before building rows, so a grid with one seed looks
 exactly as before.
 """
@@ -41,7 +41,7 @@ def mean_sd(values: list[float]) -> tuple[float, float | None, int]:
     return m, sd, len(v)
 
 
-def stderr_of_mean(stderrs: list[float]) -> float:
+def stderr_over_seeds(stderrs: list[float]) -> float:
     """The benchmark-sampling stderr of the mean over seeds: the root mean square of the
     per-seed stderrs. Not sqrt(sum se_i^2) / n: every seed scores the SAME documents (the
     tasks' draw is fixed), so which documents were drawn is shared, not averaged away.
@@ -67,12 +67,12 @@ def fold_seeds(df: pd.DataFrame, metrics: tuple[str, ...]) -> pd.DataFrame:
             row[m + SD] = sd
         for m in STDERRS:
             if m in g.columns and len(g) > 1:
-                row[m] = stderr_of_mean(list(g[m]))
+                row[m] = stderr_over_seeds(list(g[m]))
         for m in MAPS + STDERR_MAPS:  # per-task maps: each task's mean (or stderr of the mean) over seeds
             if m in g.columns:
                 maps = [dict(v) for v in g[m] if isinstance(v, (dict, list)) and len(v)]
                 keys = dict.fromkeys(k for d in maps for k in d)
-                agg = (lambda xs: stderr_of_mean(xs)) if m in STDERR_MAPS else (lambda xs: mean_sd(xs)[0])
+                agg = (lambda xs: stderr_over_seeds(xs)) if m in STDERR_MAPS else (lambda xs: mean_sd(xs)[0])
                 row[m] = {k: agg([d.get(k) for d in maps]) for k in keys} if maps else row[m]
         rows.append(row)
     return pd.DataFrame(rows).reset_index(drop=True)
