@@ -1,4 +1,4 @@
-"""Compute-optimal analysis (mor.reports.isoflop) on hand-made profiles, and the table9 /
+"""Compute-optimal analysis (mor.metrics.isoflop) on hand-made profiles, and the table9 /
 fig5a / fig4b / table11 renderers on synthetic parquet."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from mor.config import ModelConfig, RunConfig, TrainConfig
 from mor.reports import render
-from mor.reports.isoflop import Optimum, optimal_size, path_slope, size_exponent
+from mor.metrics.isoflop import Optimum, optimal_size, path_slope, size_exponent
 from mor.results import write_rows
 
 

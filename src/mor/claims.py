@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from mor.reports.isoflop import optima_by_budget, path_slope
+from mor.metrics.isoflop import optima_by_budget, path_slope
 
 # two-sided 95% Student t quantiles, by degrees of freedom (scipy-free)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -106,6 +106,14 @@ def one(df: pd.DataFrame, metric: str = "val_nll", **where) -> float:
     return float(rows[metric].iloc[0])
 
 
+def scale_key(s: str) -> float:
+    """Parameters a paper scale name stands for ('135M' < '1.7B'); unknown names last."""
+    try:
+        return float(s[:-1]) * {"M": 1e6, "B": 1e9}.get(s[-1], 1)
+    except ValueError:
+        return float("inf")
+
+
 def _nanmean(values: list[float]) -> float:
     v = [x for x in values if math.isfinite(x)]
     return float(np.mean(v)) if v else math.nan
@@ -158,8 +166,6 @@ def _mor_catches_up(f) -> float:
     """table9: the MoR - Vanilla NLL gap at the smallest scale minus at the largest (> 0: the gap
     closes as scale grows), mean over budgets."""
     df = f["table9"]
-    from mor.reports.common import scale_key
-
     scales = sorted(df["paper_scale"].unique(), key=scale_key)
     gaps = []
     for b in sorted(df["budget_flops"].unique()):
@@ -180,8 +186,6 @@ def _mor_vs_recursive_tokens(f) -> float:
 
 def _mor_beats_vanilla(f) -> float:
     """table9: NLL(Vanilla) - NLL(MoR) at every scale from 360M up, mean over scale x budget."""
-    from mor.reports.common import scale_key
-
     df = f["table9"]
     cells = df[["paper_scale", "budget_flops"]].drop_duplicates().itertuples(index=False)
     return _nanmean([one(df, variant="vanilla", paper_scale=s, budget_flops=b) - one(df, variant="mor", paper_scale=s, budget_flops=b)
@@ -446,8 +450,12 @@ VERDICT_NOTE = ("Verdicts: a two-sided 95% Student t interval of the mean per-se
 
 
 def render_claims(results_dir: Path, out: Path, mode: str) -> list[Path]:
-    """``tables/claims/``: claims.md (the table and how verdicts are decided) and claims.csv."""
-    from mor.reports.common import OutputDir
+    """``tables/claims/``: claims.md (the table and how verdicts are decided), claims.csv and
+    claims.html (the report shows HTML in place), swapped in whole (``mor.atomic.replace_dir``).
+    Written here, not through ``mor.reports``: claims read parquet and pure functions only."""
+    import html
+
+    from mor.atomic import remove_stale, replace_dir, temp_sibling
 
     frames = load_frames(Path(results_dir), {g for c in CLAIMS for g in c.grids})
     table = evaluate(frames)
@@ -455,12 +463,28 @@ def render_claims(results_dir: Path, out: Path, mode: str) -> list[Path]:
     summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("holds", "contradicted", "inconclusive", "not built"))
     commits = sorted({c[:12] for df in frames.values() for c in df["git_commit"].unique()})
     shown = table.drop(columns=["effect", "grids"]).astype(object).where(table.drop(columns=["effect", "grids"]).notna(), "")
-    od = OutputDir(out)
-    with od as d:
-        (d / "claims.md").write_text(
-            f"# The paper's claims, checked (mode '{mode}')\n\n{summary}. From {results_dir} "
-            f"(grids {', '.join(sorted(frames)) or 'none'}; commit(s) {', '.join(commits) or '-'}).\n\n"
-            f"{VERDICT_NOTE}\n\n" + shown.to_markdown(index=False) + "\n\n## Effects\n\n"
+    title = f"The paper's claims, checked (mode '{mode}')"
+    intro = (f"{summary}. From {results_dir} (grids {', '.join(sorted(frames)) or 'none'}; "
+             f"commit(s) {', '.join(commits) or '-'}).")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(out.parent)
+    tmp = temp_sibling(out)
+    tmp.mkdir()
+    try:
+        (tmp / "claims.md").write_text(
+            f"# {title}\n\n{intro}\n\n{VERDICT_NOTE}\n\n" + shown.to_markdown(index=False) + "\n\n## Effects\n\n"
             + "\n".join(f"- **{r['claim']}** ({r['grids']}): {r['effect']}" for _, r in table.iterrows()) + "\n")
-        table.to_csv(d / "claims.csv", index=False)
-    return od.files()
+        table.to_csv(tmp / "claims.csv", index=False)
+        body = "".join(f"<p>{html.escape(p)}</p>" for p in (intro, VERDICT_NOTE))
+        (tmp / "claims.html").write_text(
+            f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>claims</title></head><body>"
+            f"<h2>{html.escape(title)}</h2>{body}{table.to_html(index=False, na_rep='', border=0, classes='mor-table')}"
+            f"</body></html>\n")
+        replace_dir(tmp, out)
+    finally:
+        if tmp.exists():
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return sorted(out.iterdir())

@@ -14,6 +14,7 @@ from typing import Callable
 
 import pandas as pd
 
+from mor.claims import pick
 from mor.reports.common import (ACC_NOTE, evidence_note, OutputDir, accuracy_cells, has_mor, load_results, metric_cells, reference_value,
                                 result_tasks, run_count, seed_count, shown)
 
@@ -37,8 +38,6 @@ class AblationSpec:
 def _dead_token_note(df: pd.DataFrame) -> str:
     """App. G.3 states one number for Table 13 that belongs to no single row: the dead-token
     ratio of some aux-router variants reaches 66.7%. Shown beside the largest reproduced one."""
-    from mor.claims import pick  # imported here: mor.claims imports the reports package
-
     aux = pick(df, model__router__aux="aux_router")
     top = aux["dead_token_ratio"].max() if len(aux) else float("nan")
     here = "no aux-router run" if pd.isna(top) else f"{top:.1%}"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mor.claims import CLAIMS
+
 SECTIONS = {
     "tables/table9": "5.1 Compute-optimal scaling (isoFLOP)", "figures/fig5a": "5.1 Compute-optimal scaling (isoFLOP)",
     "tables/table10": "App. F Parameter sharing", "figures/fig6": "App. F Parameter sharing",
@@ -41,8 +43,6 @@ class Captions:
         self.grids_dir = Path(grids_dir) if grids_dir is not None else self.root / "grids"
 
     def caption(self, artifact: str) -> str:
-        from mor.claims import CLAIMS
-
         lines = [f"**{artifact}** ({section(artifact)})."]
         if artifact == "tables/claims":
             return "\n\n".join(lines + ["One row per qualitative claim of the paper: the effect over seeds, its 95% "

@@ -4,7 +4,7 @@ One panel per variant (Vanilla, Recursive, MoR), as § 5.1 compares the variants
 paths: validation NLL against model size (unique parameters, log scale), one isoFLOP
 profile per budget (points and the fitted parabola), the compute-optimal point of each
 budget as a star, and the optimal path (the line through the stars) with its slope in the
-legend (mor.reports.isoflop). Written as ``figures/fig5a/`` with fig5a.png, .pdf and
+legend (mor.metrics.isoflop). Written as ``figures/fig5a/`` with fig5a.png, .pdf and
 fig5a.csv (the stars).
 """
 
@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 
 from mor.reports.common import load_results, save_figure  # noqa: E402
 from mor.reports.seeds import fold_seeds  # noqa: E402
-from mor.reports.isoflop import optimal_size, parabola, path_slope  # noqa: E402
+from mor.metrics.isoflop import optimal_size, parabola, path_slope  # noqa: E402
 from mor.reports.table9 import VARIANTS  # noqa: E402
 
 

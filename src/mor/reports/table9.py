@@ -5,7 +5,7 @@ Written as ``tables/table9/`` holding
                             the budget bought (mor.budget), FLOPs spent / budget, NLL and the
                             six accuracies;
   optimal.md / .csv         the compute-optimal size per variant and budget, and the slopes
-                            of each variant's optimal path (mor.reports.isoflop; Fig. 5a);
+                            of each variant's optimal path (mor.metrics.isoflop; Fig. 5a);
   maxbatch.md / .csv        App. E's relative maximum batch (mor.reports.maxbatch).
 """
 
@@ -18,7 +18,7 @@ import pandas as pd
 
 from mor.reports import maxbatch
 from mor.reports.common import ACC_NOTE, OutputDir, evidence_note, accuracy_cells, has_mor, load_results, metric_cells, result_tasks, run_count, scale_key, seed_count, seeds_in, shown
-from mor.reports.isoflop import optima_by_budget, path_slope, size_exponent
+from mor.metrics.isoflop import optima_by_budget, path_slope, size_exponent
 
 VARIANTS = {"vanilla": "Vanilla", "recursive": "Recursive", "mor": "MoR"}
 
@@ -50,7 +50,7 @@ def build_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def optimal_table(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per variant and budget: N* (mor.reports.isoflop); per variant: the path's slopes."""
+    """Per variant and budget: N* (mor.metrics.isoflop); per variant: the path's slopes."""
     rows, paths = [], []
     sub = df[df["budget_flops"].notna()]
     for variant in [v for v in VARIANTS if v in set(sub["variant"])]:
