@@ -217,3 +217,21 @@ def test_capacity_sized_cache_overflows_loudly_when_the_router_keeps_too_many():
         prefill(model, torch.randint(0, V, (1, 12)), sizing="capacity")
     cache, _ = prefill(model, torch.randint(0, V, (1, 12)), sizing="full")
     assert (cache.depth == 3).all()
+
+
+# ------------------------------------------------------------------ one KV layout
+@pytest.mark.parametrize("router", ["expert_choice", "token_choice"])
+@pytest.mark.parametrize("kv", ["recursion_wise", "shared", "shared_dagger"])
+@pytest.mark.parametrize("sizing", ["full", "capacity"])
+def test_memory_model_counts_the_layout_the_cache_allocates(router, kv, sizing):
+    """mor.flops and the cache read one layout (kv_layout.cache_layout): the entries the
+    memory model counts are the entries init_cache allocates, token-choice included (its
+    design share is the balanced assignment, 3/3, 2/3, 1/3)."""
+    from mor.flops import kv_cache_entries
+
+    cfg = tiny(tying="middle_cycle", kv=kv, type=router)
+    model = build_model(cfg, TINY, V)
+    cache = init_cache(model, batch=1, max_len=24, sizing=sizing)
+    assert sum(s.size for s in cache.slots.values()) == kv_cache_entries(cfg, TINY, 24, sizing)
+    if sizing == "capacity" and kv == "recursion_wise":  # prefix, 3 recursions of 1 layer, suffix
+        assert kv_cache_entries(cfg, TINY, 24, sizing) == 24 + 24 + 16 + 8 + 24

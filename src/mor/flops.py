@@ -28,6 +28,7 @@ Relaxations (Table 16) add their per-token work to every recursion-layer call
 from __future__ import annotations
 
 from mor.config import ModelConfig, ScaleShape, capacities
+from mor.model.kv_layout import cache_layout, entries_per_sequence
 from mor.model.tying import TyingPlan, kv_producers, kv_unused, model_plan
 
 
@@ -214,33 +215,14 @@ def relative_max_batch(num_recursions: int, base_batch: int = 32, strategy: str 
 
 
 def kv_cache_entries(cfg: ModelConfig, s: ScaleShape, max_len: int, sizing: str = "capacity") -> int:
-    """Token entries one sequence's KV cache preallocates, summed over layers (mor.model.kv_cache).
-
-    A layer that reads another layer's KV (``model.kv`` shared) stores none; a dagger layer
-    mirrors its producer. sizing 'capacity': the layers of recursion r of an expert-choice
-    MoR model hold tokens_kept(max_len, c_r); every other layer (and 'full') max_len.
-    """
-    from mor.config import tokens_kept  # noqa: PLC0415 (keep the module's import list short)
-    if sizing not in ("full", "capacity"):
-        raise ValueError(f"sizing={sizing!r}; choose 'full' or 'capacity'")
+    """Token entries one sequence's KV cache holds, summed over layers: the layout of
+    ``mor.model.kv_layout.cache_layout`` (the one the caches allocate by). A layer that reads
+    another layer's KV (``model.kv`` shared) stores none; a dagger layer mirrors its
+    producer. sizing 'capacity': recursion r holds its design share of max_len (expert-choice
+    capacities; token-choice the balanced assignment); 'full': every layer max_len."""
     plan = plan_for(cfg, s)
     producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
-    ec = cfg.variant == "mor" and cfg.router.type == "expert_choice" and sizing == "capacity"
-    caps = capacities(cfg.num_recursions, cfg.router.capacity) if ec else None
-    start, per = len(plan.prefix), len(plan.recursions[0])
-
-    def size(e: int) -> int:
-        r = (e - start) // per
-        in_rec = e >= start and r < len(plan.recursions)
-        return tokens_kept(max_len, caps[r]) if caps is not None and in_rec else max_len
-
-    total = 0
-    for e, p in enumerate(producers):
-        if p == e:
-            total += size(e)
-        elif cfg.kv == "shared_dagger":
-            total += size(p)
-    return total
+    return entries_per_sequence(cache_layout(cfg, plan, producers, max_len, sizing))
 
 
 def kv_cache_bytes(cfg: ModelConfig, s: ScaleShape, batch: int, max_len: int, bytes_per_elem: int = 2,
@@ -257,12 +239,15 @@ def model_bytes(cfg: ModelConfig, s: ScaleShape, vocab: int, bytes_per_elem: int
 def max_batch(cfg: ModelConfig, s: ScaleShape, vocab: int, max_len: int, memory_bytes: float,
               bytes_per_elem: int = 2) -> int:
     """App. E's maximum decoding batch, exactly: how many sequences of ``max_len`` tokens fit
-    their KV cache (``kv_cache_bytes``, capacity-sized: recursion r of an expert-choice MoR
-    model holds c_r of the positions; shared KV stores recursion 1's only; unshared first and
+    their KV cache (``kv_cache_bytes``, capacity-sized: recursion r of a MoR model holds its
+    design share c_r of the positions; shared KV stores recursion 1's only; unshared first and
     last layers hold every position) beside the parameters (``model_bytes``) in
     ``memory_bytes``. Activations of the current position are neglected, as App. E does.
-    This is App. E's memory model: an engine that allocates every slot at full length (ours,
-    mor.engine, does) or keeps unused K/V weights resident fits fewer sequences than this."""
+
+    This is also the engine's admission limit (mor.engine.Engine with ``memory_bytes``: it
+    admits at most this many live sequences and pages their KV as the routers route it, so a
+    router that keeps more than its design share makes the engine wait or preempt, never
+    overflow)."""
     free = memory_bytes - model_bytes(cfg, s, vocab, bytes_per_elem)
     per_seq = kv_cache_bytes(cfg, s, 1, max_len, bytes_per_elem, sizing="capacity")
     if free <= 0:

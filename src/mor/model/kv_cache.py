@@ -25,9 +25,10 @@ read their producer's slot):
                                per sequence: only the tokens that reached the recursion
                                were written.
 
-    S_e = max_len ('full' sizing), or the recursion's top-k capacity of max_len
-    ('capacity' sizing: the memory the paper's cost table counts; a router that keeps more
-    tokens than that fails loudly instead of overwriting).
+    S_e = max_len ('full' sizing), or the recursion's design share of max_len ('capacity'
+    sizing: the memory the paper's cost table counts; a router that keeps more tokens than
+    that fails loudly instead of overwriting). The layout is ``kv_layout.cache_layout``,
+    the same definition mor.flops counts memory with.
 
 Attention over a slot always spans all S_e entries with a boolean mask
 ``pos <= query position`` (unfilled entries hold EMPTY, so they never pass), so the
@@ -41,15 +42,11 @@ batch size, or running past ``max_len``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import torch
 
-from mor.config import capacities, tokens_kept
+from mor.model.kv_layout import SlotKind, SlotSpec, cache_layout, recursion_of  # noqa: F401 (re-exported)
 
 EMPTY = torch.iinfo(torch.long).max  # position of an unfilled cache entry: never <= a query
-SlotKind = Literal["own", "shared", "dagger"]
 
 
 # --------------------------------------------------------------------------------------
@@ -98,54 +95,8 @@ def run_kv_layer(model, e: int, layer_id: int, x: torch.Tensor, positions: torch
 
 
 # --------------------------------------------------------------------------------------
-# Cache layout
+# Cache layout: one definition, torch-free (kv_layout.py), shared with mor.flops
 # --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SlotSpec:
-    """What effective layer e keeps in the cache: its own slot, none (reads ``source``'s),
-    or a dagger slot mirroring ``source``. ``size``: entries per sequence (0 for shared)."""
-
-    kind: SlotKind
-    source: int
-    size: int
-
-
-def recursion_of(plan, e: int) -> int | None:
-    """Recursion (0-based) that effective layer e belongs to; None for prefix/suffix."""
-    start, per = len(plan.prefix), len(plan.recursions[0])
-    r = (e - start) // per if e >= start else None
-    return r if r is not None and r < len(plan.recursions) else None
-
-
-def cache_layout(cfg, plan, producers: tuple[int, ...], max_len: int, sizing: str = "full") -> list[SlotSpec]:
-    """One ``SlotSpec`` per effective layer of ``plan.order``.
-
-    sizing 'full': every slot holds max_len tokens. 'capacity': a recursion-r slot of an
-    expert-choice MoR model holds its top-k share tokens_kept(max_len, c_r); other slots
-    max_len (token-choice has no capacity, so it is refused).
-    """
-    if sizing not in ("full", "capacity"):
-        raise ValueError(f"sizing={sizing!r}; choose 'full' or 'capacity'")
-    routed_ec = cfg.variant == "mor" and cfg.router.type == "expert_choice"
-    if sizing == "capacity" and cfg.variant == "mor" and not routed_ec:
-        raise ValueError("sizing='capacity' needs expert-choice routing (token-choice depths have no capacity)")
-    caps = capacities(cfg.num_recursions, cfg.router.capacity) if routed_ec else None
-
-    def size(e: int) -> int:
-        r = recursion_of(plan, e) if sizing == "capacity" and caps is not None else None
-        return max_len if r is None else tokens_kept(max_len, caps[r])
-
-    specs = []
-    for e, p in enumerate(producers):
-        if p == e:
-            specs.append(SlotSpec("own", e, size(e)))
-        elif cfg.kv == "shared_dagger":
-            specs.append(SlotSpec("dagger", p, size(p)))
-        else:
-            specs.append(SlotSpec("shared", p, 0))
-    return specs
-
-
 # --------------------------------------------------------------------------------------
 # Static-size cache
 # --------------------------------------------------------------------------------------
