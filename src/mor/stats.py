@@ -1,0 +1,226 @@
+"""The statistics behind the claims table, as pure functions of per-seed effects.
+
+A claim is decided from one or more *comparisons*, each a vector of per-seed differences
+(seed s uses only the runs of seed s, so the seeds are independent replicates). The last
+axis of every array below is the seed axis, so the same functions run one claim or, in the
+tests, thousands of simulated families at once.
+
+Tests (all Student t on the per-seed differences, ``scipy.stats.t``):
+
+* **superiority** ("A beats B", "A is best"): every comparison must point the paper's way.
+  "A is best" holds only if A beats *every* competitor: an intersection-union test (Berger
+  1982), which needs no multiplicity correction: p_hold = max_k p_k(mu_k <= 0). It is
+  contradicted if *some* competitor beats A: a union, Bonferroni over the K comparisons:
+  p_contra = K min_k p_k(mu_k >= 0). Both one-sided p-values are doubled, so with K = 1
+  the claim holds at level alpha exactly when the two-sided 1 - alpha interval lies above 0.
+* **equivalence** ("X changes NLL little"): two one-sided tests (TOST, Schuirmann 1987)
+  per comparison, p_k = max(p(mu_k <= -m), p(mu_k >= m)); it holds when every comparison
+  is inside +-m (intersection-union again; with K = 1 and alpha = 0.05 this is "the 90%
+  interval lies inside +-m"). It is contradicted when some comparison lies outside the
+  margin: Bonferroni over K and over the two sides.
+
+Sequential looks: seeds are added in pre-registered looks (``Design.looks``, e.g. n = 3, 6,
+9). The level alpha is spent over the looks with a Lan-DeMets spending function of the
+power family, alpha(t) = alpha t^rho with t = n / n_max (Lan & DeMets 1983; Kim & DeMets
+1987; rho = 1 spends evenly, like Pocock; rho = 3 resembles O'Brien-Fleming). Look k is
+tested at its increment alpha w_k, and the claim's sequential p-value is
+min_k p_k / w_k (a weighted Bonferroni over the looks). Why not the exact group-sequential
+boundaries: those assume a normal statistic with known variance, and at 3 seeds the t
+statistic has 2 degrees of freedom, far from normal. The union bound needs no distributional
+link between looks, so it is valid with t tests at any n, at the price of some power (the
+exact boundaries would be a little lower). Why not an anytime-valid confidence sequence
+(Howard et al. 2021): those need a known bound or sub-Gaussian scale for the effect, which
+we do not have across NLL, MaxVio and throughput claims, and they are wider than a t
+interval at n <= 10.
+
+Across claims: Holm's step-down (Holm 1979) over the sequential p-values of every claim
+that has seeds. Holm is monotone (smaller p-values never undo a rejection), and stopping a
+claim early only removes looks (its p-value can only be larger than if it had run all
+looks), so stopping every decided claim and adding seeds only to the undecided ones keeps
+the family-wise error rate at alpha. Holm is written out here (six lines) because
+statsmodels is not in the environment; ``tests/test_stats.py`` checks it, and every other
+function, on simulated null and planted effects.
+
+Minimum detectable effect (MDE): the true mean effect a one-sample t test at level
+``level`` (two-sided) detects with probability ``power`` at n seeds and standard deviation
+sd, (t_{1-level/2, n-1} + t_{power, n-1}) sd / sqrt(n), the usual approximation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as _st
+
+
+# --------------------------------------------------------------------------------------
+# One-sample t tests along the last axis
+# --------------------------------------------------------------------------------------
+def _t(x: np.ndarray, mu0: float) -> tuple[np.ndarray, np.ndarray]:
+    """t statistic of H0: mean = mu0 and its degrees of freedom, along the last axis."""
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[-1]
+    if n < 2:
+        raise ValueError(f"a t test needs >= 2 seeds, got {n}")
+    sd = x.std(axis=-1, ddof=1)
+    se = np.where(sd > 0, sd, np.finfo(float).tiny) / math.sqrt(n)
+    return (x.mean(axis=-1) - mu0) / se, n - 1
+
+
+def p_above(x: np.ndarray, mu0: float = 0.0) -> np.ndarray:
+    """One-sided p-value of H0: mean <= mu0 (small when the mean is above mu0)."""
+    t, dof = _t(x, mu0)
+    return _st.t.sf(t, dof)
+
+
+def p_below(x: np.ndarray, mu0: float = 0.0) -> np.ndarray:
+    """One-sided p-value of H0: mean >= mu0 (small when the mean is below mu0)."""
+    t, dof = _t(x, mu0)
+    return _st.t.cdf(t, dof)
+
+
+def interval(x, level: float = 0.95) -> tuple[float, float, float, int]:
+    """Mean and two-sided ``level`` t interval (lo, hi) of one vector, and n (nan interval
+    for n < 2)."""
+    x = np.asarray([v for v in np.ravel(np.asarray(x, dtype=np.float64)) if math.isfinite(v)])
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
+    mean = float(x.mean())
+    if n < 2:
+        return mean, math.nan, math.nan, n
+    half = float(_st.t.ppf(0.5 + level / 2, n - 1)) * float(x.std(ddof=1)) / math.sqrt(n)
+    return mean, mean - half, mean + half, n
+
+
+# --------------------------------------------------------------------------------------
+# A claim's two p-values: "holds" and "contradicted"
+# --------------------------------------------------------------------------------------
+def superiority_p(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(p_hold, p_contra) of "every comparison > 0", from e of shape (..., K, n): K
+    comparisons, n seeds (module docstring: intersection-union, Bonferroni for the union)."""
+    e = np.asarray(e, dtype=np.float64)
+    k = e.shape[-2]
+    p_hold = np.minimum(1.0, 2 * p_above(e).max(axis=-1))
+    p_contra = np.minimum(1.0, 2 * k * p_below(e).min(axis=-1))
+    return p_hold, p_contra
+
+
+def equivalence_p(d: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray]:
+    """(p_hold, p_contra) of "every |comparison| < margin" from signed differences d of shape
+    (..., K, n): TOST per comparison, intersection-union over them; contradicted when some
+    comparison lies outside +-margin (Bonferroni over K and the two sides)."""
+    if not margin > 0:
+        raise ValueError(f"an equivalence margin must be > 0, got {margin}")
+    d = np.asarray(d, dtype=np.float64)
+    k = d.shape[-2]
+    tost = np.maximum(p_above(d, -margin), p_below(d, margin))  # (..., K)
+    outside = np.minimum(p_above(d, margin), p_below(d, -margin))
+    return tost.max(axis=-1), np.minimum(1.0, 2 * k * outside.min(axis=-1))
+
+
+# --------------------------------------------------------------------------------------
+# Sequential looks
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Design:
+    """A pre-registered sequential design (grids/claims.yaml ``design``)."""
+
+    alpha: float = 0.05  # family-wise error rate over every claim decided with seeds
+    looks: tuple[int, ...] = (3, 6, 9)  # seeds per claim at each look
+    rho: float = 1.0  # power-family spending exponent, alpha(t) = alpha t^rho
+    power: float = 0.8  # for the minimum detectable effect and the seeds needed
+
+    def __post_init__(self):
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
+        if not self.looks or list(self.looks) != sorted(set(self.looks)) or self.looks[0] < 2:
+            raise ValueError(f"looks must be increasing seed counts >= 2, got {self.looks}")
+        if not self.rho > 0:
+            raise ValueError(f"rho must be > 0, got {self.rho}")
+
+    def weights(self) -> np.ndarray:
+        """The share of alpha spent at each look: alpha(t_k) - alpha(t_{k-1}), over alpha."""
+        t = np.asarray(self.looks, dtype=np.float64) / self.looks[-1]
+        spent = t ** self.rho
+        return np.diff(np.concatenate([[0.0], spent]))
+
+    def looks_within(self, n: int) -> list[int]:
+        """The looks that n seeds reach."""
+        return [k for k in self.looks if k <= n]
+
+
+def sequential_p(p_by_look: list[np.ndarray], design: Design) -> np.ndarray:
+    """min_k p_k / w_k over the looks taken (``p_by_look[k]`` at ``design.looks[k]``);
+    1 when no look was taken. Valid under any dependence between looks (union bound)."""
+    w = design.weights()
+    if len(p_by_look) > len(w):
+        raise ValueError(f"{len(p_by_look)} looks for a design of {len(w)}")
+    out = np.asarray(1.0)
+    for p, wk in zip(p_by_look, w):
+        out = np.minimum(out, np.asarray(p) / wk)
+    return np.minimum(out, 1.0)
+
+
+def claim_p(comparisons: np.ndarray, design: Design, margin: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Sequential (p_hold, p_contra) of a claim whose comparisons are (..., K, n) with the
+    seeds in the order they were added: every look n_k <= n uses the first n_k seeds."""
+    c = np.asarray(comparisons, dtype=np.float64)
+    looks = design.looks_within(c.shape[-1])
+    holds, contras = [], []
+    for n in looks:
+        x = c[..., :n]
+        h, k = equivalence_p(x, margin) if margin else superiority_p(x)
+        holds.append(h)
+        contras.append(k)
+    return sequential_p(holds, design), sequential_p(contras, design)
+
+
+# --------------------------------------------------------------------------------------
+# Across claims
+# --------------------------------------------------------------------------------------
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm-adjusted p-values along the last axis (reject where adjusted <= alpha)."""
+    p = np.asarray(p, dtype=np.float64)
+    m = p.shape[-1]
+    order = np.argsort(p, axis=-1)
+    ranked = np.take_along_axis(p, order, axis=-1) * (m - np.arange(m))
+    adjusted = np.minimum(1.0, np.maximum.accumulate(ranked, axis=-1))
+    out = np.empty_like(adjusted)
+    np.put_along_axis(out, order, adjusted, axis=-1)
+    return out
+
+
+def verdicts(p_hold: np.ndarray, p_contra: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Holm over the claims (last axis) of p = min(p_hold, p_contra): (adjusted p, verdict
+    code: +1 holds, -1 contradicted, 0 undecided). p_hold and p_contra never both fall below
+    alpha for valid data (they need opposite signs), and ties go to "undecided"."""
+    p_hold, p_contra = np.asarray(p_hold, dtype=np.float64), np.asarray(p_contra, dtype=np.float64)
+    adjusted = holm(np.minimum(p_hold, p_contra))
+    decided = adjusted <= alpha
+    code = np.where(decided & (p_hold < p_contra), 1, np.where(decided & (p_contra < p_hold), -1, 0))
+    return adjusted, code
+
+
+# --------------------------------------------------------------------------------------
+# Power: the smallest effect n seeds detect, the seeds an effect needs
+# --------------------------------------------------------------------------------------
+def mde(sd: float, n: int, level: float, power: float = 0.8) -> float:
+    """Minimum detectable mean effect of a two-sided one-sample t test at ``level`` with
+    probability ``power``, n seeds of standard deviation sd (nan for n < 2)."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    dof = n - 1
+    return (float(_st.t.ppf(1 - level / 2, dof)) + float(_st.t.ppf(power, dof))) * sd / math.sqrt(n)
+
+
+def seeds_needed(effect: float, sd: float, level: float, power: float = 0.8, n_max: int = 1000) -> int | None:
+    """The smallest n whose MDE is at most |effect| (None beyond n_max or without an effect)."""
+    if not (math.isfinite(effect) and math.isfinite(sd)) or effect == 0:
+        return None
+    for n in range(2, n_max + 1):
+        if mde(sd, n, level, power) <= abs(effect):
+            return n
+    return None

@@ -1,0 +1,223 @@
+"""mor.stats against simulations with a known truth: under a null every decisive rate stays
+at or below its nominal level (within the simulation's error), and a planted effect is
+found at the power the design claims. Vectorised numpy: each test runs in about a second."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mor.stats import (Design, claim_p, equivalence_p, holm, interval, mde, p_above, seeds_needed, sequential_p,
+                       superiority_p, verdicts)
+
+R = 20000  # simulated replications
+ALPHA = 0.05
+
+
+def _slack(rate: float = ALPHA, reps: int = R) -> float:
+    """Three binomial standard errors of a rate estimated from ``reps`` replications."""
+    return 3 * math.sqrt(rate * (1 - rate) / reps)
+
+
+def _draw(rng, mu, n, sd=1.0, reps=R):
+    """(reps, K, n) comparisons with means ``mu`` (K of them) that share a run: comparison k
+    is run A minus competitor k, so they correlate the way 'A beats each of B, C' does."""
+    mu = np.asarray(mu, dtype=np.float64)
+    a = rng.normal(size=(reps, 1, n))
+    b = rng.normal(size=(reps, len(mu), n))
+    return mu[None, :, None] + sd * (a - b) / math.sqrt(2)
+
+
+def test_interval_matches_the_t_table():
+    mean, lo, hi, n = interval([1.0, 2.0, 3.0])
+    half = 4.302653 / math.sqrt(3)  # t(0.975, 2) * sd / sqrt(n)
+    assert (mean, n) == (2.0, 3) and lo == pytest.approx(2 - half, abs=1e-5) and hi == pytest.approx(2 + half, abs=1e-5)
+    assert math.isnan(interval([5.0])[1]) and interval([])[3] == 0
+    lo90 = interval([1.0, 2.0, 3.0], level=0.90)[1]
+    assert lo90 == pytest.approx(2 - 2.919986 / math.sqrt(3), abs=1e-5)
+
+
+@pytest.mark.parametrize("n", [3, 9])
+def test_superiority_null_rate_is_alpha(n):
+    """K = 1, true effect 0: holds + contradicted at alpha = 5% (2.5% each side), as the
+    two-sided interval gives."""
+    rng = np.random.default_rng(n)
+    h, c = superiority_p(_draw(rng, [0.0], n))
+    assert abs((h <= ALPHA).mean() - ALPHA / 2) < _slack(ALPHA / 2)
+    assert abs((c <= ALPHA).mean() - ALPHA / 2) < _slack(ALPHA / 2)
+
+
+def test_best_against_every_competitor_not_their_mean():
+    """A beats B by 2 sd but ties with C. The mean over competitors is +1 sd, so the old
+    mean-of-competitors test 'holds' almost always at 9 seeds; the intersection-union test
+    holds at most alpha/2 of the time (its least favourable null), and holds almost always
+    once A beats both."""
+    rng = np.random.default_rng(1)
+    e = _draw(rng, [2.0, 0.0], 9)
+    mean_holds = np.array([interval(x.mean(axis=0))[1] > 0 for x in e[:2000]]).mean()
+    assert mean_holds > 0.5
+    h, _ = superiority_p(e)
+    assert (h <= ALPHA).mean() <= ALPHA / 2 + _slack(ALPHA / 2)
+    h, _ = superiority_p(_draw(rng, [2.0, 2.0], 9))
+    assert (h <= ALPHA).mean() > 0.99
+
+
+def test_contradicted_when_one_competitor_wins():
+    """A loses to C by 2 sd: contradicted (Bonferroni over K), and never at the null."""
+    rng = np.random.default_rng(2)
+    _, c = superiority_p(_draw(rng, [0.5, -2.0, 0.5], 9))
+    assert (c <= ALPHA).mean() > 0.95
+    _, c = superiority_p(_draw(rng, [0.0, 0.0, 0.0], 9))
+    assert (c <= ALPHA).mean() <= ALPHA / 2 + _slack(ALPHA / 2)
+
+
+@pytest.mark.parametrize("n", [3, 8])
+def test_tost_at_the_margin_and_inside(n):
+    """|mean difference| = margin (the null of 'little change'): 'holds' at most alpha. A true
+    difference of 0 with sd small against the margin: holds (the old |d| test read this
+    'contradicted' as n grew)."""
+    rng = np.random.default_rng(10 + n)
+    m = 0.05
+    for edge in (m, -m):
+        h, _ = equivalence_p(_draw(rng, [edge], n, sd=0.07), m)
+        assert (h <= ALPHA).mean() <= ALPHA + _slack()
+    h, c = equivalence_p(_draw(rng, [0.0], n, sd=0.01), m)
+    assert (h <= ALPHA).mean() > 0.95 and (c <= ALPHA).mean() == 0
+    # no true difference, sd 0.07 (the issue's case): never contradicted beyond alpha
+    _, c = equivalence_p(_draw(rng, [0.0], n, sd=0.07), m)
+    assert (c <= ALPHA).mean() <= ALPHA
+
+
+def test_tost_is_the_90_percent_interval():
+    x = np.array([[[0.01, 0.02, -0.005, 0.015]]])
+    _, lo, hi, _ = interval(x[0, 0], level=0.90)
+    h, _ = equivalence_p(x, 0.05)
+    assert (h[0] <= 0.05) == (-0.05 < lo and hi < 0.05)
+    h, _ = equivalence_p(x, max(abs(lo), abs(hi)) - 1e-6)
+    assert h[0] > 0.05
+
+
+def test_spending_weights():
+    w = Design(looks=(3, 6, 9), rho=1.0).weights()
+    assert w == pytest.approx([1 / 3, 1 / 3, 1 / 3])
+    w = Design(looks=(3, 6, 9), rho=2.0).weights()
+    assert w == pytest.approx([1 / 9, 3 / 9, 5 / 9]) and w.sum() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="looks"):
+        Design(looks=(6, 3))
+    assert sequential_p([np.array(0.01), np.array(0.5)], Design(looks=(3, 6), rho=1.0)) == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("rho", [1.0, 2.0])
+def test_sequential_looks_keep_alpha(rho):
+    """Null effect, looks at 3, 6, 9: the rate of ever deciding stays <= alpha; a naive
+    re-test at every look at alpha does not."""
+    rng = np.random.default_rng(int(rho * 7))
+    design = Design(looks=(3, 6, 9), rho=rho)
+    e = _draw(rng, [0.0], 9)
+    h, c = claim_p(e, design)
+    assert (np.minimum(h, c) <= ALPHA).mean() <= ALPHA + _slack()
+    naive = np.zeros(R, bool)
+    for n in design.looks:
+        h, c = superiority_p(e[..., :n])
+        naive |= np.minimum(h, c) <= ALPHA
+    assert naive.mean() > ALPHA + _slack()
+
+
+def test_holm_by_hand_and_under_the_null():
+    assert holm(np.array([0.01, 0.04, 0.03, 0.2])) == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    rng = np.random.default_rng(3)
+    p = rng.uniform(size=(R, 10))
+    assert ((holm(p) <= ALPHA).any(axis=1)).mean() <= ALPHA + _slack()
+    p[:, 0] = 1e-4  # one planted effect is found, the nulls stay controlled
+    adj = holm(p)
+    assert (adj[:, 0] <= ALPHA).all() and (adj[:, 1:] <= ALPHA).any(axis=1).mean() <= ALPHA + _slack()
+
+
+def test_mde_gives_the_stated_power():
+    """A planted effect of exactly the MDE is found with the stated power (the formula is an
+    approximation to the noncentral t: within 5 points)."""
+    rng = np.random.default_rng(4)
+    for n, level in ((3, 0.05), (9, 0.05 / 3), (9, 0.05 / 21)):
+        delta = mde(1.0, n, level, 0.8)
+        h, _ = superiority_p(_draw(rng, [delta], n))
+        assert abs((h <= level).mean() - 0.8) < 0.05, (n, level)
+    assert seeds_needed(mde(1.0, 9, 0.05), 1.0, 0.05) == 9
+    assert seeds_needed(0.0, 1.0, 0.05) is None and math.isnan(mde(1.0, 1, 0.05))
+
+
+def _adaptive_family(rng, truths, design, reps=R):
+    """The whole machinery on a simulated family: claims given as (means, margin, sd); at
+    each look the claims still undecided get their next seeds, every claim's sequential p is
+    recomputed, Holm runs over the family and the decided claims stop. Returns the final
+    verdict codes (reps, claims) and the seeds each claim used."""
+    n_max = design.looks[-1]
+    data = [_draw(rng, mu, n_max, sd=sd, reps=reps) for mu, _, sd in truths]
+    J = len(truths)
+    p_h, p_c = np.ones((reps, J)), np.ones((reps, J))
+    stopped = np.zeros((reps, J), bool)
+    used = np.zeros((reps, J), int)
+    for k, n in enumerate(design.looks):
+        for j, (_, margin, _) in enumerate(truths):
+            h, c = claim_p(data[j][..., :n], design, margin)
+            live = ~stopped[:, j]
+            p_h[live, j], p_c[live, j], used[live, j] = h[live], c[live], n
+        _, code = verdicts(p_h, p_c, design.alpha)
+        stopped |= code != 0
+    _, code = verdicts(p_h, p_c, design.alpha)
+    return code, used
+
+
+# a family shaped like tables/claims: superiority claims with 1-3 competitors (the
+# least favourable null of "best": one competitor tied, the others beaten), an equivalence
+# claim at its margin
+NULL_FAMILY = [([0.0], None, 1.0), ([0.0], None, 1.0), ([0.0], None, 1.0), ([0.0], None, 1.0),
+               ([0.0, 3.0], None, 1.0), ([0.0, 3.0, 3.0], None, 1.0), ([0.0, 0.0], None, 1.0), ([0.05], 0.05, 0.07)]
+
+
+def _wrong(code, truths):
+    """Decisive verdicts that the truth makes wrong."""
+    wrong = np.zeros_like(code, bool)
+    for j, (mu, margin, _) in enumerate(truths):
+        if margin:
+            holds_true = all(abs(m) < margin for m in mu)
+        else:
+            holds_true = all(m > 0 for m in mu)
+        contra_true = (not holds_true) if margin else any(m < 0 for m in mu)
+        wrong[:, j] = ((code[:, j] == 1) & (not holds_true)) | ((code[:, j] == -1) & (not contra_true))
+    return wrong
+
+
+@pytest.mark.parametrize("rho", [1.0, 2.0])
+def test_null_family_wise_rate_with_sequential_looks(rho):
+    """Every true effect zero (the equivalence claim at its margin), looks at 3, 6, 9, seeds
+    added only to undecided claims, Holm across claims: the family-wise rate of wrong
+    decisive verdicts stays at or below 5% within the simulation's error."""
+    design = Design(alpha=ALPHA, looks=(3, 6, 9), rho=rho)
+    code, used = _adaptive_family(np.random.default_rng(5), NULL_FAMILY, design)
+    fwer = _wrong(code, NULL_FAMILY).any(axis=1).mean()
+    assert fwer <= ALPHA + _slack(), fwer
+    assert (used == 9).mean() > 0.95  # undecided claims ran every look
+
+
+def test_planted_effects_are_found():
+    """Four claims hold by 2.5 sd, one is contradicted (a competitor wins by 2.5 sd), one
+    equivalence claim sits well inside its margin, two are null: the planted ones are found
+    (most by the last look, many early) and the nulls stay controlled."""
+    truths = [([2.5], None, 1.0), ([2.5], None, 1.0), ([2.5, 2.5], None, 1.0), ([2.5, 2.5, 2.5], None, 1.0),
+              ([1.0, -2.5], None, 1.0), ([0.0], 0.05, 0.01), ([0.0], None, 1.0), ([0.0], None, 1.0)]
+    design = Design(alpha=ALPHA, looks=(3, 6, 9), rho=1.0)
+    code, used = _adaptive_family(np.random.default_rng(6), truths, design, reps=5000)
+    expect = [1, 1, 1, 1, -1, 1]
+    power = [(code[:, j] == v).mean() for j, v in enumerate(expect)]
+    assert min(power) > 0.9, power
+    assert (used[:, :4] < 9).mean() > 0.5  # decided claims stop early: seeds go elsewhere
+    assert _wrong(code, truths).any(axis=1).mean() <= ALPHA + _slack(reps=5000)
+
+
+def test_p_values_are_uniform_under_the_null():
+    rng = np.random.default_rng(8)
+    p = p_above(rng.normal(size=(R, 5)))
+    for q in (0.01, 0.05, 0.2, 0.5):
+        assert abs((p <= q).mean() - q) < _slack(q)
