@@ -236,6 +236,10 @@ class VanillaCheckpoint:
         if self.config is not None:
             cfg_file = self.folder / "config.json"
             c = self.config
+            if c.get("model_type") == "mor" and (c.get("variant") != "vanilla" or c.get("kv") != "recursion_wise"):
+                raise InitCheckpointError(f"{cfg_file}: an exported {c.get('variant')} model (kv {c.get('kv')!r}, "
+                                          "`python -m mor export-hf`), not a vanilla checkpoint: its layers are "
+                                          "tied or share keys/values")
             heads = c.get("num_attention_heads")
             expected = {
                 "hidden_size": shape.hidden, "intermediate_size": shape.mlp, "num_attention_heads": shape.heads,

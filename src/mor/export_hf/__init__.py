@@ -1,0 +1,214 @@
+"""``python -m mor export-hf <run_dir> <out_dir>``: a trained run as a Hugging Face folder.
+
+    out_dir/
+      config.json              MoRConfig: shape (Llama names), every field of the run's model
+                               config (``mor``), the resolved tying plan, KV producers, router
+                               capacities, ``auto_map`` -> modeling_mor.py
+      model.safetensors        our tensors renamed: embed_tokens -> model.embed_tokens,
+                               unique_layers.i -> model.layers.i, norm -> model.norm,
+                               routers.r -> model.routers.r (no lm_head: tied)
+      modeling_mor.py          self-contained (torch + transformers), copied from this package
+      generation_config.json   greedy
+      tokenizer.json, tokenizer_config.json, special_tokens_map.json
+      README.md                model card: training config, grid, commit, val NLL, routing
+
+``AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True)`` loads it. What the
+modeling file cannot express is refused before anything is written (``ExportError``): a
+run that has not finished, and relaxations (LoRA / DoRA / prefix / recursion PE), which
+hook into every layer call. A vanilla export keeps the Llama names and shape fields, so
+``mor.model.init_from_hf`` (up-training) reads it back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+from mor.atomic import replace_dir, temp_sibling
+from mor.config import capacities, model_shape, run_config_from_dict
+from mor.data.paths import data_paths
+from mor.model.transformer import build_model
+from mor.model.tying import kv_producers, model_plan
+
+MODELING_FILE = Path(__file__).with_name("modeling_mor.py")
+ROUTINGS = ("causal", "topk")
+
+
+class ExportError(ValueError):
+    """A run cannot be exported as it is; the message says why and what would work."""
+
+
+def refusal(model_cfg) -> str | None:
+    """Why the modeling file cannot express this model config, or None when it can."""
+    if model_cfg.relaxation != "none":
+        return (f"model.relaxation={model_cfg.relaxation!r}: relaxations (per-recursion LoRA/DoRA deltas, prefixes, "
+                "recursion position encodings) are not in the exported modeling file; only relaxation 'none' exports")
+    return None
+
+
+def hf_tensor_name(name: str) -> str:
+    """Our parameter name -> the exported one."""
+    for ours, theirs in (("unique_layers.", "model.layers."), ("routers.", "model.routers.")):
+        if name.startswith(ours):
+            return theirs + name[len(ours):]
+    return {"embed_tokens.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}[name]
+
+
+def hf_config(model, run, routing: str) -> dict:
+    """config.json of a built model of ``run`` (a ``mor.config.RunConfig``)."""
+    s, m = model.shape, run.model
+    plan = model_plan(m, s.layers)
+    return {
+        "architectures": ["MoRForCausalLM"], "model_type": "mor",
+        "auto_map": {"AutoConfig": "modeling_mor.MoRConfig", "AutoModelForCausalLM": "modeling_mor.MoRForCausalLM"},
+        "vocab_size": model.vocab_size, "hidden_size": s.hidden, "intermediate_size": s.mlp,
+        "num_hidden_layers": len(model.unique_layers), "num_attention_heads": s.heads,
+        "num_key_value_heads": s.kv_heads, "head_dim": s.head_dim, "max_position_embeddings": s.max_seq_len,
+        "rope_theta": s.rope_theta, "rms_norm_eps": s.norm_eps, "hidden_act": "silu",
+        "attention_bias": False, "mlp_bias": False, "initializer_range": s.init_std, "tie_word_embeddings": True,
+        "dtype": "float32",
+        "variant": m.variant, "num_recursions": m.num_recursions, "kv": m.kv,
+        "layer_plan": {"prefix": list(plan.prefix), "recursions": [list(r) for r in plan.recursions],
+                       "suffix": list(plan.suffix)},
+        "kv_producers": list(kv_producers(plan, m.kv, m.variant, m.tying, m.num_recursions)),
+        "router": dataclasses.asdict(m.router) if m.variant == "mor" else {},
+        "router_capacities": capacities(m.num_recursions, m.router.capacity) if m.variant == "mor" else [],
+        "routing": routing, "max_depth": None,
+        "mor": {"model": dataclasses.asdict(m), "scale": dataclasses.asdict(s), "run_id": run.run_id,
+                "grid": run.grid, "config_hash": run.config_hash},
+        "eos_token_id": 0, "bos_token_id": None, "pad_token_id": None,
+    }
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ExportError(f"{path}: {what} not found") from None
+    except json.JSONDecodeError as e:
+        raise ExportError(f"{path}: {what} is not valid JSON ({e})") from None
+
+
+def val_nll(run_dir: Path, grid: str, run_id: str, results: Path) -> dict:
+    """The run's validation NLLs from its result row (``results/runs/<grid>/<id>.parquet``), if any."""
+    row_file = results / "runs" / grid / f"{run_id}.parquet"
+    if not row_file.exists():
+        return {}
+    from mor.results import read_rows
+
+    row = read_rows(row_file).to_pylist()[0]
+    return {k: row[k] for k in ("val_nll", "val_nll_causal", "val_tokens") if row.get(k) is not None}
+
+
+def model_card(run, meta: dict, summary: dict, nll: dict, routing: str) -> str:
+    m = run.model
+    what = {"vanilla": "Vanilla Transformer", "recursive": f"Recursive Transformer ({m.tying}, Nr={m.num_recursions})",
+            "mor": f"Mixture-of-Recursions ({m.router.type.replace('_', '-')} router, {m.tying}, Nr={m.num_recursions})"}
+    routed = m.variant == "mor"
+    if not routed:
+        how = "no router: every token runs every recursion."
+    elif m.router.type == "token_choice":
+        how = ("token-choice: each token's depth is the top-1 of its router before recursion 1 "
+               "(causal as trained; `routing` makes no difference).")
+    else:
+        how = (f"expert-choice, `routing: {routing}` in config.json. `causal` (generation): a token continues to "
+               "recursion r when it reached r-1 and its " + ("auxiliary router" if m.router.aux == "aux_router"
+                                                             else "router") +
+               " logit is > 0 (a recursion of capacity 1 keeps every token). `topk` (teacher-forced scoring, as "
+               "trained): the top-k tokens of each sequence; pass `routing=\"topk\"` to `forward`.")
+    nll_lines = (f"- validation NLL (teacher-forced{', top-k routing' if routed else ''}): {nll['val_nll']:.4f}\n"
+                 f"- validation NLL (causal routing): {nll['val_nll_causal']:.4f} over {nll.get('val_tokens')} tokens\n"
+                 if "val_nll" in nll else "- validation NLL: not evaluated (no result row for this run)\n")
+    return f"""---
+library_name: transformers
+tags: [mixture-of-recursions, mor-repro]
+---
+# {run.run_id}
+
+{what[m.variant]} trained by mor-repro (a reproduction of *Mixture-of-Recursions*, Bae et al.,
+NeurIPS 2025), exported with `python -m mor export-hf`.
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained("<this folder>", trust_remote_code=True)
+tok = AutoTokenizer.from_pretrained("<this folder>", trust_remote_code=True)
+```
+
+- grid: `{run.grid}`, run id `{run.run_id}`, config hash `{run.config_hash}`
+- git commit: `{meta.get('git_commit', 'unknown')}`
+- parameters: {meta.get('n_params', 'unknown')} (tied tensors once)
+- trained: {summary.get('steps')} steps, {summary.get('tokens_seen')} tokens, final train loss {summary.get('final_loss', float('nan')):.4f}
+{nll_lines}
+## Routing at inference
+
+{how}
+`generate()` recomputes the whole prefix each step (no KV cache) and gives the same tokens
+as mor-repro's cached greedy `decode.generate`.
+
+## Training config
+
+```json
+{json.dumps(run.to_dict(), indent=2, sort_keys=True)}
+```
+"""
+
+
+def write_tokenizer(spec: str, out: Path) -> None:
+    """The run's tokenizer as a transformers fast tokenizer (``<|endoftext|>`` = eos)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from mor.data.tokenizer import EOS
+
+    path = Path(spec)
+    if path.suffix == ".json":
+        if not path.is_file():
+            raise ExportError(f"tokenizer {path} not found: build it first (the workflow's data rules), or pass "
+                              "--data-root to the folder that holds tokenizer/")
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(path), eos_token=EOS)
+    else:
+        try:
+            tok = AutoTokenizer.from_pretrained(spec)
+        except Exception as e:  # offline without a cached copy
+            raise ExportError(f"tokenizer {spec!r} could not be loaded ({type(e).__name__}: {e})") from None
+    tok.save_pretrained(str(out))
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path, data_root: str | Path = "data",
+               results: str | Path = "results", routing: str = "causal") -> Path:
+    """Write ``out_dir`` from the finished run in ``run_dir`` (atomically: all or nothing)."""
+    from safetensors.torch import save_file
+
+    from mor.train.checkpoint import load_model_weights
+
+    if routing not in ROUTINGS:
+        raise ExportError(f"routing={routing!r}; choose one of {list(ROUTINGS)}")
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    meta = _read_json(run_dir / "config.json", "run config")
+    run = run_config_from_dict(meta["config"])
+    why = refusal(run.model)
+    if why:
+        raise ExportError(f"{run_dir}: cannot export run {run.run_id}: {why}")
+    summary = _read_json(run_dir / "train_summary.json", "training summary (the run has not finished)")
+    final = run_dir / "final" / "model.safetensors"
+    shape = model_shape(run.model)
+    model = build_model(run.model, shape, shape.vocab or meta["vocab_size"])
+    load_model_weights(final, model)
+    tensors = {hf_tensor_name(n): p.detach().contiguous().clone() for n, p in model.named_parameters()}
+    nll = val_nll(run_dir, run.grid, run.run_id, Path(results))
+    tmp = temp_sibling(out_dir)
+    tmp.mkdir(parents=True)
+    try:
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(hf_config(model, run, routing), indent=2) + "\n")
+        (tmp / "generation_config.json").write_text(json.dumps(
+            {"do_sample": False, "eos_token_id": 0, "use_cache": False}, indent=2) + "\n")
+        shutil.copy2(MODELING_FILE, tmp / MODELING_FILE.name)
+        write_tokenizer(data_paths(run.data, Path(data_root)).tokenizer, tmp)
+        (tmp / "README.md").write_text(model_card(run, meta, summary, nll, routing))
+        replace_dir(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
