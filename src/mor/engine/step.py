@@ -1,138 +1,289 @@
-"""Execution: the model step on a group of in-flight tokens, one token per sequence.
+"""Execution: the model's passes over rows of in-flight tokens, one token per sequence.
 
-Three stages, each a batch of rows (n tokens of n different sequences, (n, 1, C)):
+    enter(slots, tokens, pos)    embedding + the unshared prefix layers + the routing decision
+                                 for recursion 1 (expert-choice router 1; token-choice: every
+                                 token's depth, ``routing.token_depths``)
+    block(slots, depths, pos)    ONE pass of the shared block over rows at any recursion
+                                 depths (mixed-depth): the tied weights are the same for every
+                                 row, so a layer is one call. Each row's recursion index picks
+                                 its KV region (the effective layer start + r * per + j: its own
+                                 recursion's entries under recursion-wise caching, recursion
+                                 1's under sharing; blocks.py), its relaxation (LoRA / DoRA
+                                 adapter and recursion PE of that depth, ``RowRelaxation``) and
+                                 its router weight. Then the router of each row's next recursion
+                                 decides whether the row continues (expert-choice, causal).
+    head(slots, pos)             token-choice gate after the stack, unshared suffix layers,
+                                 norm, LM head, greedy argmax (on the device)
 
-    enter(ids)       embedding + the unshared prefix layers (+ token-choice: the depth
-                     decision, routing.token_depths); the rows then wait at depth 0
-    recursion(r)     routing.decide (causal) on the rows at depth r: the kept rows run
-                     recursion r's shared layers together and are gated (routing.gate);
-                     the rest exit. Kept rows wait at depth r + 1 (or exit after the last)
-    leave()          token-choice gate after the stack, the unshared suffix layers, norm,
-                     LM head, greedy argmax
+Per-row state lives in per-sequence-slot buffers on the device (h, the router weight for the
+row's next recursion, token-choice's h1 / depth / weight), gathered and scattered by slot.
+Sequence tying runs different unique layers at different depths: such a pass makes one call
+per distinct layer (Cycle-family schemes: one call per layer).
 
-Every row carries its own slot, position and cache lengths (``Rows``); attention reads the
-row's slot in the static cache (cache.py). This is decode.py's cached path with rows of
-different sequences at different positions instead of one shared position.
+Host and device: everything a pass needs from the host (slots, positions, recursion
+indices, KV write slots, block tables, lengths) is built by blocks.py before the pass and
+copied in one transfer; nothing inside a pass reads the device back. The engine reads back
+only what scheduling needs after the pass: the continue / exit decisions of the routed
+rows (none for Vanilla, Recursive and token-choice passes, where the host already knows).
+With ``pad`` the rows are padded to a few fixed sizes (powers of two up to the batch), the
+padded rows reading and writing the trash block, so a pass can be compiled once per size.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mor.engine.cache import SlotCache
-from mor.model.routing import TokenDepths, decide, gate, is_token_choice, token_depths
+from mor.engine.blocks import BlockManager
+from mor.engine.cache import PagedCache
+from mor.model.relax import LORA_TARGETS, LowRankRelaxation, RecursionPE, slot_name
+from mor.model.routing import decide, gate, is_token_choice, token_depths
 
 
-@dataclass
-class Rows:
-    """In-flight tokens: seq (n) slot ids (host), slots (n,) and pos (n, 1) on the device,
-    h (n, 1, C) state, depths (token-choice: h1, depth_id, g per row)."""
+class RowRelaxation:
+    """Per-row relaxations for a mixed-depth call: row i uses recursion ``rec[i]``'s LoRA /
+    DoRA slot of the layer and recursion ``rec[i]``'s position-encoding gain.
 
-    seq: list[int]
-    pos_host: list[int]
-    slots: torch.Tensor
-    pos: torch.Tensor
-    h: torch.Tensor
-    depths: TokenDepths | None = None
+    LoRA / DoRA (relax.LowRankRelaxation) are stacked per unique layer and projection over
+    the recursions: A (R, rank, in), B (R, out, rank), DoRA gain m / ||W + s B A|| (R, out)
+    (the weights are frozen at inference), zeros / ones where the plan runs no such slot.
+    Forward hooks on the shared linears (installed for the engine's run only, after the
+    model's own hooks, which leave a call at ``recursion=None`` untouched) add
+    s * B[rec] A[rec] x per row and apply the gain."""
 
-    def __len__(self) -> int:
-        return len(self.seq)
+    def __init__(self, model):
+        self.model, self.rec = model, None
+        relax = model.relax
+        R = len(model.plan.recursions)
+        self.pe = torch.stack([g.detach() for g in relax.gains]) if isinstance(relax, RecursionPE) else None  # (R, C)
+        self.stacks: dict[tuple[int, str], tuple] = {}
+        if isinstance(relax, LowRankRelaxation):
+            units = sorted({u for rec in model.plan.recursions for u in rec})
+            for u in units:
+                for short, path in LORA_TARGETS.items():
+                    lin = model.unique_layers[u].get_submodule(path)
+                    A = lin.weight.new_zeros(R, relax.rank, lin.in_features)
+                    B = lin.weight.new_zeros(R, lin.out_features, relax.rank)
+                    gain = lin.weight.new_ones(R, lin.out_features) if relax.dora else None
+                    scale = 1.0
+                    for r in range(R):
+                        name = slot_name(u, r)
+                        if name in relax.slots:
+                            d = relax.slots[name][short]
+                            A[r], B[r], scale = d.A.detach(), d.B.detach(), d.scale
+                            if gain is not None:
+                                gain[r] = (d.magnitude / d.row_norm(lin.weight)).detach().to(gain.dtype)
+                    self.stacks[u, short] = (A, B, gain, scale)
 
-    def take(self, idx: list[int]) -> "Rows":
-        """Rows idx (host list), in that order."""
-        i = torch.tensor(idx, device=self.h.device)
-        d = self.depths
-        sub = None if d is None else TokenDepths(d.h1[i], d.depth_id[i], d.g[i])
-        return Rows([self.seq[j] for j in idx], [self.pos_host[j] for j in idx], self.slots[i], self.pos[i], self.h[i], sub)
+    @contextlib.contextmanager
+    def installed(self):
+        handles = []
+        for (u, short), _ in self.stacks.items():
+            lin = self.model.unique_layers[u].get_submodule(LORA_TARGETS[short])
+            handles.append(lin.register_forward_hook(self._hook(u, short)))
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
 
-    @staticmethod
-    def cat(chunks: list["Rows"]) -> "Rows":
-        if len(chunks) == 1:
-            return chunks[0]
-        d = [c.depths for c in chunks]
-        depths = None if d[0] is None else TokenDepths(torch.cat([x.h1 for x in d]), torch.cat([x.depth_id for x in d]),
-                                                       torch.cat([x.g for x in d]))
-        return Rows(sum((c.seq for c in chunks), []), sum((c.pos_host for c in chunks), []),
-                    torch.cat([c.slots for c in chunks]), torch.cat([c.pos for c in chunks]),
-                    torch.cat([c.h for c in chunks]), depths)
+    def _hook(self, u: int, short: str):
+        def hook(module, inputs, out):
+            if self.rec is None:
+                return None
+            A, B, gain, scale = self.stacks[u, short]
+            x = inputs[0]  # (n, 1, in)
+            a = torch.einsum("nti,nri->ntr", x, A[self.rec].to(x.dtype))  # (n, 1, rank)
+            y = out + scale * torch.einsum("ntr,nor->nto", a, B[self.rec].to(x.dtype))  # (n, 1, out)
+            return y if gain is None else y * gain[self.rec].to(y.dtype).unsqueeze(1)
+        return hook
+
+    @contextlib.contextmanager
+    def at(self, rec: torch.Tensor):
+        self.rec = rec
+        try:
+            yield
+        finally:
+            self.rec = None
+
+    def end_recursion(self, h: torch.Tensor, rec: torch.Tensor) -> torch.Tensor:
+        """Recursion PE of each row's recursion; h (n, 1, C)."""
+        return h if self.pe is None else h * self.pe[rec].to(h.dtype).unsqueeze(1)
+
+
+def bucket(n: int, batch: int) -> int:
+    """The fixed row count a pass of n rows is padded to: the next power of two, or the batch."""
+    return min(1 << max(0, math.ceil(math.log2(n))), max(batch, n))
 
 
 class Stepper:
-    """The model's three stages over rows, on a ``SlotCache``."""
+    """The model's passes over rows (see the module docstring)."""
 
-    def __init__(self, model, cache: SlotCache):
-        self.model, self.cache = model, cache
+    def __init__(self, model, cache: PagedCache, blocks: BlockManager, max_seqs: int, batch: int, pad: bool = False):
+        self.model, self.cache, self.blocks = model, cache, blocks
         plan = model.plan
-        self.per = len(plan.recursions[0]) if plan.recursions else 0
-        self.start = len(plan.prefix)  # effective index of recursion 1's first layer
-        self.suffix_start = len(plan.order) - len(plan.suffix)
+        self.nr = len(plan.recursions)
+        self.per = len(plan.recursions[0])
+        self.start = len(plan.prefix)
+        self.suffix_start = self.start + self.nr * self.per
         self.token_choice = is_token_choice(model)
+        self.expert_choice = bool(model.routers) and not self.token_choice
+        self.batch, self.pad, self.pad_row = batch, pad, max_seqs
+        w = model.embed_tokens.weight
+        self.dev = w.device
+        S, C = max_seqs + 1, model.shape.hidden
+        self.h = w.new_zeros(S, 1, C)  # (S + 1, 1, C) state of each slot's in-flight token
+        self.g = w.new_zeros(S, 1)  # (S + 1, 1) router weight for the token's next recursion
+        self.h1 = w.new_zeros(S, 1, C)  # token-choice: state entering the stack
+        self.depth = torch.zeros(S, 1, dtype=torch.long, device=self.dev)  # token-choice: depth - 1
+        self.tg = w.new_zeros(S, 1)  # token-choice: router weight of the chosen depth
+        self.relax = RowRelaxation(model)
+        self.same_layers = all(len(set(col)) == 1 for col in zip(*plan.recursions))  # Cycle family
+        # which recursions a router may drop tokens at (capacity 1 keeps all: the host knows)
+        if self.expert_choice:
+            from mor.config import capacities
 
-    def _layer(self, e: int, layer_id: int, x: torch.Tensor, rows: Rows, recursion) -> torch.Tensor:
-        """Effective layer e on x (n, 1, C): write its KV (own / dagger), attend over the row's slot."""
-        m = self.model
-        if self.cache.specs[e].kind != "shared":
-            k, v = m.layer_kv(layer_id, x, rows.pos, recursion)  # (n, Hkv, 1, hd) each
-            self.cache.write(e, rows.slots, k, v, rows.pos)
-        kv = self.cache.view(e, rows.slots, max(rows.pos_host) + 1)
-        return m.run_layer(layer_id, x, rows.pos, recursion, kv=kv)  # (n, 1, C)
-
-    @torch.no_grad()
-    def enter(self, seq: list[int], ids: list[int], pos: list[int]) -> Rows:
-        m = self.model
-        dev = m.embed_tokens.weight.device
-        slots = torch.tensor(seq, device=dev)  # (n,)
-        p = torch.tensor(pos, device=dev).unsqueeze(1)  # (n, 1)
-        h = m.embed_tokens(torch.tensor(ids, device=dev).unsqueeze(1))  # (n, 1, C)
-        rows = Rows(list(seq), list(pos), slots, p, h)
-        for e, layer_id in enumerate(m.plan.prefix):
-            rows.h = self._layer(e, layer_id, rows.h, rows, None)
-        if self.token_choice:
-            rows.depths = token_depths(m, rows.h)  # (n, 1) depth and gate per row
-        return rows
-
-    @torch.no_grad()
-    def recursion(self, r: int, rows: Rows) -> tuple[Rows | None, Rows | None]:
-        """Run recursion r on the rows that continue -> (continuing rows, exiting rows)."""
-        m = self.model
-        g = None
-        if m.routers:
-            active = torch.ones(len(rows), 1, dtype=torch.bool, device=rows.h.device)  # (n, 1)
-            d = decide(m, r, rows.h, active, policy="causal", depths=rows.depths)
-            keep, g = d.keep[:, 0].tolist(), d.g  # host decision (one sync); g (n, 1) or None
-            run = [i for i, k in enumerate(keep) if k]
-            if len(run) < len(rows):
-                out = [i for i, k in enumerate(keep) if not k]
-                stay = rows.take(out)
-                if not run:
-                    return None, stay
-                idx = torch.tensor(run, device=rows.h.device)
-                g = None if g is None else g[idx]
-                rows = rows.take(run)
-            else:
-                stay = None
+            self.drops = [c < 1 for c in capacities(model.cfg.num_recursions, model.cfg.router.capacity)]
         else:
-            stay = None
-        x0 = rows.h
-        x = x0
-        e = self.start + r * self.per
-        for j, layer_id in enumerate(m.plan.recursions[r]):
-            x = self._layer(e + j, layer_id, x, rows, r)  # (n, 1, C)
-        x = m.end_recursion(r, x)
-        rows.h = gate(m.cfg.router.gating, x0, x, g) if m.routers else x  # (n, 1, C)
-        return rows, stay
+            self.drops = [False] * self.nr
+
+    # ------------------------------------------------------------------ host -> device
+    def _rows(self, slots: list[int]) -> tuple[int, int]:
+        n = len(slots)
+        return n, (bucket(n, self.batch) if self.pad else n)
+
+    def _upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
+        """One host-to-device copy of several int64 arrays."""
+        flat = np.concatenate([a.reshape(-1).astype(np.int64) for a in arrays])
+        t = torch.from_numpy(flat)
+        if self.dev.type == "cuda":
+            t = t.pin_memory().to(self.dev, non_blocking=True)
+        out, at = [], 0
+        for a in arrays:
+            out.append(t[at: at + a.size].view(a.shape))
+            at += a.size
+        return out
+
+    def _plan(self, slots: list[int], layers_per_call: list[list[int]], N: int):
+        """Blocks for each call's writes and reads: per call (write slots (W, N), table (N, MB),
+        lengths (N,)) with padded rows on the trash block."""
+        bm, n = self.blocks, len(slots)
+        plans = [bm.plan_layer(slots, layers) for layers in layers_per_call]
+        out = []
+        for writes, cols, lengths in plans:
+            w = np.full((writes.shape[0], N), bm.trash * bm.bs, dtype=np.int64)
+            w[:, :n] = np.where(writes >= 0, writes, bm.trash * bm.bs)
+            need = int(np.ceil(lengths.max() / bm.bs)) if n else 1
+            MB = min(1 << max(0, math.ceil(math.log2(need))), bm.max_blocks) if self.pad else need
+            tab = np.full((N, MB), bm.trash, dtype=np.int64)
+            tab[:n] = bm.table[slots, cols, :MB]
+            ln = np.ones(N, dtype=np.int64)
+            ln[:n] = lengths
+            out += [w, tab, ln]
+        return out
+
+    def _layer(self, e_rows, lids, x, pos, rec, w, tab, ln):
+        """One layer over the rows: unique layer ``lids`` (one id, or per row), effective layers
+        e_rows (host), writes w, reads (tab, ln). x (N, 1, C)."""
+        m = self.model
+        tab32, ln32 = tab.to(torch.int32), ln.to(torch.int32)
+        ctx = self.relax.at(rec) if rec is not None else contextlib.nullcontext()
+        with ctx:
+            if isinstance(lids, int):
+                if any(self.blocks.specs[e].kind != "shared" for e in e_rows):
+                    k, v = m.layer_kv(lids, x, pos, None)  # (N, Hkv, 1, hd) each
+                    self.cache.write(w, k, v)
+                return m.run_layer(lids, x, pos, None, kv=self.cache.view(tab32, ln32))  # (N, 1, C)
+        # Sequence tying: rows at different depths run different unique layers; one call each
+        out = torch.empty_like(x)
+        lids_arr = np.asarray(lids)
+        for lid in np.unique(lids_arr):
+            sel = torch.from_numpy(np.flatnonzero(lids_arr == lid)).to(self.dev)
+            with self.relax.at(rec[sel]):
+                k, v = m.layer_kv(int(lid), x[sel], pos[sel], None)  # (n_l, Hkv, 1, hd)
+                self.cache.write(w[:, sel], k, v)
+                out[sel] = m.run_layer(int(lid), x[sel], pos[sel], None, kv=self.cache.view(tab32[sel], ln32[sel]))
+        return out
+
+    # ------------------------------------------------------------------ passes
+    @torch.no_grad()
+    def enter(self, slots: list[int], tokens: torch.Tensor, pos: list[int]) -> torch.Tensor | None:
+        """Tokens (n,) long on the device enter at slots: -> keep for recursion 1 (n,) bool on
+        the device, or token-choice's depth - 1 (n,), or None (every row runs recursion 1)."""
+        m = self.model
+        n, N = self._rows(slots)
+        pre = [[e] * n for e in range(self.start)]
+        arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n))]
+        dev = self._upload(arrays + self._plan(slots, pre, N))
+        idx, p = dev[0], dev[1].unsqueeze(1)  # (N,), (N, 1)
+        if N > n:
+            tokens = torch.cat([tokens, tokens.new_zeros(N - n)])
+        x = m.embed_tokens(tokens.unsqueeze(1))  # (N, 1, C)
+        for j, layer_id in enumerate(m.plan.prefix):
+            x = self._layer(pre[j], layer_id, x, p, None, *dev[2 + 3 * j: 5 + 3 * j])
+        self.h[idx] = x
+        if self.token_choice:
+            d = token_depths(m, x)  # (N, 1) each
+            self.h1[idx], self.depth[idx], self.tg[idx] = x, d.depth_id, d.g.to(x.dtype)
+            return d.depth_id[:n, 0]
+        if self.expert_choice:
+            d = decide(m, 0, x, torch.ones(N, 1, dtype=torch.bool, device=self.dev), policy="causal")
+            self.g[idx] = d.g.to(x.dtype)
+            return d.keep[:n, 0] if self.drops[0] else None
+        return None
 
     @torch.no_grad()
-    def leave(self, rows: Rows) -> list[int]:
-        """Suffix layers + norm + head on rows -> the greedy next token of each row."""
+    def block(self, slots: list[int], depths: list[int], pos: list[int]) -> torch.Tensor | None:
+        """One shared-block pass over rows at recursions ``depths`` (0-based, mixed): -> whether
+        each row continues to its next recursion, (n,) bool on the device, or None when the
+        host knows (no router drops tokens there)."""
         m = self.model
-        h = rows.h
-        if rows.depths is not None:
-            h = gate(m.cfg.router.gating, rows.depths.h1, h, rows.depths.g, relative=False)  # (n, 1, C)
+        n, N = self._rows(slots)
+        dpad = depths + [0] * (N - n)
+        calls = [[self.start + r * self.per + j for r in depths] for j in range(self.per)]
+        nxt = [r + 1 for r in dpad]
+        arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n)), np.array(dpad), np.array(nxt)]
+        dev = self._upload(arrays + self._plan(slots, calls, N))
+        idx, p, rec, nxt_t = dev[0], dev[1].unsqueeze(1), dev[2], dev[3]  # (N,), (N, 1), (N,), (N,)
+        x0 = self.h[idx]  # (N, 1, C)
+        x = x0
+        for j in range(self.per):
+            lids = m.plan.recursions[0][j] if self.same_layers else [m.plan.recursions[r][j] for r in dpad]
+            x = self._layer(calls[j], lids, x, p, rec, *dev[4 + 3 * j: 7 + 3 * j])
+        x = self.relax.end_recursion(x, rec)
+        if self.expert_choice:
+            x = gate(m.cfg.router.gating, x0, x, self.g[idx])  # (N, 1, C)
+        self.h[idx] = x
+        if not self.expert_choice or not any(self.drops[r + 1] for r in depths if r + 1 < self.nr):
+            return None
+        keep = torch.zeros(N, 1, dtype=torch.bool, device=self.dev)  # (N, 1)
+        g = self.g[idx]  # (N, 1)
+        ones = torch.ones(N, 1, dtype=torch.bool, device=self.dev)
+        for r in sorted({r + 1 for r in depths if r + 1 < self.nr}):
+            d = decide(m, r, x, ones, policy="causal")  # router r on every row, kept where it applies
+            sel = (nxt_t == r).unsqueeze(1)  # (N, 1)
+            keep = torch.where(sel, d.keep, keep)
+            g = torch.where(sel, d.g.to(g.dtype), g)
+        self.g[idx] = g
+        return keep[:n, 0]
+
+    @torch.no_grad()
+    def head(self, slots: list[int], pos: list[int]) -> torch.Tensor:
+        """Suffix + norm + head on rows whose recursions are done -> greedy tokens (n,) on the device."""
+        m = self.model
+        n, N = self._rows(slots)
+        suf = [[self.suffix_start + i] * n for i in range(len(m.plan.suffix))]
+        arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n))]
+        dev = self._upload(arrays + self._plan(slots, suf, N))
+        idx, p = dev[0], dev[1].unsqueeze(1)
+        x = self.h[idx]  # (N, 1, C)
+        if self.token_choice:
+            x = gate(m.cfg.router.gating, self.h1[idx], x, self.tg[idx], relative=False)  # (N, 1, C)
         for i, layer_id in enumerate(m.plan.suffix):
-            h = self._layer(self.suffix_start + i, layer_id, h, rows, None)
-        logits = F.linear(m.norm(h[:, 0]), m.lm_head_weight)  # (n, V)
-        return logits.argmax(-1).tolist()
+            x = self._layer(suf[i], layer_id, x, p, None, *dev[2 + 3 * i: 5 + 3 * i])
+        logits = F.linear(m.norm(x[:, 0]), m.lm_head_weight)  # (N, V)
+        return logits.argmax(-1)[:n]
