@@ -1,0 +1,128 @@
+"""``python -m mor status``: every state from the files a workflow leaves, read without writing.
+
+table10's local runs get made-up files: one evaluated, one trained, one training now, one
+whose log stopped with an error, one stopped without one, one queued and one running on
+Slurm (the launcher's query replaced by a table of answers); the rest have nothing.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from mor.grids import GridError, load_grid
+from mor.results import RUN_SCHEMA, write_rows
+from mor.status import Paths, collect, log_tail, render, resolve_targets
+
+REPO = Path(__file__).resolve().parent.parent
+GRIDS = REPO / "grids"
+
+
+class FakeState:
+    def __init__(self, state):
+        self.state = state
+
+
+def write_log(run_dir: Path, steps: int, tokens_per_s: float = 1000.0, torn: bool = False, age_s: float = 0.0):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"step": s, "loss": 8.0 - s / 100, "aux_loss": 0.0, "tokens_per_s": tokens_per_s,
+                         "tokens_seen": s * 2048}) for s in range(1, steps + 1)]
+    log = run_dir / "train_log.jsonl"
+    log.write_text("\n".join(lines) + "\n" + ('{"step": 99, "lo' if torn else ""))
+    if age_s:
+        t = time.time() - age_s
+        os.utime(log, (t, t))
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    grid = load_grid(GRIDS / "table10.yaml", "local")
+    ids = [r.run_id for r in grid.runs]
+    paths = Paths(tmp_path / "runs", tmp_path / "results", tmp_path / "logs", tmp_path / "logs" / "slurm")
+    run = lambda i: paths.run_dir("table10", ids[i])  # noqa: E731
+    # 0: evaluated
+    write_log(run(0), 128, age_s=3600)
+    (run(0) / "train_summary.json").write_text("{}")
+    row = {n: None for n in RUN_SCHEMA.names}
+    row.update(run_id=ids[0], grid="table10", config_hash="x", git_commit="abc", scale="small", seed=0, val_nll=5.4321)
+    write_rows(paths.result("table10", ids[0]), [row])
+    # 1: trained, eval pending
+    write_log(run(1), 128, age_s=60)
+    (run(1) / "train_summary.json").write_text("{}")
+    # 2: training now (fresh log, torn last line)
+    write_log(run(2), 32, tokens_per_s=2048.0, torn=True)
+    # 3: failed: stale log, the rule's log ends in an error
+    write_log(run(3), 8, age_s=3600)
+    err = paths.rule_log("table10", ids[3], "train")
+    err.parent.mkdir(parents=True)
+    err.write_text("Traceback (most recent call last):\n  ...\nFloatingPointError: run x: loss is nan at step 9\n")
+    # 4: stopped (killed workflow): stale log, no error
+    write_log(run(4), 16, age_s=3600)
+    # 5 / 6: queued / running on Slurm
+    answers = {"111": "PENDING", "222": "RUNNING"}
+    for i, job in ((5, "111"), (6, "222")):
+        rec = paths.slurm_job("table10", ids[i], "train")
+        rec.parent.mkdir(parents=True)
+        rec.write_text(json.dumps({"job_id": job}))
+    write_log(run(6), 64, age_s=1000)  # Slurm's word beats the log's age
+    return grid, ids, paths, lambda job_id: FakeState(answers.get(job_id, ""))
+
+
+def snapshot(root: Path) -> dict:
+    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in root.rglob("*")}
+
+
+def test_every_state_progress_eta_and_hours(workspace, tmp_path):
+    grid, ids, paths, query = workspace
+    before = snapshot(tmp_path)
+    (gs,) = collect([grid], paths, slurm_query=query)
+    assert snapshot(tmp_path) == before  # read only
+    by = {r.run_id: r for r in gs.runs}
+    assert [by[ids[i]].state for i in range(8)] == [
+        "done", "trained", "running", "failed", "stopped", "queued", "running", "not started"]
+    done, running = by[ids[0]], by[ids[2]]
+    assert done.val_nll == pytest.approx(5.4321) and done.hours_spent == done.hours_total > 0
+    assert running.step == 32 and running.steps == 128 and running.loss == pytest.approx(7.68)
+    assert running.tokens_per_s == 2048.0 and running.eta_s == pytest.approx(96 * 2048 / 2048.0)
+    assert 0 < running.hours_spent < running.hours_total
+    assert by[ids[3]].note == "FloatingPointError: run x: loss is nan at step 9"
+    assert by[ids[5]].note == "Slurm job 111 PENDING" and by[ids[5]].estimated
+    assert by[ids[7]].estimated and by[ids[7]].eta_s > 0 and by[ids[7]].hours_spent == 0
+    assert gs.counts() == {"done": 1, "trained": 1, "running": 2, "queued": 1, "failed": 1, "stopped": 1,
+                           "not started": 15}
+
+
+def test_rendered_table_and_summary(workspace):
+    grid, ids, paths, query = workspace
+    console = Console(record=True, width=240)
+    console.print(render(collect([grid, load_grid(GRIDS / "table13.yaml", "local")], paths, slurm_query=query)))
+    text = console.export_text()
+    assert ids[2] in text and "32/128" in text and "5.4321" in text and "loss is nan" in text
+    assert "table10: 22 runs: 1 done, 1 trained, 2 running, 1 queued, 1 failed, 1 stopped, 15 not started" in text
+    assert "CPU-hours" in text and "left of" in text and "all: 1/" in text
+
+
+def test_cluster_plan_counts_gpu_hours(tmp_path):
+    grid = load_grid(GRIDS / "table10.yaml", "cluster")
+    (gs,) = collect([grid], Paths(tmp_path / "runs", tmp_path / "results", tmp_path / "logs", tmp_path / "s"),
+                    slurm_query=lambda j: FakeState(""))
+    assert gs.device == "GPU" and sum(r.hours_total for r in gs.runs) > 100
+
+
+def test_targets_resolve_to_grids():
+    assert [g.name for g in resolve_targets(["tables/table10", "figures/fig6"], GRIDS, "local")] == ["table10"]
+    assert [g.name for g in resolve_targets(["table13", str(GRIDS / "table10.yaml")], GRIDS, "local")] == \
+        ["table13", "table10"]
+    assert len(resolve_targets([], GRIDS, "local")) > 3
+    with pytest.raises(GridError, match="unknown target 'tables/nope'"):
+        resolve_targets(["tables/nope"], GRIDS, "local")
+
+
+def test_log_tail_reads_only_the_end(tmp_path):
+    write_log(tmp_path, 5000, torn=True)
+    tail = log_tail(tmp_path / "train_log.jsonl", max_bytes=4096)
+    assert tail[-1]["step"] == 5000 and 10 < len(tail) < 100
+    assert log_tail(tmp_path / "missing.jsonl") == []
