@@ -3,8 +3,15 @@
 ``Browser(path)`` starts Chromium with a DevTools port, ``page.open(url)`` loads a page and
 waits for its load event, ``page.js(expr)`` evaluates JavaScript (``frame=`` an iframe's
 index: evaluated inside it, even for a cross-origin data: frame, as DevTools allows), and
-``page.screenshot(path)`` writes a PNG. aiohttp (a Snakemake dependency) speaks the
-websocket; no browser-automation package is needed.
+``page.wait_for(expr)`` waits until a JavaScript expression is truthy (a DOM node shown, an
+image decoded), and ``page.screenshot(path)`` writes a PNG. aiohttp (a Snakemake dependency)
+speaks the websocket; no browser-automation package is needed.
+
+Chromium runs in its own process group (a new session), and ``close()`` kills the group as
+one, renderers and GPU/zygote helpers included, then waits until none is left.
+
+``find_chromium()`` returns the executable, installing Debian's ``chromium`` as root when it
+is missing (``python tests/browser.py --install`` does only that, for CI's set-up step).
 """
 
 from __future__ import annotations
@@ -12,8 +19,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,7 +37,7 @@ class Browser:
         self.proc = subprocess.Popen(
             [executable, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              f"--window-size={width},{height}", "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
-             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + 60
         while not port_file.exists() or not port_file.read_text().strip():
@@ -38,8 +48,17 @@ class Browser:
         self.port = int(port_file.read_text().split()[0])
 
     def close(self) -> None:
-        self.proc.kill()
+        """Kill Chromium's whole process group and wait until no member is left."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         self.proc.wait()
+        deadline = time.monotonic() + 60
+        while _group_members(self.proc.pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"chromium's processes {_group_members(self.proc.pid)} outlived SIGKILL")
+            time.sleep(0.05)
         shutil.rmtree(self.profile, ignore_errors=True)
 
     def __enter__(self) -> "Browser":
@@ -66,6 +85,43 @@ class Browser:
                     reader.cancel()
 
 
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(pid))
+    return out
+
+
+def find_chromium() -> str:
+    """The chromium executable; as root, ``apt-get install chromium`` first when it is missing.
+    Raises RuntimeError saying why when there is none and it cannot be installed."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.geteuid() != 0:
+        raise RuntimeError("chromium is not installed and this is not root (apt-get install chromium)")
+
+    def install() -> subprocess.CompletedProcess:
+        return subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"],
+                              capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+
+    proc = install()
+    if proc.returncode != 0:  # a fresh machine may have no package lists yet
+        subprocess.run(["apt-get", "update", "-q"], capture_output=True, timeout=900, stdin=subprocess.DEVNULL)
+        proc = install()
+    if proc.returncode != 0 or not shutil.which("chromium"):
+        raise RuntimeError(f"apt-get install chromium failed: {(proc.stdout + proc.stderr)[-800:]}")
+    return shutil.which("chromium")
+
+
 class Page:
     def __init__(self, ws):
         self.ws, self.next_id, self.pending, self.events = ws, 0, {}, []
@@ -88,17 +144,33 @@ class Page:
             raise RuntimeError(f"{method}: {data['error']}")
         return data["result"]
 
-    async def open(self, url: str, settle_s: float = 1.0) -> None:
+    async def open(self, url: str, ready: str = "document.readyState == 'complete'", within_s: float = 60) -> None:
+        """Navigate, wait for the load event, then until the JavaScript ``ready`` is truthy."""
         await self.send("Page.enable")
         await self.send("Runtime.enable")
         self.events.clear()
         await self.send("Page.navigate", url=url)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + within_s
         while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{url} did not load")
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(settle_s)
+                raise TimeoutError(f"{url} did not load within {within_s:.0f}s")
+            await asyncio.sleep(0.05)
+        await self.wait_for(ready, within_s=within_s)
+
+    async def wait_for(self, expression: str, frame: int | None = None, within_s: float = 60):
+        """Evaluate ``expression`` until it is truthy and return its value. The deadline only
+        bounds a hang (a page that never shows what is waited for); it is not a timing."""
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                value = await self.js(expression, frame=frame)
+            except (RuntimeError, IndexError, KeyError):  # the node or frame is not there yet
+                value = None
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not true within {within_s:.0f}s: {expression[:200]}")
+            await asyncio.sleep(0.05)
 
     async def js(self, expression: str, frame: int | None = None):
         params = {"expression": expression, "returnByValue": True, "awaitPromise": True}
@@ -116,3 +188,9 @@ class Page:
         data = await self.send("Page.captureScreenshot", format="png")
         Path(path).write_bytes(base64.b64decode(data["data"]))
         return Path(path)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--install"]:
+        sys.exit("usage: python tests/browser.py --install")
+    print(find_chromium())

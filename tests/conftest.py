@@ -1,9 +1,21 @@
-"""Shared fixtures: the real embedded corpus (built once per machine) and tiny configs."""
+"""Shared fixtures: the real embedded corpus (built once per machine), tiny configs, the
+Slurm test cluster; and the session's bookkeeping of what it starts.
+
+Every process the suite starts inherits ``MOR_SUITE_ID`` (set here unless the caller set
+it), so ``tests/machine_state.py`` can find any that outlive the session. The session is a
+child subreaper (Linux): daemons and grandchildren orphaned by their parent become its
+children instead of PID 1's, and are reaped at the end, so none is left as a zombie.
+Tests of an asked-for component (marker ``slurm`` or ``browser``) are counted by outcome
+and printed at the end (and written to ``MOR_TEST_COUNTS`` as JSON when that is set).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -35,6 +47,87 @@ def ensure_data(root: Path = DATA) -> Path:
         if not out.exists():
             encode_corpus(corpus / f"{split}.txt", tok, out)
     return root
+
+
+COMPONENTS = ("slurm", "browser")
+_outcomes: dict[str, Counter] = {c: Counter() for c in COMPONENTS}
+
+
+_CACHE: list[Path] = []  # the session's cache folder, removed at the end
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "browser: drives a real headless Chromium (MOR_TESTS=all or browser)")
+    os.environ.setdefault("MOR_SUITE_ID", uuid.uuid4().hex)
+    # caches (Snakemake's source cache, matplotlib's font list, Hugging Face's) in the
+    # temporary folder, not the user's home: the suite changes nothing outside repo and tmp
+    if "MOR_TEST_CACHE" not in os.environ:
+        import tempfile
+
+        cache = Path(tempfile.mkdtemp(prefix="mor-test-cache-"))
+        _CACHE.append(cache)
+        os.environ["MOR_TEST_CACHE"] = str(cache)
+    cache = Path(os.environ["MOR_TEST_CACHE"])
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    os.environ["MPLCONFIGDIR"] = str(cache / "matplotlib")
+    os.environ["HF_HOME"] = str(cache / "huggingface")
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_CHILD_SUBREAPER = 36
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def pytest_runtest_logreport(report):
+    """One outcome per test: its failure or skip in any phase, else its call's result."""
+    for component in COMPONENTS:
+        if component not in report.keywords:
+            continue
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            _outcomes[component][report.outcome] += 1
+        elif report.when == "teardown" and report.failed:
+            _outcomes[component]["error"] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    line = "component tests: " + "; ".join(
+        f"{c} " + (", ".join(f"{n} {k}" for k, n in sorted(_outcomes[c].items())) or "none collected")
+        for c in COMPONENTS)
+    terminalreporter.write_line(line)
+    if os.environ.get("MOR_TEST_COUNTS"):
+        Path(os.environ["MOR_TEST_COUNTS"]).write_text(json.dumps({c: dict(v) for c, v in _outcomes.items()}))
+
+
+def pytest_unconfigure(config):
+    """Reap every child that has exited (orphans adopted as subreaper, stopped daemons):
+    after the last test no Popen object is waiting, so none loses its exit status."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+    if _CACHE:
+        import shutil
+
+        shutil.rmtree(_CACHE.pop(), ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Path:
+    """A running single-node Slurm cluster (partition "debug"), for tests marked ``slurm``.
+
+    Returns the state dir (config in etc/, daemon logs in log/). At the end of the session
+    the jobs it ran are cancelled and the daemons it started are stopped
+    (tests/slurm_cluster.py, ``release_cluster``; MOR_KEEP_SLURM=1 keeps the daemons).
+    """
+    from slurm_cluster import ensure_cluster, release_cluster, state_dir
+
+    ensure_cluster()
+    yield state_dir()
+    for line in release_cluster():
+        print(f"\nslurm_cluster: {line}")
 
 
 @pytest.fixture(scope="session")

@@ -9,17 +9,17 @@ its verdicts), then view fig6.png and check the browser decoded it at the PNG's 
 Screenshots of both views are written (``MOR_REPORT_SHOT`` = a folder to keep them in).
 
 Opt-in like the Slurm tests (MOR_TESTS=all or a list naming `browser`): as root it
-apt-get installs Debian's `chromium` when missing; without root and without chromium it
-skips with the reason.
+apt-get installs Debian's `chromium` when missing; asked for and without chromium (not
+root, or the install fails) it fails with the reason, never skips. Every step waits for
+what it needs on the page (a link, a result row, a decoded image, the claims table's rows),
+never for a fixed time.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -28,7 +28,7 @@ import pytest
 
 from test_workflow import E2E_GRID, snakemake
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 # tiny runs, two seeds (claims get an interval), named table10 (the tying claims apply)
 GRID = (E2E_GRID.replace("name: e2e", "name: table10").replace("[middle_cycle]", "[middle_cycle, sequence]")
@@ -41,25 +41,16 @@ def browser_tests_enabled() -> bool:
 
 
 def chromium() -> str:
+    """Chromium's executable; skips when not asked for, fails (never skips) when asked for and absent."""
     if not browser_tests_enabled():
         pytest.skip("browser tests are opt-in (as root they apt-get install chromium): "
                     "MOR_TESTS=all bash scripts/test.sh (or MOR_TESTS=browser)")
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if os.geteuid() != 0:
-        pytest.skip("chromium is not installed and this is not root (apt-get install chromium)")
-    def install() -> subprocess.CompletedProcess:
-        return subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"],
-                              capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    from browser import find_chromium
 
-    proc = install()
-    if proc.returncode != 0:  # a fresh machine may have no package lists yet
-        subprocess.run(["apt-get", "update", "-q"], capture_output=True, timeout=900, stdin=subprocess.DEVNULL)
-        proc = install()
-    if proc.returncode != 0 or not shutil.which("chromium"):
-        pytest.skip(f"apt-get install chromium failed: {proc.stderr[-500:]}")
-    return shutil.which("chromium")
+    try:
+        return find_chromium()
+    except RuntimeError as e:
+        pytest.fail(f"MOR_TESTS asks for the browser tests, but Chromium cannot be had: {e}", pytrace=False)
 
 
 def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
@@ -81,23 +72,22 @@ def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
     shots.mkdir()
 
     async def read_report(page):
-        await page.open(report.as_uri())
+        await page.open(report.as_uri(), ready=f"typeof categories == 'object' && {LINK.replace('NAME', SHARING)}")
         categories = await page.js("Object.keys(categories)")
-        await page.js(CLICK.replace("NAME", "App. F Parameter sharing"))  # menu -> category
-        await asyncio.sleep(0.5)
+        await page.js(CLICK.replace("NAME", SHARING))  # menu -> category
+        await page.wait_for(LINK.replace("NAME", "figures/fig6"))
         await page.js(CLICK.replace("NAME", "figures/fig6"))  # -> subcategory
-        await asyncio.sleep(0.5)
+        await page.wait_for(ROW.replace("NAME", "fig6.png"))
         await page.js(VIEW.replace("NAME", "fig6.png"))
-        await asyncio.sleep(1.0)
-        widths = await page.js("[...document.images].filter(i => i.src.startsWith('data:image/png'))"
-                               ".map(i => i.complete ? i.naturalWidth : 0)")
+        await page.wait_for(DECODED_PNGS + ".length > 0")  # the figure shown and decoded
+        widths = await page.js(DECODED_PNGS + ".map(i => i.naturalWidth)")
         await page.screenshot(shots / "fig6.png")
         await page.js("app.setView({navbarMode: 'menu'})")  # the home button
-        await asyncio.sleep(0.5)
-        await page.js(CLICK.replace("NAME", "0 The paper's claims, checked"))
-        await asyncio.sleep(0.5)
+        await page.wait_for(LINK.replace("NAME", CLAIMS_CATEGORY))
+        await page.js(CLICK.replace("NAME", CLAIMS_CATEGORY))
+        await page.wait_for(ROW.replace("NAME", "claims.html"))
         await page.js(VIEW.replace("NAME", "claims.html"))
-        await asyncio.sleep(1.0)
+        await page.wait_for(f"document.querySelectorAll('table tr').length == {len(CLAIMS) + 1}", frame=0)
         rows = await page.js("[...document.querySelectorAll('table tr')].map(r => [...r.cells].map(c => c.innerText))",
                              frame=0)
         await page.screenshot(shots / "claims.png")
@@ -105,7 +95,7 @@ def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
 
     with Browser(browser) as b:
         categories, rows, widths = b.run(read_report)
-    assert set(categories) == {"0 The paper's claims, checked", "App. F Parameter sharing"}
+    assert set(categories) == {CLAIMS_CATEGORY, SHARING}
     header, body = rows[0], rows[1:]
     assert len(body) == len(CLAIMS)  # every claim rendered as a table row
     shown = {r[header.index("claim")]: r[header.index("verdict")] for r in body}
@@ -121,6 +111,13 @@ def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
             shutil.copy(shot, Path(os.environ["MOR_REPORT_SHOT"]) / shot.name)
 
 
+SHARING, CLAIMS_CATEGORY = "App. F Parameter sharing", "0 The paper's claims, checked"
+# a navigation link whose text is NAME is shown
+LINK = "[...document.querySelectorAll('a')].some(a => a.innerText.trim() == `NAME`)"
+# a result row that names the file NAME, with its view button, is shown
+ROW = "[...document.querySelectorAll('tr')].some(t => t.innerText.includes('NAME') && t.querySelector('a'))"
+# the PNG images the page shows, once the browser has decoded them
+DECODED_PNGS = "[...document.images].filter(i => i.src.startsWith('data:image/png') && i.complete && i.naturalWidth > 0)"
 # click the navigation link whose text is NAME, as a reader would
 CLICK = ("(() => { [...document.querySelectorAll('a')].find(a => a.innerText.trim() == `NAME`).click(); "
          "return true; })()")

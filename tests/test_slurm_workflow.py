@@ -19,12 +19,6 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-try:
-    from slurm_cluster import slurm_cluster  # noqa: F401  (session fixture)
-except ImportError:  # tests/ not on sys.path (e.g. --import-mode=importlib)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from slurm_cluster import slurm_cluster  # noqa: F401
-
 from mor.grids import load_grid
 from test_launch import single_process_reference
 from test_workflow import reference_nll
@@ -95,6 +89,14 @@ def sacct_states(job_id: str) -> list[str]:
     return [ln.split()[0] for ln in out.splitlines() if ln.strip()]
 
 
+def squeue_state(job_id: str) -> str:
+    return subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+                          timeout=30, check=False).stdout.strip()
+
+
+PREEMPT_STEPS = 300  # the signal lands within a few steps of the first checkpoint (step 10)
+
+
 def wait_for(pred, what: str, within_s: float = JOB_S, every_s: float = 0.2):
     deadline = time.monotonic() + within_s
     while not (value := pred()):
@@ -162,35 +164,44 @@ def test_two_rank_ddp_job_equals_one_process_on_the_same_batches(slurm_cluster, 
 def test_preempted_job_requeues_and_resumes_to_the_uninterrupted_result(slurm_cluster, tmp_path, data_root):
     """(c) SIGUSR2 (what Slurm sends before a time limit or on preemption) mid-training:
     submitit checkpoints the callable and requeues the job; the requeued job resumes from the
-    run's last checkpoint and ends with the loss and weights of an uninterrupted run."""
-    grid = write_grid(tmp_path / "grids", "rq", steps=80, tying=False, checkpoint_every=10)
+    run's last checkpoint and ends with the loss and weights of an uninterrupted run.
+
+    Mid-training by construction, not by timing: the job is frozen (SUSPENDED) once its first
+    checkpoint shows, then resumed and signalled at once, with most of its steps ahead."""
+    grid = write_grid(tmp_path / "grids", "rq", steps=PREEMPT_STEPS, tying=False, checkpoint_every=10)
     run = load_grid(grid, "local").runs[0].config
     launcher = launch("train", grid, run.run_id, tmp_path, data_root, "--launcher", "slurm",
                       "--presets", str(write_presets(tmp_path / "presets.yaml")), popen=True)
     try:
         run_dir = tmp_path / "runs" / "rq" / run.run_id
-        wait_for(lambda: (run_dir / "checkpoints" / "latest.json").exists(), "the first checkpoint")
+        wait_for(lambda: (run_dir / "checkpoints" / "latest.json").exists() or launcher.poll() is not None,
+                 "the first checkpoint", every_s=0.05)
+        assert launcher.poll() is None, launcher.communicate()[0]
         jid = job_ids(tmp_path)[f"{run.run_id}/train"]
+        subprocess.run(["scontrol", "suspend", jid], check=True, timeout=30)
+        wait_for(lambda: squeue_state(jid) == "SUSPENDED", "the job to be suspended", 60)
+        assert not (run_dir / "train_summary.json").exists()  # frozen before the end
+        subprocess.run(["scontrol", "resume", jid], check=True, timeout=30)
         subprocess.run(["scancel", "--signal=USR2", jid], check=True, timeout=30)  # as submitit's job._interrupt()
-        wait_for(lambda: subprocess.run(["squeue", "-h", "-j", jid, "-o", "%T"], capture_output=True, text=True,
-                                        timeout=30).stdout.strip() == "PENDING", "the requeued job to pend", 60)
+        wait_for(lambda: squeue_state(jid) == "PENDING", "the requeued job to pend", 60)
         subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True, timeout=30)
         out, _ = launcher.communicate(timeout=JOB_S)
     finally:
         if launcher.poll() is None:
             launcher.kill()
+            launcher.wait()
     assert launcher.returncode == 0, out
     summary = json.loads((run_dir / "train_summary.json").read_text())
-    assert summary["steps"] == 80 and 10 <= summary["resumed_from"] < 80, summary
+    assert summary["steps"] == PREEMPT_STEPS and 10 <= summary["resumed_from"] < PREEMPT_STEPS, summary
     wait_for(lambda: sacct_states(jid)[-1:] == ["COMPLETED"], "sacct COMPLETED", 60)  # the result lands first
     assert sacct_states(jid) == ["REQUEUED", "COMPLETED"]
     log = (tmp_path / "logs" / "slurm" / "rq" / run.run_id / "train" / f"{jid}_0_log.out").read_text()
     assert "Calling checkpoint method" in log and f"Requeued job {jid}" in log  # submitit's own record
     assert log.count("Starting with JobEnvironment") == 2  # the job ran twice under one id
     steps = [json.loads(x)["step"] for x in (run_dir / "train_log.jsonl").read_text().splitlines()]
-    assert steps == list(range(1, 81))  # the resumed log has no duplicated or missing rows
+    assert steps == list(range(1, PREEMPT_STEPS + 1))  # the resumed log has no duplicated or missing rows
 
-    from mor.jobs import train_job  # the same run, uninterrupted, in this process
+    from mor.train.job import train_job  # the same run, uninterrupted, in this process
 
     threads = torch.get_num_threads()
     try:  # one thread, as in the Slurm job (cpus_per_task: 1): the same float reduction order

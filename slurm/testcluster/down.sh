@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stop the single-node Slurm test cluster started by up.sh: cancel its jobs,
 # then stop slurmd, slurmctld, slurmdbd, mariadbd and munged by the PIDs that
-# up.sh recorded in $MOR_SLURM_STATE/run, waiting for each to exit.
+# up.sh recorded in $MOR_SLURM_STATE/run, waiting for each to exit; then remove the
+# /etc/slurm/slurm.conf link up.sh made.
 # Idempotent; keeps the state dir (config, logs, DB, job-id counter).
 set -uo pipefail
 
@@ -72,4 +73,9 @@ for p in /proc/[0-9]*; do
   log "killing leftover slurmstepd ${p#/proc/}"
   stop_pid "${p#/proc/}" slurmstepd
 done
+
+# 4. the client config link up.sh made (it would dangle once /tmp is cleaned)
+if [ -L /etc/slurm/slurm.conf ] && [ "$(readlink /etc/slurm/slurm.conf)" = "$STATE/etc/slurm.conf" ]; then
+  rm -f /etc/slurm/slurm.conf
+fi
 exit 0

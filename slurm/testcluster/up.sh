@@ -3,8 +3,10 @@
 # + slurmctld + slurmd) for the test suite and CI.  Idempotent: a second call
 # that finds a healthy cluster exits 0 at once.  See README.md beside this file.
 #
-# Usage: slurm/testcluster/up.sh [--fresh]
+# Usage: slurm/testcluster/up.sh [--fresh | --install]
 #   --fresh   stop everything and wipe the state dir first (new DB, job ids from 1)
+#   --install install the packages and the munge key, start nothing (CI does it before it
+#             records the machine's state, so the suite itself changes nothing outside /tmp)
 # Env:
 #   MOR_SLURM_STATE    state dir (default /tmp/mor-slurm): config, logs, spool, DB
 #   MOR_SLURM_TIMEOUT  seconds to wait for each daemon to come up (default 90)
@@ -29,11 +31,14 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 
-if [ "${1:-}" = "--fresh" ]; then
-  bash "$HERE/down.sh"
-  case "$STATE" in /|"") log "refusing to wipe STATE=$STATE"; exit 1 ;; esac
-  rm -rf "$STATE"
-fi
+INSTALL_ONLY=""
+case "${1:-}" in
+  --install) INSTALL_ONLY=1 ;;
+  --fresh)
+    bash "$HERE/down.sh"
+    case "$STATE" in /|"") log "refusing to wipe STATE=$STATE"; exit 1 ;; esac
+    rm -rf "$STATE" ;;
+esac
 
 # ---------------------------------------------------------------- packages --
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
@@ -69,6 +74,19 @@ if missing_pkgs; then
     tail -n 20 /tmp/mor-slurm-apt.log >&2 || true
     exit 3
   fi
+fi
+
+# the munge key belongs to the installation (the package makes one; an image may lack it)
+if [ ! -s /etc/munge/munge.key ] && id munge >/dev/null 2>&1; then
+  install -d -o munge -g munge -m 700 /etc/munge
+  log "creating /etc/munge/munge.key"
+  dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+  chown munge:munge /etc/munge/munge.key
+  chmod 400 /etc/munge/munge.key
+fi
+if [ -n "$INSTALL_ONLY" ]; then
+  log "packages installed; nothing started"
+  exit 0
 fi
 
 # ----------------------------------------------------------------- helpers --
@@ -256,8 +274,10 @@ if ! munge_ok; then
   chown munge:munge /etc/munge/munge.key
   chmod 400 /etc/munge/munge.key
   alive munged && kill "$(cat "$RUN/munged.pid")" 2>/dev/null && sleep 1
+  # seed and pid files in the state dir: nothing outside it and /run is left changed
   start_bg munged setpriv --reuid=munge --regid=munge --init-groups \
-    munged --foreground --force --log-file="$STATE/munge/munged.log"
+    munged --foreground --force --log-file="$STATE/munge/munged.log" \
+    --seed-file="$STATE/munge/munged.seed" --pid-file="$STATE/munge/munged.pid"
   wait_for "munged (munge -n | unmunge)" munge_ok
 fi
 
