@@ -1,0 +1,304 @@
+"""Each claim's comparisons in ONE seed: the frames of that seed's runs -> ``Seed``.
+
+A comparison is one number oriented so that > 0 is what the paper says (superiority
+claims), or a signed difference that should lie inside +-margin (equivalence claims). A
+claim of "A is best" has one comparison per competitor and per cell, never their mean: it
+holds only if every one of them holds (``mor.stats.superiority_p``). A comparison whose run
+is missing is nan (the seed is then dropped and counted, ``mor.claims.verdict``); a
+comparison a predicate leaves out on purpose is named in ``Seed.dropped``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from mor.claims.select import cfg, one, pick, scale_key
+from mor.metrics.isoflop import optima_by_budget, path_slope
+
+DECIDING = "deciding"  # grids/deciding.yaml: the runs trained long enough, with seeds, to decide NLL claims
+SCHEMES = ("cycle", "sequence", "middle_cycle", "middle_sequence")
+
+
+@dataclass
+class Seed:
+    """One seed's comparisons (label -> value) and what the predicate left out, and why."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+
+
+def _cell(scale, nr) -> str:
+    return f"{scale} Nr={int(nr)}"
+
+
+def compute_gain(f, spec) -> Seed:
+    """table9, per variant x scale and each consecutive pair of budgets: NLL(smaller budget) -
+    NLL(larger) ("more compute consistently leads to better models")."""
+    df, out = f["table9"], Seed()
+    budgets = sorted(df["budget_flops"].dropna().unique())
+    for v, s in sorted(df[["variant", "paper_scale"]].drop_duplicates().itertuples(index=False)):
+        for lo, hi in zip(budgets, budgets[1:]):
+            out.values[f"{v} {s} {lo:.3g}->{hi:.3g}"] = (one(df, variant=v, paper_scale=s, budget_flops=lo)
+                                                         - one(df, variant=v, paper_scale=s, budget_flops=hi))
+    return out
+
+
+def sharing_cost(f, spec) -> Seed:
+    """deciding, per Recursive run (scale, tying, Nr): NLL(Recursive) - NLL(Vanilla, same scale)."""
+    df, out = f[DECIDING], Seed()
+    for _, r in df[df["variant"] == "recursive"].iterrows():
+        out.values[f"{r['tying']} {_cell(r['paper_scale'], r['num_recursions'])}"] = (
+            float(r["val_nll"]) - one(df, variant="vanilla", reduced=False, paper_scale=r["paper_scale"]))
+    return out
+
+
+def mor_vs_recursive(f, spec) -> Seed:
+    """table9, per (scale, budget): NLL(Recursive) - NLL(MoR) at equal FLOPs."""
+    df, out = f["table9"], Seed()
+    for s, b in sorted(df[["paper_scale", "budget_flops"]].drop_duplicates().itertuples(index=False)):
+        out.values[f"{s} {b:.3g}"] = (one(df, variant="recursive", paper_scale=s, budget_flops=b)
+                                      - one(df, variant="mor", paper_scale=s, budget_flops=b))
+    return out
+
+
+def mor_vs_recursive_tokens(f, spec) -> Seed:
+    """deciding, per MoR expert-choice run: NLL(Recursive, same scale, tying, Nr) - NLL(MoR)
+    at equal tokens (MoR then spends fewer FLOPs)."""
+    df, out = f[DECIDING], Seed()
+    mor = df[(df["variant"] == "mor") & (df["router_type"] == "expert_choice")]
+    for _, r in mor.iterrows():
+        out.values[f"{r['tying']} {_cell(r['paper_scale'], r['num_recursions'])}"] = (
+            one(df, variant="recursive", paper_scale=r["paper_scale"], tying=r["tying"],
+                num_recursions=int(r["num_recursions"])) - float(r["val_nll"]))
+    return out
+
+
+def _scales(df) -> list[str]:
+    return sorted(df["paper_scale"].unique(), key=scale_key)
+
+
+def mor_catches_up(f, spec) -> Seed:
+    """table9, per budget: the MoR - Vanilla NLL gap at the smallest scale minus at the
+    largest (> 0: the gap closes as scale grows)."""
+    df, out = f["table9"], Seed()
+    scales = _scales(df)
+    for b in sorted(df["budget_flops"].dropna().unique()):
+        gap = [one(df, variant="mor", paper_scale=s, budget_flops=b) - one(df, variant="vanilla", paper_scale=s, budget_flops=b)
+               for s in (scales[0], scales[-1])]
+        out.values[f"{b:.3g}"] = gap[0] - gap[1]
+    return out
+
+
+def mor_beats_vanilla(f, spec) -> Seed:
+    """table9, per (scale, budget) at every scale of the ladder but its smallest: NLL(Vanilla)
+    - NLL(MoR). The paper's "from 360M upward" is every scale of its ladder (135M, 360M, 730M,
+    1.7B) above the smallest; the same rank, not a size, is used on any ladder (the CPU
+    stand-ins of 360M are a few hundred thousand parameters, where 360M means nothing)."""
+    df, out = f["table9"], Seed()
+    scales = _scales(df)
+    out.dropped += [f"{scales[0]} (the smallest scale: the paper's 135M, before MoR catches up)"] if scales else []
+    for s in scales[1:]:
+        for b in sorted(df[df["paper_scale"] == s]["budget_flops"].dropna().unique()):
+            out.values[f"{s} {b:.3g}"] = (one(df, variant="vanilla", paper_scale=s, budget_flops=b)
+                                          - one(df, variant="mor", paper_scale=s, budget_flops=b))
+    return out
+
+
+def _scheme_cells(df) -> list[tuple[str, int]]:
+    rec = df[df["variant"] == "recursive"]
+    return sorted((s, int(nr)) for s, nr in rec[["paper_scale", "num_recursions"]].drop_duplicates().itertuples(index=False))
+
+
+def _scheme_nll(df, scale, nr, tying) -> float:
+    return one(df, variant="recursive", paper_scale=scale, num_recursions=nr, tying=tying)
+
+
+def sequence_worst(f, spec) -> Seed:
+    """deciding, per (scale, Nr) and every other scheme trained: NLL(Sequence) - NLL(other)."""
+    df, out = f[DECIDING], Seed()
+    for scale, nr in _scheme_cells(df):
+        seq = _scheme_nll(df, scale, nr, "sequence")
+        for t in SCHEMES:
+            other = _scheme_nll(df, scale, nr, t)
+            if t != "sequence" and math.isfinite(other):
+                out.values[f"{t} {_cell(scale, nr)}"] = seq - other
+    return out
+
+
+def middle_cycle_safest(f, spec) -> Seed:
+    """table10, per (scale, Nr) and every other scheme trained: NLL(other) - NLL(Middle-Cycle),
+    except the comparisons the paper itself reports the other way (``spec.exclude``: Cycle at
+    135M Nr=2), which are named in the note."""
+    df, out = f["table10"], Seed()
+    skip = {(e["paper_scale"], int(e["num_recursions"]), e["competitor"]) for e in spec.exclude}
+    for scale, nr in _scheme_cells(df):
+        mc = _scheme_nll(df, scale, nr, "middle_cycle")
+        for t in SCHEMES:
+            other = _scheme_nll(df, scale, nr, t)
+            if t == "middle_cycle" or not math.isfinite(other):
+                continue
+            if (scale, nr, t) in skip:
+                out.dropped.append(f"{t} {_cell(scale, nr)} (the paper reports it ahead there)")
+                continue
+            out.values[f"{t} {_cell(scale, nr)}"] = other - mc
+    return out
+
+
+def middle_cycle_equal_unique(f, spec) -> Seed:
+    """table11: NLL(Cycle, 10x3) - NLL(Middle-Cycle, 1+8x3+1)."""
+    df = f["table11"]
+    return Seed({"cycle": one(df, tying="cycle") - one(df, tying="middle_cycle")})
+
+
+def uptraining_middle_best(f, spec) -> Seed:
+    """table12, per Nr: NLL(competitor) - NLL(Middle scheme) for both Middle schemes against
+    Cycle, Sequence and the reduced vanilla of that Nr."""
+    df, out = f["table12"], Seed()
+    for scale, nr in _scheme_cells(df):
+        rivals = {t: _scheme_nll(df, scale, nr, t) for t in ("cycle", "sequence")}
+        rivals["reduced vanilla"] = one(df, variant="vanilla", reduced=True, paper_scale=scale, num_recursions=nr)
+        for middle in ("middle_cycle", "middle_sequence"):
+            m = _scheme_nll(df, scale, nr, middle)
+            for name, v in rivals.items():
+                if math.isfinite(v):
+                    out.values[f"{middle} vs {name} {_cell(scale, nr)}"] = v - m
+    return out
+
+
+BASE_EXPERT_CHOICE = dict(model__router__func="sigmoid", model__router__alpha=0.1, model__router__aux_coeff=0.001,
+                          model__router__z_loss_coeff=0.0)
+
+
+def linear_aux_loss_fewest_dead(f, spec) -> Seed:
+    """table13, base router otherwise: dead-token ratio(competitor) - dead-token ratio(linear
+    router, aux loss), for every aux-router architecture and every other aux-loss one."""
+    df, out = f["table13"], Seed()
+    best = one(df, "dead_token_ratio", model__router__aux="aux_loss", model__router__arch="linear", **BASE_EXPERT_CHOICE)
+    archs = sorted({cfg(r, "model.router.arch") for _, r in df.iterrows()} - {None})
+    for aux in ("aux_router", "aux_loss"):
+        for a in archs:
+            if (aux, a) == ("aux_loss", "linear"):
+                continue
+            v = one(df, "dead_token_ratio", model__router__aux=aux, model__router__arch=a, **BASE_EXPERT_CHOICE)
+            if math.isfinite(v):
+                out.values[f"{aux} {a}"] = v - best
+    return out
+
+
+BASE_TOKEN_CHOICE = dict(model__variant="mor", model__router__type="token_choice", model__router__func="softmax",
+                         model__router__arch="linear", model__router__z_loss_coeff=0.0, model__router__balance_coeff=0.1)
+
+
+def balancing(metric: str, sign: float):
+    """deciding's `balancing` pair (table14's base router): sign x (metric(loss-free) -
+    metric(balancing loss))."""
+    def compare(f, spec) -> Seed:
+        df = f[DECIDING]
+        loss = one(df, metric, model__router__balancing="loss", **BASE_TOKEN_CHOICE)
+        free = one(df, metric, model__router__balancing="loss_free", **BASE_TOKEN_CHOICE)
+        return Seed({"loss-free vs loss": sign * (free - loss)})
+    return compare
+
+
+def normalised(centres: np.ndarray, func: str, alpha: float) -> np.ndarray | None:
+    """Router outputs g = alpha f(.) mapped onto [0, 1], the scale of Fig. 5b: sigmoid
+    g / alpha; tanh (g / alpha + 1) / 2; None for an unbounded function."""
+    if func == "sigmoid":
+        return centres / alpha
+    if func == "tanh":
+        return (centres / alpha + 1) / 2
+    return None
+
+
+def separation(f, spec) -> Seed:
+    """fig5c's aux-loss runs, per run and recursion with both groups: mean normalised router
+    output of selected minus unselected tokens, minus ``spec.threshold`` (> 0: the two groups
+    sit further apart than the threshold on [0, 1]; the paper's "near 1.0 vs near 0.0" is a
+    separation near 1)."""
+    df, out = f["fig5c"], Seed()
+    for _, r in pick(df, model__router__aux="aux_loss").iterrows():
+        if r["router_output_hist"] is None or (isinstance(r["router_output_hist"], float) and math.isnan(r["router_output_hist"])):
+            out.values[f"Nr={int(r['num_recursions'])}"] = math.nan
+            continue
+        router = json.loads(r["config_json"])["model"]["router"]
+        for i, rec in enumerate(json.loads(r["router_output_hist"])):
+            label = f"Nr={int(r['num_recursions'])} r{i + 1}"
+            if not rec["n_unselected"] or not rec["n_selected"]:
+                out.dropped.append(f"{label} (no unselected tokens)")
+                continue
+            edges = np.asarray(rec["bin_edges"])
+            centre = normalised((edges[:-1] + edges[1:]) / 2, router["func"], float(router["alpha"]))
+            if centre is None:
+                out.dropped.append(f"{label} (router function {router['func']} has no [0, 1] scale)")
+                continue
+            sep = float(centre @ np.asarray(rec["selected"]) - centre @ np.asarray(rec["unselected"]))
+            out.values[label] = sep - spec.threshold
+    return out
+
+
+def deeper_is_better(f, spec) -> Seed:
+    """fig5c, per MoR model: NLL with the depth capped at 1 minus NLL at full depth."""
+    df = f["fig5c"]
+    if "depth_cap_nll_1" not in df.columns:
+        return Seed({"depth cap": math.nan}, ["no depth_cap analysis files"])
+    return Seed({f"Nr={int(r['num_recursions'])}": float(r["depth_cap_nll_1"] - r["val_nll"]) for _, r in df.iterrows()})
+
+
+def kv_pairs(df: pd.DataFrame) -> dict[str, float]:
+    """table15: NLL(kv shared) - NLL(recursion-wise) for each shared-KV run and its baseline:
+    the same variant and scale; Recursive / MoR also the same tying and Nr (a vanilla's
+    num_recursions is its KV-sharing group size, and its baseline is the plain vanilla)."""
+    out = {}
+    for _, r in df[df["kv"] == "shared"].iterrows():
+        base = df[(df["kv"] == "recursion_wise") & (df["variant"] == r["variant"]) & (df["paper_scale"] == r["paper_scale"])]
+        if r["variant"] == "vanilla":
+            base = base[~base["reduced"].astype(bool)] if "reduced" in base.columns else base
+        else:
+            base = base[(base["num_recursions"] == r["num_recursions"]) & (base["tying"] == r["tying"])]
+        label = f"{r['variant']} {r['tying'] or ''} {_cell(r['paper_scale'], r['num_recursions'])}".replace("  ", " ")
+        out[label] = float(r["val_nll"]) - float(base["val_nll"].iloc[0]) if len(base) == 1 else math.nan
+    return out
+
+
+def kv_little(f, spec) -> Seed:
+    """table15, per matched pair: the signed NLL(kv shared) - NLL(recursion-wise), each to lie
+    inside +-margin (TOST; +0.1 and -0.1 do not cancel: each pair is its own comparison)."""
+    return Seed(kv_pairs(f["table15"]))
+
+
+def flatter_path(f, spec) -> Seed:
+    """table9: |slope of Vanilla's optimal path| - |slope of MoR's| (dNLL per decade of
+    parameters through the stars, the line of Fig. 5a; > 0: MoR's path is flatter). A seed
+    whose stars of one variant all sit at one size has no slope: nan, and the note says so."""
+    df = f["table9"]
+    slopes, why = {}, []
+    for v in ("mor", "vanilla"):
+        optima = optima_by_budget(df[df["variant"] == v])
+        slopes[v] = path_slope(optima)
+        if not math.isfinite(slopes[v]):
+            why.append(f"{v}'s optima all at one size ({', '.join(o.kind for o in optima)})")
+    return Seed({"path slope": abs(slopes["vanilla"]) - abs(slopes["mor"])}, why)
+
+
+def decodes_faster(f, spec) -> Seed:
+    """fig4a, per MoR model: decoding tokens/s at batch 32 over that of the Vanilla with the
+    same effective depth (App. E: MoR-4's 1+4x8+1 = 34 layers against a 34-layer Vanilla),
+    minus 1. A MoR model without such a Vanilla is left out and named."""
+    df, out = f["fig4a"], Seed()
+    col = "decode_tokens_per_s_fixed"
+    if col not in df.columns:
+        return Seed({"decode": math.nan}, ["no throughput results"])
+    vanilla = df[df["variant"] == "vanilla"]
+    for _, r in df[df["variant"] == "mor"].iterrows():
+        base = vanilla[vanilla["effective_layers"] == r["effective_layers"]]
+        label = f"MoR-{int(r['num_recursions'])} vs Vanilla {int(r['effective_layers'])} layers"
+        if len(base) != 1:
+            out.dropped.append(f"{label} ({len(base)} Vanilla runs of that depth)")
+            continue
+        out.values[label] = float(r[col]) / float(base[col].iloc[0]) - 1
+    return out

@@ -1,0 +1,149 @@
+"""The claims: each quotes the paper's sentence it encodes, names the grids it reads and its
+comparisons (``mor.claims.predicates``); margins, thresholds, paper effects and the runs
+that decide it are pre-registered in ``grids/claims/claims.yaml`` (``Spec``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from mor.claims import predicates as p
+from mor.stats import Design
+
+SPEC_FILE = Path(__file__).resolve().parents[3] / "grids" / "claims" / "claims.yaml"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A claim's pre-registered numbers, each with its source (grids/claims/claims.yaml)."""
+
+    margin: float | None = None  # equivalence claims: |difference| < margin
+    margin_source: str = ""
+    threshold: float = 0.0  # aux-separates: the separation the paper's sentence needs
+    threshold_source: str = ""
+    paper_effect: float | None = None  # the paper's own size of the effect, in the claim's units
+    paper_effect_source: str = ""
+    exclude: tuple[dict, ...] = ()  # comparisons the paper itself reports the other way
+    exclude_source: str = ""
+    decided_by: str = ""  # the cheapest runs that answer the sentence
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    statement: str  # the claim in our words (captions, the table)
+    sentence: str  # the paper's sentence it encodes, quoted
+    evidence: str  # the paper's table / figure and, where stated, its number
+    grids: tuple[str, ...]
+    compare: Callable[[dict, Spec], p.Seed]  # frames of ONE seed -> its comparisons
+    effect_doc: str  # what each comparison is, in words
+    kind: str = "superiority"  # every comparison > 0 | "equivalence": every |comparison| < margin
+    extra: tuple[str, ...] = field(default=())  # files beside the parquet it reads (analysis npz)
+
+
+DECIDING = p.DECIDING
+CLAIMS: tuple[Claim, ...] = (
+    Claim("compute", "More compute gives lower NLL",
+          "more compute consistently leads to better models, evidenced by lower NLL and improved accuracy with higher FLOPs",
+          "Table 9 text", ("table9",), p.compute_gain,
+          "NLL(smaller budget) - NLL(next larger), per variant x scale x budget step"),
+    Claim("sharing-costs", "Weight sharing alone (Recursive) costs NLL against Vanilla",
+          "weight-sharing alone in recursive models degraded performance compared to Vanilla",
+          "Table 9 text; Table 10", (DECIDING,), p.sharing_cost,
+          "NLL(Recursive) - NLL(Vanilla, same scale), per Recursive run (every scheme)"),
+    Claim("mor-beats-recursive", "MoR beats Recursive at equal compute",
+          "MoR lowers validation perplexity and improves average few-shot accuracy compared to both vanilla and "
+          "previous recursive baselines", "Table 9; Conclusion", ("table9",), p.mor_vs_recursive,
+          "NLL(Recursive) - NLL(MoR), per (scale, budget)"),
+    Claim("mor-beats-recursive-tokens", "MoR beats Recursive at equal tokens, i.e. with fewer FLOPs",
+          "MoR lowers validation perplexity ... compared to both vanilla and previous recursive baselines",
+          "Table 3 / Table 9 (at equal compute MoR trains more tokens)", (DECIDING,), p.mor_vs_recursive_tokens,
+          "NLL(Recursive) - NLL(MoR expert-choice), same scale, tying, Nr and tokens, per MoR run"),
+    Claim("mor-catches-up", "MoR catches up with Vanilla as scale grows",
+          "token-routed MoR models overcome this shortcoming, catching up to and then surpassing Vanilla models",
+          "Table 9 text", ("table9",), p.mor_catches_up,
+          "(MoR - Vanilla NLL) at the smallest scale minus at the largest, per budget"),
+    Claim("mor-beats-vanilla", "MoR beats Vanilla at every scale of the ladder but the smallest",
+          "surpassing Vanilla models from 360M parameters upward, all while utilizing only one-third of the parameters",
+          "Table 9 text", ("table9",), p.mor_beats_vanilla,
+          "NLL(Vanilla) - NLL(MoR) per (scale, budget), every scale above the ladder's smallest"),
+    Claim("sequence-worst", "Sequence is the worst tying scheme (against the schemes the deciding grid trains)",
+          "pure Sequence sharing records the worst NLL in all four settings",
+          "App. F, Table 10", (DECIDING,), p.sequence_worst,
+          "NLL(Sequence) - NLL(other scheme), per (scale, Nr) and scheme"),
+    Claim("middle-cycle-safest", "Middle-Cycle has the lowest NLL of the four schemes (but where the paper says Cycle leads)",
+          "Middle-Cycle is consistently the safest choice. For the 360M models, Middle-Cycle achieves the lowest NLL at both "
+          "depths ... For the 135M models, while Cycle is slightly ahead at two recursion setting (3.0071 vs. 3.0330), "
+          "Middle-Cycle overtakes when recursion depth rises (3.1048 vs. 3.1154)",
+          "App. F, Table 10", ("table10",), p.middle_cycle_safest,
+          "NLL(other scheme) - NLL(Middle-Cycle), per (scale, Nr) and scheme, less the exclusions"),
+    Claim("middle-cycle-equal-unique", "At equal unique layers Middle-Cycle beats Cycle",
+          "the Middle-Cycle model achieves better performance, with a lower negative log-likelihood (2.7552 vs. 2.7573)",
+          "App. F, Table 11", ("table11",), p.middle_cycle_equal_unique, "NLL(Cycle, 10x3) - NLL(Middle-Cycle, 1+8x3+1)"),
+    Claim("uptraining-middle-best", "Under up-training both Middle schemes beat the other schemes and the reduced "
+          "baselines", "(Table 12) both Middle schemes ahead of Cycle, Sequence and the reduced baselines",
+          "App. F, Table 12", ("table12",), p.uptraining_middle_best,
+          "NLL(competitor) - NLL(Middle scheme), both Middle schemes x {Cycle, Sequence, reduced vanilla} per Nr"),
+    Claim("aux-separates", "With the auxiliary loss the expert-choice router separates selected from unselected tokens",
+          "auxiliary loss achieves a perfect separation in router outputs, with selected tokens sharply concentrated near a "
+          "routing score of 1.0 and unselected tokens clustering near 0.0", "§ 5.2, Fig. 5b", ("fig5c",), p.separation,
+          "mean normalised router output (g / alpha on [0, 1]) of selected - unselected tokens, minus the threshold, "
+          "per run and recursion"),
+    Claim("deeper-recursion", "Deeper recursion at inference lowers NLL",
+          "allocating more recursion steps at inference can improve generation quality", "§ 5.3, Fig. 5c", ("fig5c",),
+          p.deeper_is_better, "NLL with the depth capped at 1 - NLL at full depth, per MoR model"),
+    Claim("linear-aux-loss-fewest-dead", "A linear router with the auxiliary loss has the lowest dead-token ratio",
+          "employing a linear router architecture in conjunction with auxiliary loss effectively reduces the dead token "
+          "ratio", "App. G.3, Table 13 (aux-router variants up to 66.7%)", ("table13",), p.linear_aux_loss_fewest_dead,
+          "dead-token ratio(competitor) - (linear, aux loss), every aux-router architecture and other aux-loss one"),
+    Claim("balancing-maxvio", "The balancing loss lowers MaxVio against loss-free balancing",
+          "applying an explicit balancing loss significantly reduces MaxVio", "App. G.3, Table 14",
+          (DECIDING,), p.balancing("max_vio", 1.0), "MaxVio(loss-free) - MaxVio(balancing loss), table14's base router"),
+    Claim("balancing-entropy", "The balancing loss raises the routing entropy against loss-free balancing",
+          "applying an explicit balancing loss significantly reduces MaxVio and increases entropy", "App. G.3, Table 14",
+          (DECIDING,), p.balancing("entropy", -1.0), "entropy(balancing loss) - entropy(loss-free), table14's base router"),
+    Claim("kv-sharing-little", "KV sharing changes NLL little",
+          "the Middle-Cycle strategy ... showed a slight perplexity drop, albeit not substantial ... [MoR] still introduced a "
+          "small amount of degradation", "App. H.2, Table 15", ("table15",), p.kv_little,
+          "signed NLL(shared) - NLL(recursion-wise), per matched pair, inside +-margin", kind="equivalence"),
+    Claim("flatter-path", "MoR's compute-optimal path is flatter (it benefits more from parameters)",
+          "The flatter slope of MoR's optimal path (a line connecting stars) indicates that it benefits more significantly "
+          "from increases in parameter count", "§ 5.1, Fig. 5a", ("table9",), p.flatter_path,
+          "|path slope(Vanilla)| - |path slope(MoR)|, dNLL per decade of parameters through the stars"),
+    Claim("decodes-faster", "MoR decodes faster than the Vanilla of its effective depth",
+          "(App. E, Fig. 4a) MoR's throughput normalised to vanilla, up to ~2x", "App. E, Fig. 4a", ("fig4a",),
+          p.decodes_faster, "tokens/s(MoR) / tokens/s(Vanilla of the same effective depth) - 1 at batch 32, per MoR model"),
+)
+
+
+def load_specs(path: Path = SPEC_FILE) -> tuple[Design, dict[str, Spec]]:
+    """The design and every claim's spec; a claim id the file names that no claim has, a
+    claim the file leaves out, or a margin / threshold without its source is an error."""
+    raw = yaml.safe_load(Path(path).read_text())
+    d = raw["design"]
+    spending = d.get("spending", {})
+    if spending.get("family", "power") != "power":
+        raise ValueError(f"{path}: design.spending.family: only 'power' is implemented, got {spending.get('family')!r}")
+    design = Design(alpha=float(d["alpha"]), looks=tuple(int(n) for n in d["looks"]), rho=float(spending.get("rho", 1.0)),
+                    power=float(d.get("power", 0.8)))
+    ids = {c.id for c in CLAIMS}
+    unknown = sorted(set(raw["claims"]) - ids)
+    missing = sorted(ids - set(raw["claims"]))
+    if unknown or missing:
+        raise ValueError(f"{path}: unknown claim id(s) {unknown}, claim(s) without an entry {missing}")
+    specs = {}
+    for cid, s in raw["claims"].items():
+        s = dict(s or {})
+        s["exclude"] = tuple(s.get("exclude", ()))
+        spec = Spec(**s)
+        for key in ("margin", "threshold", "paper_effect"):
+            if getattr(spec, key) and not getattr(spec, f"{key}_source"):
+                raise ValueError(f"{path}: claims.{cid}.{key} needs {key}_source (or 'no source: our choice')")
+        specs[cid] = spec
+    for c in CLAIMS:
+        if c.kind == "equivalence" and not specs[c.id].margin:
+            raise ValueError(f"{path}: claims.{c.id} is an equivalence claim and needs a margin")
+    return design, specs

@@ -1,0 +1,87 @@
+"""``tables/claims/``: read the grids' parquet, decide every claim, write the table.
+
+Written through ``mor.atomic`` rather than ``mor.reports`` (claims read parquet and pure
+functions only; the reports import claims, never the reverse)."""
+
+from __future__ import annotations
+
+import html
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mor.atomic import remove_stale, replace_dir, temp_sibling
+from mor.claims.registry import CLAIMS, load_specs
+from mor.claims.verdict import evaluate, verdict_note
+from mor.results import read_frame
+
+
+def load_frames(results_dir: Path, grids: set[str]) -> dict[str, pd.DataFrame]:
+    """The grids' results that exist (a missing one makes its claims 'not built')."""
+    out = {}
+    for g in sorted(grids):
+        p = Path(results_dir) / f"{g}.parquet"
+        if p.exists():
+            out[g] = read_frame(p)
+    if "fig5c" in out:  # fig5c's capped NLLs live in the depth_cap analysis files
+        out["fig5c"] = _with_depth_cap(Path(results_dir), out["fig5c"])
+    return out
+
+
+def _with_depth_cap(results_dir: Path, df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    vals = []
+    for _, r in df.iterrows():
+        p = results_dir / "runs" / r["grid"] / f"{r['run_id']}.depth_cap.npz"
+        if p.exists():
+            a = np.load(p)
+            vals.append(float(a["val_nll"][list(a["max_depth"]).index(1)]))
+        else:
+            vals.append(math.nan)
+    df["depth_cap_nll_1"] = vals
+    return df
+
+
+SHOWN = ["claim", "statement", "verdict", "n seeds", "mean effect", "raw lo", "raw hi", "interval", "p", "p Holm",
+         "MDE", "paper effect", "seeds needed", "per seed", "note"]
+
+
+def render_claims(results_dir: Path, out: Path, mode: str) -> list[Path]:
+    """claims.md (the table, how verdicts are reached, each claim's paper sentence and the
+    runs that decide it), claims.csv (every column) and claims.html (the report shows HTML in
+    place), swapped in whole (``mor.atomic.replace_dir``)."""
+    design, _ = load_specs()
+    frames = load_frames(Path(results_dir), {g for c in CLAIMS for g in c.grids})
+    table = evaluate(frames)
+    counts = table["verdict"].value_counts().to_dict()
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("holds", "contradicted", "inconclusive", "not built"))
+    commits = sorted({c[:12] for df in frames.values() for c in df["git_commit"].unique()})
+    shown = table[[c for c in SHOWN if c in table.columns]]
+    shown = shown.astype(object).where(shown.notna(), "")
+    title = f"The paper's claims, checked (mode '{mode}')"
+    intro = (f"{summary} (after Holm). From {results_dir} (grids {', '.join(sorted(frames)) or 'none'}; "
+             f"commit(s) {', '.join(commits) or '-'}).")
+    note = verdict_note(design)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(out.parent)
+    tmp = temp_sibling(out)
+    tmp.mkdir()
+    try:
+        (tmp / "claims.md").write_text(
+            f"# {title}\n\n{intro}\n\n{note}\n\n" + shown.to_markdown(index=False) + "\n\n## Each claim\n\n"
+            + "\n".join(f"- **{r['claim']}** ({r['paper evidence']}): \"{r['paper sentence']}\". Comparisons: {r['effect']}. "
+                        f"Decided by {r['decided by'] or '-'} ({r['grids']})." for _, r in table.iterrows()) + "\n")
+        table.to_csv(tmp / "claims.csv", index=False)
+        body = "".join(f"<p>{html.escape(p)}</p>" for p in (intro, note))
+        (tmp / "claims.html").write_text(
+            f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>claims</title></head><body>"
+            f"<h2>{html.escape(title)}</h2>{body}{shown.to_html(index=False, na_rep='', border=0, classes='mor-table')}"
+            f"</body></html>\n")
+        replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return sorted(out.iterdir())

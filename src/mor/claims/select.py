@@ -1,0 +1,54 @@
+"""Selecting runs from a grid's results frame: by column or by a dotted config key."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+
+def seeds_of(frames: dict[str, pd.DataFrame], grids: tuple[str, ...]) -> list[int]:
+    """Seeds present in every grid a claim needs, ascending (the order seeds are added)."""
+    sets = [set(int(s) for s in frames[g]["seed"]) for g in grids]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def cfg(row, dotted: str):
+    """The value of a dotted config key (``model.router.aux``) in a row's config_json."""
+    node = json.loads(row["config_json"])
+    for k in dotted.split("."):
+        node = node.get(k) if isinstance(node, dict) else None
+    return node
+
+
+def pick(df: pd.DataFrame, **where) -> pd.DataFrame:
+    """Rows matching every column == value (a column of the frame or a dotted config key,
+    written with ``__`` for the dots)."""
+    mask = pd.Series(True, index=df.index)
+    for key, value in where.items():
+        key = key.replace("__", ".")
+        if key in df.columns:
+            col = df[key]
+        else:
+            col = df.apply(lambda r: cfg(r, key), axis=1)
+        mask &= col.map(lambda v: v == value)
+    return df[mask]
+
+
+def one(df: pd.DataFrame, metric: str = "val_nll", **where) -> float:
+    """The metric of the single run matching ``where`` (nan when none)."""
+    rows = pick(df, **where)
+    if len(rows) == 0:
+        return math.nan
+    if len(rows) > 1:
+        raise ValueError(f"{len(rows)} runs match {where}; a claim must name one run per seed")
+    return float(rows[metric].iloc[0])
+
+
+def scale_key(s: str) -> float:
+    """Parameters a paper scale name stands for ('135M' < '1.7B'); unknown names last."""
+    try:
+        return float(s[:-1]) * {"M": 1e6, "B": 1e9}.get(s[-1], 1)
+    except ValueError:
+        return float("inf")

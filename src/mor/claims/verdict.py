@@ -1,0 +1,146 @@
+"""From the grids' results to one row per claim: comparisons per seed, the claim's sequential
+p-values, Holm across the claims that have seeds, the verdict, and for an undecided claim
+what it could have detected (``mor.stats`` holds every formula)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from mor import stats
+from mor.claims.registry import CLAIMS, Claim, Spec, load_specs
+from mor.claims.select import seeds_of
+
+VERDICT_NOTE = (
+    "How a verdict is reached (grids/claims/claims.yaml, pre-registered; mor.stats). Each claim is one or more comparisons, "
+    "each a per-seed difference oriented so that > 0 is what the paper says (seed s uses only the runs of seed s). "
+    "A claim of 'A is best' holds only if A beats every competitor in every cell (intersection-union test), and is "
+    "contradicted if some competitor beats A (Bonferroni over the comparisons). An equivalence claim ('changes little') "
+    "holds if every comparison's 90% interval lies inside +-margin (TOST). Seeds are looked at in pre-registered looks "
+    "(n = {looks}); look k spends alpha x {weights} of alpha = {alpha} (power-family spending, rho = {rho}), and the claim's "
+    "p-value is the smallest p_k / w_k. Holm's step-down then runs over every claim tested with seeds (at least {first} "
+    "seeds), so the chance of any wrong 'holds' or 'contradicted' in the table is at most {alpha}. "
+    "Columns: 'raw lo/hi' is the unadjusted interval (95%; 90% for equivalence) of the binding comparison (the one "
+    "closest to failing), 'p' the claim's sequential p-value, 'p Holm' after Holm, 'MDE' the smallest true effect of the "
+    "binding comparison that the final n detects with power {power} at the level the claim faced, 'seeds needed' the n at "
+    "which the paper's effect would be detected at that level (fixed-n approximation). inconclusive = not decided after "
+    "Holm; not built = the grid's results are missing.")
+
+
+def verdict_note(design: stats.Design) -> str:
+    w = ", ".join(f"{x:.3g}" for x in design.weights())
+    return VERDICT_NOTE.format(looks=", ".join(map(str, design.looks)), weights=f"({w})", alpha=design.alpha,
+                               rho=design.rho, first=design.looks[0], power=design.power)
+
+
+def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame]) -> tuple[np.ndarray, list[str], list[int], list[str]]:
+    """(K x n matrix, comparison labels, seeds kept, notes): labels missing or nan in every
+    seed are dropped, then every seed missing one of the rest; both are named in the notes."""
+    seeds = seeds_of(frames, claim.grids)
+    per_seed = {s: claim.compare({g: frames[g][frames[g]["seed"] == s] for g in claim.grids}, spec) for s in seeds}
+    labels = list(dict.fromkeys(k for r in per_seed.values() for k in r.values))
+    notes = []
+    dead = [k for k in labels if not any(math.isfinite(r.values.get(k, math.nan)) for r in per_seed.values())]
+    if dead:
+        notes.append(f"{len(dead)} comparison(s) without runs in any seed dropped: {', '.join(dead)}")
+    labels = [k for k in labels if k not in dead]
+    kept = []
+    for s, r in per_seed.items():
+        gone = [k for k in labels if not math.isfinite(r.values.get(k, math.nan))]
+        if gone or not labels:
+            notes.append(f"seed {s} dropped ({'no ' + ', '.join(gone) if gone else 'no comparison'})")
+        else:
+            kept.append(s)
+    left_out = Counter(x for r in per_seed.values() for x in r.dropped)
+    notes += [f"left out: {x} ({n} of {len(seeds)} seeds)" for x, n in left_out.items()]
+    matrix = np.array([[per_seed[s].values[k] for s in kept] for k in labels], dtype=np.float64).reshape(len(labels), len(kept))
+    return matrix, labels, kept, notes
+
+
+def _round(v):
+    return None if v is None or not math.isfinite(v) else round(float(v), 4)
+
+
+def _sig(p: float) -> float:
+    return float(f"{p:.3g}")
+
+
+def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS,
+             design: stats.Design | None = None, specs: dict[str, Spec] | None = None) -> pd.DataFrame:
+    """One row per claim: n, the binding comparison's mean and raw interval, the sequential
+    and Holm-adjusted p-values, the verdict, and MDE / seeds needed where undecided."""
+    if design is None or specs is None:
+        d, s = load_specs()
+        design, specs = design or d, specs or s
+    rows, tested = [], []
+    for c in claims:
+        spec = specs.get(c.id, Spec())
+        row = {"claim": c.id, "statement": c.statement, "paper sentence": c.sentence, "paper evidence": c.evidence,
+               "effect": c.effect_doc, "grids": ", ".join(c.grids), "decided by": spec.decided_by}
+        missing = [g for g in c.grids if g not in frames]
+        if missing:
+            rows.append({**row, "verdict": "not built", "n seeds": 0,
+                         "note": f"results/{missing[0]}.parquet is not built; run its grid to decide this claim"})
+            continue
+        m, labels, kept, notes = _comparisons(c, spec, frames)
+        n = len(kept)
+        equivalence = c.kind == "equivalence"
+        row.update({"n seeds": n, "comparisons": len(labels), "_equivalence": equivalence})
+        if spec.exclude:
+            notes.append(f"excluded by the design: {spec.exclude_source}")
+        if not labels or n == 0:
+            rows.append({**row, "verdict": "inconclusive", "note": "; ".join(notes + ["no matching runs"])})
+            continue
+        means = m.mean(axis=1)
+        b = int(np.argmax(np.abs(means))) if equivalence else int(np.argmin(means))
+        level = 1 - 2 * design.alpha if equivalence else 1 - design.alpha
+        mean, lo, hi, _ = stats.interval(m[b], level)
+        if equivalence:
+            notes.append(f"margin +-{spec.margin} ({spec.margin_source})")
+        if len(labels) > 1:
+            notes.append(f"{len(labels)} comparisons, binding: {labels[b]}")
+        row.update({"mean effect": _round(mean), "raw lo": _round(lo), "raw hi": _round(hi),
+                    "interval": f"{level:.0%}", "per seed": ", ".join(f"{e:.4g}" for e in m[b]),
+                    "paper effect": spec.paper_effect, "_sd": float(m[b].std(ddof=1)) if n > 1 else math.nan})
+        looks = design.looks_within(n)
+        if not looks:
+            notes.append(f"{n} seed(s): below the first look (n = {design.looks[0]}), not tested")
+        else:
+            if n > looks[-1]:
+                notes.append(f"{n - looks[-1]} seed(s) past the last look reached (n = {looks[-1]}) unused")
+            h, k = stats.claim_p(m, design, spec.margin if equivalence else None)
+            row.update({"_p_hold": float(h), "_p_contra": float(k), "p": _sig(min(float(h), float(k)))})
+            tested.append(len(rows))
+        rows.append({**row, "note": "; ".join(notes)})
+    _decide(rows, tested, design)
+    out = pd.DataFrame(rows)
+    return out.drop(columns=[c for c in out.columns if c.startswith("_")])
+
+
+def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
+    """Holm over the tested claims; then the MDE and seeds needed of every undecided one, at
+    the level Holm would ask of it next: alpha x (its last look's weight) / (claims left)."""
+    if tested:
+        adjusted, code = stats.verdicts(np.array([rows[i]["_p_hold"] for i in tested]),
+                                        np.array([rows[i]["_p_contra"] for i in tested]), design.alpha)
+        for i, a, v in zip(tested, adjusted, code):
+            rows[i]["p Holm"] = _sig(float(a))
+            rows[i]["verdict"] = {1: "holds", -1: "contradicted", 0: "inconclusive"}[int(v)]
+        left = len(tested) - int((code != 0).sum())
+    else:
+        left = 0
+    w = design.weights()
+    for r in rows:
+        r.setdefault("verdict", "inconclusive")
+        if r["verdict"] != "inconclusive" or "_sd" not in r:
+            continue
+        k = max(len(design.looks_within(r["n seeds"])), 1) - 1
+        level = design.alpha * w[k] / max(left, 1)
+        if r["_equivalence"]:
+            level *= 2  # TOST: one-sided at the level on each side
+        r["MDE"] = _round(stats.mde(r["_sd"], r["n seeds"], level, design.power))
+        if r.get("paper effect") is not None:
+            r["seeds needed"] = stats.seeds_needed(r["paper effect"], r["_sd"], level, design.power)
