@@ -30,6 +30,7 @@ Balancing = Literal["loss", "loss_free"]
 Gating = Literal["weighted", "additive"]
 KVStrategy = Literal["recursion_wise", "shared", "shared_dagger"]
 Relaxation = Literal["none", "lora", "dora", "prefix", "recursion_pe"]
+WeightInit = Literal["crn", "global_rng"]
 TiedInit = Literal["stepwise", "average", "random", "upcycle"]
 
 
@@ -183,6 +184,11 @@ class ModelConfig:
     # layers: 30 has 10 unique layers per block (Table 11); a vanilla with layers: 34 is
     # App. E's 34-layer baseline for MoR-4.
     layers: int = 0
+    # How the initial weights are drawn (mor.model.init): "crn" per parameter from a
+    # generator keyed by (train.seed, its canonical name), so the variants of one seed share
+    # their initial weights wherever names and shapes agree; "global_rng" the one global
+    # stream that every run before issue 20 drew from (set it to reproduce those runs).
+    weight_init: WeightInit = "crn"
 
     def __post_init__(self) -> None:
         own = "model"
@@ -191,6 +197,7 @@ class ModelConfig:
         _check_choice(own, "kv", self.kv, KVStrategy)
         _check_choice(own, "relaxation", self.relaxation, Relaxation)
         _check_choice(own, "tied_init", self.tied_init, TiedInit)
+        _check_choice(own, "weight_init", self.weight_init, WeightInit)
         _check_positive(own, "layers", self.layers, allow_zero=True)
         if self.reduced and self.layers:
             raise ConfigError("model.layers cannot be combined with model.reduced (the reduced depth is derived "
@@ -359,7 +366,9 @@ TRAINING_FIELDS = ("model", "train", "data")
 EVAL_FIELDS = ("eval",)
 # Fields added after runs existed: hashed only when set, so adding a field with a default
 # that keeps the old behaviour never renames (and retrains) an existing run.
-LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0}
+# (model.weight_init: its default "crn" is hashed, so every run got a new id when common
+# random numbers became the default; "global_rng" gives back the ids of the runs before.)
+LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0, ("model", "weight_init"): "global_rng"}
 
 
 def _digest(obj: Any) -> str:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mor.config import ModelConfig, ScaleShape, capacities
+from mor.model.init import init_common
 from mor.model.layers import Block, RMSNorm, RotaryEmbedding, init_weights
 from mor.model.expert_choice import run_expert_choice
 from mor.model.relax import build_relaxation
@@ -59,7 +60,9 @@ class ModelOutput:
 
 
 class MoRTransformer(nn.Module):
-    def __init__(self, cfg: ModelConfig, shape: ScaleShape, vocab_size: int):
+    def __init__(self, cfg: ModelConfig, shape: ScaleShape, vocab_size: int, init_seed: int | None = None):
+        """``init_seed``: the seed of the initial weights (mor.model.init); None = the seed last
+        given to ``torch.manual_seed`` (the trainer sets train.seed just before building)."""
         super().__init__()
         if vocab_size < 2:
             raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
@@ -85,7 +88,10 @@ class MoRTransformer(nn.Module):
         # effective layer -> effective layer whose keys/values it attends over (model.kv)
         self.kv_producers = kv_producers(self.plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
         self.kv_sources = frozenset(p for e, p in enumerate(self.kv_producers) if p != e)
-        init_weights(self, shape.init_std, len(self.plan.order))
+        if cfg.weight_init == "crn":  # common random numbers across the variants of one seed
+            init_common(self, self.plan.order, torch.initial_seed() if init_seed is None else init_seed, shape.init_std)
+        else:
+            init_weights(self, shape.init_std, len(self.plan.order))
         self.relax = build_relaxation(self)  # after init_weights: LoRA B stays 0, PE gains 1
 
     # ------------------------------------------------------------------ structure
@@ -211,7 +217,8 @@ def check_max_depth(max_depth: int | None, num_recursions: int) -> int:
     return max_depth
 
 
-def build_model(cfg: ModelConfig, shape: ScaleShape, vocab_size: int, device: str | torch.device = "cpu"):
+def build_model(cfg: ModelConfig, shape: ScaleShape, vocab_size: int, device: str | torch.device = "cpu",
+                init_seed: int | None = None):
     """Construct on ``device`` ('meta' allocates nothing: used to count real-size params)."""
     with torch.device(device):
-        return MoRTransformer(cfg, shape, vocab_size)
+        return MoRTransformer(cfg, shape, vocab_size, init_seed)
