@@ -13,6 +13,7 @@ writer on this host are removed by ``remove_stale``, which every write calls on 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -64,9 +65,19 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
         _fsync_file(tmp)
         os.replace(tmp, path)
+    except Exception as e:
+        if _out_of_space(e):  # writers (pyarrow, safetensors) say so without naming the file
+            raise OSError(errno.ENOSPC, f"No space left on device while writing {path}; the previous "
+                                        f"{path.name} (if any) is unchanged: free space and run again") from e
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _out_of_space(e: BaseException) -> bool:
+    """ENOSPC, as an OSError or quoted by a writer's own exception (safetensors: 'os error 28')."""
+    return getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e)
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:

@@ -1,0 +1,265 @@
+"""Faults users meet, each answered by a clear error and nothing lost.
+
+- malformed grids that used to be accepted (an unknown artifact, a reference row with an
+  unknown key) stop the workflow when the Snakefile is parsed, naming the file and the key;
+- a second Snakemake started in a folder where one is running refuses, names the folder,
+  and leaves the first one's locks alone; the first then finishes as if alone;
+- a full disk (ENOSPC, a small tmpfs) during a checkpoint write or a parquet write raises
+  the OSError and leaves the previous checkpoint / results file whole, with no temporary;
+- a corrupt token file or corrupt final weights under the local launcher: exit 1 with an
+  error that names the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+from test_workflow import E2E_GRID, SNAKEMAKE
+
+from mor.grids import SCHEMA_FILE, load_grid
+
+
+def run_snakemake(workdir: Path, grids: Path, data_root: Path, *args: str, popen: bool = False, snakefile=None):
+    cmd = [*SNAKEMAKE, "--snakefile", str(snakefile or REPO / "Snakefile"), "--profile", str(REPO / "local"),
+           "tables/table10", "--directory", str(workdir), "--config", f"grids_dir={grids}", f"data_root={data_root}",
+           *args]
+    checkout = Path(snakefile or REPO / "Snakefile").parent  # the profile's config file is relative to it
+    env = dict(os.environ, PYTHONPATH=str(checkout / "src"))
+    if popen:
+        return subprocess.Popen(cmd, cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+    return subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, timeout=900)
+
+
+def e2e_grids(root: Path, text: str = E2E_GRID) -> Path:
+    grids = root / "grids"
+    grids.mkdir(parents=True)
+    (grids / "e2e.yaml").write_text(text)
+    return grids
+
+
+# ------------------------------------------------------------------ malformed grids, at parse time
+@pytest.mark.parametrize("edit, names", [
+    (("artifacts: [tables/table10, figures/fig6]", "artifacts: [tables/table10, tables/table99]"),
+     ["key artifacts.1", "'tables/table99' is not one of"]),
+    (("val_nll: 3.0330}", "val_nll: 3.0330, paper_nll: 2.9}"),
+     ["key reference.0", "'paper_nll' was unexpected", "allowed keys are"]),
+])
+def test_a_malformed_grid_is_rejected_when_the_snakefile_is_parsed(tmp_path, edit, names):
+    grids = e2e_grids(tmp_path, E2E_GRID.replace(*edit))
+    proc = run_snakemake(tmp_path, grids, tmp_path / "data", "-n")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"{grids / 'e2e.yaml'}: " in text, text[-3000:]
+    assert all(n in text for n in names), text[-3000:]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "logs").exists()
+
+
+def test_the_schema_knows_every_artifact_and_every_reference_key_the_reports_read():
+    from mor.reports import RENDERERS
+    from mor.reports.ablation import SPECS
+    from mor.reports.common import REF_KEYS
+
+    schema = yaml.safe_load(SCHEMA_FILE.read_text())["properties"]
+    assert set(schema["artifacts"]["items"]["enum"]) == set(RENDERERS)
+    read = set(REF_KEYS) | {"val_nll", "max_batch"} | {m for spec in SPECS.values() for m in spec.metrics}
+    assert set(schema["reference"]["items"]["properties"]) == read
+
+
+# ------------------------------------------------------------------ two workflows in one folder
+def _group_stopped(pgid: int) -> bool:
+    states = []
+    for pid in os.listdir("/proc"):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            states.append(fields[0])
+    return bool(states) and all(s == "T" for s in states)
+
+
+def test_a_second_workflow_in_the_same_folder_refuses_and_the_first_finishes(tmp_path, data_root):
+    """The first Snakemake is frozen (SIGSTOP to its group) once it holds its locks, so the
+    second one certainly meets a live owner; then it is resumed and finishes."""
+    from test_slurm_workflow import wait_for
+
+    grids = e2e_grids(tmp_path)
+    first = run_snakemake(tmp_path, grids, data_root, popen=True)
+    locks = tmp_path / ".snakemake" / "locks"
+    try:
+        wait_for(lambda: (locks.is_dir() and any(locks.iterdir())) or first.poll() is not None,
+                 "the first workflow's locks", within_s=300, every_s=0.05)
+        assert first.poll() is None, first.communicate()[0]
+        os.killpg(first.pid, signal.SIGSTOP)
+        wait_for(lambda: _group_stopped(first.pid), "the first workflow to stop", 60)
+        held = sorted(p.name for p in locks.iterdir())
+
+        second = run_snakemake(tmp_path, grids, data_root)
+        text = second.stdout + second.stderr
+        assert second.returncode != 0
+        assert "Directory cannot be locked" in text and str(tmp_path) in text, text[-3000:]
+        assert "removed stale Snakemake locks" not in text  # the live owner's locks are real
+        assert sorted(p.name for p in locks.iterdir()) == held
+
+        os.killpg(first.pid, signal.SIGCONT)
+        out, _ = first.communicate(timeout=900)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert first.returncode == 0, out[-3000:]
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(tmp_path / "results" / "e2e.parquet").to_pylist()
+    assert sorted(r["run_id"] for r in rows) == sorted(r.run_id for r in load_grid(grids / "e2e.yaml").runs)
+    again = run_snakemake(tmp_path, grids, data_root)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+# ------------------------------------------------------------------ a full disk
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs (root only): writes past its size fail with ENOSPC, as on a full disk."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        pytest.skip("mounting a small tmpfs needs root on Linux")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", f"mor-enospc-{uuid.uuid4().hex[:6]}", str(mnt)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+
+
+def _fill(folder: Path, leave: int) -> None:
+    """Fill the file system of ``folder`` until about ``leave`` bytes are free."""
+    free = shutil.disk_usage(folder).free - leave
+    if free > 0:
+        (folder / "ballast").write_bytes(b"\0" * free)
+
+
+def _no_temporaries(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob(".*") if ".tmp-" in p.name or ".old-" in p.name]
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one_whole(small_disk):
+    import torch
+
+    from mor.train.checkpoint import load_latest, save_checkpoint
+
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 64)).sum().backward()
+    opt.step()
+    ckpt = small_disk / "checkpoints"
+    save_checkpoint(ckpt, model, opt, {"step": 4, "config_hash": "c0ffee"})
+    before = {p.relative_to(ckpt): p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
+
+    _fill(small_disk, leave=20_000)  # room for less than one more checkpoint (~50 KB)
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    with pytest.raises(Exception) as err:  # safetensors raises its own SafetensorError, quoting the OS error
+        save_checkpoint(ckpt, model, opt, {"step": 8, "config_hash": "c0ffee"})
+    assert getattr(err.value, "errno", None) == errno.ENOSPC or "No space left on device" in str(err.value), err.value
+
+    (small_disk / "ballast").unlink()
+    after = {p.relative_to(ckpt): p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
+    assert after == before  # the step-4 checkpoint and latest.json, byte for byte
+    assert _no_temporaries(small_disk) == []
+    state = json.loads((ckpt / "step-000004" / "state.json").read_text())
+    path, loaded, _, _ = load_latest(ckpt, state["config_hash"])  # intact: sizes and digests check out
+    assert path.name == "step-000004" and loaded["step"] == 4
+
+
+def test_a_full_disk_during_a_parquet_write_keeps_the_previous_results(small_disk):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mor.atomic import atomic_path
+
+    target = small_disk / "results.parquet"
+    old = pa.table({"run_id": ["a", "b"], "val_nll": [3.1, 3.2]})
+    with atomic_path(target) as tmp:
+        pq.write_table(old, tmp)
+    before = target.read_bytes()
+
+    _fill(small_disk, leave=20_000)
+    big = pa.table({"run_id": [f"r{i}" for i in range(50_000)], "val_nll": [float(i) for i in range(50_000)]})
+    with pytest.raises(OSError) as err:
+        with atomic_path(target) as tmp:
+            pq.write_table(big, tmp, compression="none")
+    assert err.value.errno == errno.ENOSPC, err.value
+    assert f"No space left on device while writing {target}; the previous results.parquet" in str(err.value)
+    assert target.read_bytes() == before and pq.read_table(target).equals(old)
+    assert _no_temporaries(small_disk) == []
+
+
+# ------------------------------------------------------------------ corrupt inputs under the local launcher
+def _launch(kind: str, grid: Path, run_id: str, workdir: Path, data_root: Path, *extra: str
+            ) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "mor.launch", kind, "--grid", str(grid), "--run-id", run_id, "--mode", "local",
+           "--run-dir", f"runs/{grid.stem}/{run_id}", "--data-root", str(data_root), "--launcher", "local", *extra]
+    return subprocess.run(cmd, cwd=workdir, env=dict(os.environ, PYTHONPATH=str(REPO / "src")), capture_output=True,
+                          text=True, timeout=600)
+
+
+def _one_run_grid(tmp_path: Path) -> tuple[Path, str]:
+    from test_slurm_workflow import write_grid
+
+    grid = write_grid(tmp_path / "grids", "bad", steps=4, tying=False)
+    return grid, load_grid(grid, "local").runs[0].run_id
+
+
+def _data_with(tmp_path: Path, data_root: Path, corrupt: str) -> Path:
+    """A data root like ``data_root`` whose file ``corrupt`` (relative) holds garbage."""
+    bad = tmp_path / "bad-data"
+    for d in ("corpus", "tokenizer", "tokens"):
+        (bad / d).mkdir(parents=True)
+        for f in (data_root / d).iterdir():
+            (bad / d / f.name).symlink_to(f)
+    (bad / corrupt).unlink()
+    (bad / corrupt).write_bytes(b"not a numpy file")
+    return bad
+
+
+def test_a_corrupt_token_file_fails_the_train_job_naming_the_file(tmp_path, data_root):
+    grid, run_id = _one_run_grid(tmp_path)
+    bad = _data_with(tmp_path, data_root, "tokens/train-bpe-4096.npy")
+    proc = _launch("train", grid, run_id, tmp_path, bad)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text[-3000:]
+    assert str(bad / "tokens" / "train-bpe-4096.npy") in text, text[-3000:]
+    assert not (tmp_path / "runs" / "bad" / run_id / "final").exists()  # nothing claims to be trained
+
+
+def test_corrupt_final_weights_fail_the_eval_job_naming_the_file(tmp_path, data_root):
+    grid, run_id = _one_run_grid(tmp_path)
+    trained = _launch("train", grid, run_id, tmp_path, data_root)
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    weights = tmp_path / "runs" / "bad" / run_id / "final" / "model.safetensors"
+    good = weights.read_bytes()
+    weights.write_bytes(good[: len(good) // 2])  # torn, as by a copy that stopped half-way
+    out = tmp_path / "results" / "runs" / "bad" / f"{run_id}.parquet"
+    proc = _launch("eval", grid, run_id, tmp_path, data_root, "--out", str(out))
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text[-3000:]
+    assert str(weights) in text, text[-3000:]
+    assert not out.exists()  # no row scored from broken weights
+    summary = json.loads((weights.parent.parent / "train_summary.json").read_text())
+    assert summary["steps"] == 4  # the training record is untouched
