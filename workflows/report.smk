@@ -8,11 +8,38 @@ config["mor_captions"] = Captions(ARTIFACT_GRID, grids_dir=GRIDS_DIR)
 CAPTION = "report/artifact.rst"
 
 
+def curves_caption(grid):
+    """workflows/report/curves.rst: the caption of a grid's training curves."""
+    from mor.reports.curves import caption
+
+    return caption(grid)
+
+
+config["mor_curve_caption"] = curves_caption
+
+
+def artifact_curves(kind):
+    """The training curves of an artifact's grid (rule curves), built with each of its artifacts."""
+
+    def inner(wildcards):
+        grid = ARTIFACT_GRID.get(f"{kind}/{wildcards.name}")
+        return [f"figures/curves/{grid}"] if grid else []
+
+    return inner
+
+
+def curves_section(wildcards):
+    """A grid's curves sit in the report section of its first artifact."""
+    artifacts = GRIDS[wildcards.grid].artifacts
+    return section(artifacts[0]) if artifacts else "Other"
+
+
 rule table:
     input:
         results=artifact_results("tables"),
         grid=artifact_grid_file("tables"),
         analyses=artifact_analyses("tables"),  # analysis files (workflows/analysis.smk), tokenizer, if any
+        curves=artifact_curves("tables"),  # the grid's training curves (rule curves) come with it
     output:
         report(directory("tables/{name}"), patterns=["{file}.html"], caption=CAPTION,
                category=lambda w: section(f"tables/{w.name}"), subcategory="tables/{name}"),
@@ -32,6 +59,7 @@ rule figure:
         results=artifact_results("figures"),
         grid=artifact_grid_file("figures"),
         analyses=artifact_analyses("figures"),  # analysis files (workflows/analysis.smk), tokenizer, if any
+        curves=artifact_curves("figures"),  # the grid's training curves (rule curves) come with it
     output:
         report(directory("figures/{name}"), patterns=["{file}.png"], caption=CAPTION,
                category=lambda w: section(f"figures/{w.name}"), subcategory="figures/{name}"),
@@ -42,6 +70,20 @@ rule figure:
     shell:
         "{PY} report --artifact figures/{wildcards.name} --results {input.results} --grid {input.grid}"
         " --mode {params.mode} --data-root {DATA} > {log} 2>&1"
+
+
+# Training loss (and MoR router loss) against tokens for every run of a grid, from the train
+# logs (mor.reports.curves); listed in the report under the grid's section.
+rule curves:
+    input:
+        results="results/{grid}.parquet",
+    output:
+        report(directory("figures/curves/{grid}"), patterns=["{file}.png"], caption="report/curves.rst",
+               category=curves_section, subcategory="figures/curves/{grid}"),
+    log:
+        "logs/report/curves-{grid}.log",
+    shell:
+        "{PY}.reports.curves --grid {wildcards.grid} --results {input.results} --runs runs --out {output} > {log} 2>&1"
 
 
 rule claims:

@@ -288,9 +288,15 @@ def collect(grids: list[Grid], paths: Paths = Paths(), presets_file: Path | None
 def _duration(s: float | None, estimated: bool = False) -> str:
     if s is None:
         return ""
+    if s < 1:
+        return "~<1s" if estimated else "<1s"
     s = int(round(s))
     text = f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
     return f"~{text}" if estimated else text
+
+
+def _hours(h: float) -> str:
+    return f"{h:.2f}" if h >= 0.1 or h == 0 else f"{h:.2g}"
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -327,12 +333,12 @@ def render(statuses: list[GridStatus]):
         counts = ", ".join(f"{n} {s}" for s, n in gs.counts().items())
         steps = sum(r.step for r in gs.runs), sum(r.steps for r in gs.runs)
         parts.append(Text(f"{gs.grid.name}: {len(gs.runs)} runs: {counts}; steps {steps[0]}/{steps[1]}; "
-                          f"{gs.device}-hours {spent:.2f} spent, {whole - spent:.2f} left of {whole:.2f} (plan)\n"))
+                          f"{gs.device}-hours {_hours(spent)} spent, {_hours(whole - spent)} left of {_hours(whole)} (plan)\n"))
     if len(statuses) > 1:
         n = sum(len(gs.runs) for gs in statuses)
         done = sum(r.state == "done" for gs in statuses for r in gs.runs)
-        parts.append(Text(f"all: {done}/{n} runs done; {device}-hours {total_spent:.2f} spent, "
-                          f"{total_all - total_spent:.2f} left of {total_all:.2f} (plan)", style="bold"))
+        parts.append(Text(f"all: {done}/{n} runs done; {device}-hours {_hours(total_spent)} spent, "
+                          f"{_hours(total_all - total_spent)} left of {_hours(total_all)} (plan)", style="bold"))
     return Group(*parts)
 
 

@@ -8,7 +8,7 @@ the numbers drawn).
                  bar min..max)
     bottom row   MoR runs only, when their logs carry router statistics: the weighted router
                  loss (aux_loss: BCE + z-loss of expert-choice, balancing of token-choice; log
-                 y) and any other statistic the log holds (``mor.train_log.ROUTER_KEYS``)
+                 y when it spans a decade) and any other statistic the log holds (``mor.train_log.ROUTER_KEYS``)
 
 Drawn from the runs' train logs (``mor.train_log``, a pure reader) and the grid's results
 parquet (``mor.results``: which runs, their labels, seeds and validation NLL).
@@ -23,6 +23,7 @@ import argparse
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -107,14 +108,18 @@ def render_curves(results: Path, runs_root: Path, grid: str, out: Path) -> list[
                     err = np.array([[v["mean"] - v["lo"]], [v["hi"] - v["mean"]]]) if v["n_seeds"] > 1 else None
                     ax.errorbar(v["tokens"], v["mean"], yerr=err, fmt="*", ms=8, color=color[v["label"]],
                                 mec="black", mew=0.4, capsize=2)
-                ax.set_ylabel(f"training loss (mean of {window} steps)")
+                ax.set_ylabel(f"training loss (mean of {window} steps)" if window > 1 else "training loss")
                 ax.set_title(f"{scale}: training loss; * = validation NLL")
             else:
-                if metric == "aux_loss" and (sub["mean"] > 0).all():
+                if (sub["lo"] > 0).all() and sub["hi"].max() > 10 * sub["lo"].min():  # spans a decade: log y
                     ax.set_yscale("log")
                 ax.set_ylabel(ROUTER_NAMES.get(metric, metric))
                 ax.set_title(f"{scale}: MoR {ROUTER_NAMES.get(metric, metric)}")
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))  # 2k, 5k, 10M
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             ax.set_xlabel("training tokens")
             ax.grid(True, which="both", lw=0.3, alpha=0.5)
     handles = [plt.Line2D([], [], color=color[lab], lw=2) for lab in labels]
@@ -134,7 +139,7 @@ def caption(grid: str, root: Path = Path(".")) -> str:
             "training tokens (log x; each run's loss as a trailing mean over 1/25 of its logged steps), one line per "
             "run config and one panel per paper scale; with several seeds the line is their mean and the band their "
             "min..max. A star marks the validation NLL (teacher-forced) at the end of training. MoR runs add their "
-            "router statistics as logged (the weighted router loss, log y). Drawn from runs/<grid>/<run_id>/"
+            "router statistics as logged (the weighted router loss; log y when it spans a decade). Drawn from runs/<grid>/<run_id>/"
             "train_log.jsonl and the grid's results; the numbers drawn are curves.csv beside the figure.\n")
 
 
