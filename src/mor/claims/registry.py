@@ -28,7 +28,7 @@ class Spec:
     paper_effect_source: str = ""
     exclude: tuple[dict, ...] = ()  # comparisons the paper itself reports the other way
     exclude_source: str = ""
-    decided_by: str = ""  # the cheapest runs that answer the sentence
+    decided_by: dict = field(default_factory=dict)  # {grid, runs: [block names], why}: the runs that decide it
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,8 @@ def load_specs(path: Path = SPEC_FILE) -> tuple[Design, dict[str, Spec]]:
         s = dict(s or {})
         s["exclude"] = tuple(s.get("exclude", ()))
         spec = Spec(**s)
+        if set(spec.decided_by) != {"grid", "runs", "why"}:
+            raise ValueError(f"{path}: claims.{cid}.decided_by needs grid, runs and why, got {sorted(spec.decided_by)}")
         for key in ("margin", "threshold", "paper_effect"):
             if getattr(spec, key) and not getattr(spec, f"{key}_source"):
                 raise ValueError(f"{path}: claims.{cid}.{key} needs {key}_source (or 'no source: our choice')")

@@ -74,7 +74,7 @@ def render_claims(results_dir: Path, out: Path, mode: str) -> list[Path]:
         (tmp / "claims.md").write_text(
             f"# {title}\n\n{intro}\n\n{note}\n\n" + shown.to_markdown(index=False) + "\n\n## Each claim\n\n"
             + "\n".join(f"- **{r['claim']}** ({r['paper evidence']}): \"{r['paper sentence']}\". Comparisons: {r['effect']}. "
-                        f"Decided by {r['decided by'] or '-'} ({r['grids']})." for _, r in table.iterrows()) + "\n")
+                        f"Decided by {r['decided by'] or '-'}." for _, r in table.iterrows()) + "\n")
         table.to_csv(tmp / "claims.csv", index=False)
         body = "".join(f"<p>{html.escape(p)}</p>" for p in (intro, note))
         (tmp / "claims.html").write_text(

@@ -60,6 +60,11 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame]) -> t
     return matrix, labels, kept, notes
 
 
+def decided_by(spec: Spec) -> str:
+    d = spec.decided_by
+    return f"{d['grid']}: {', '.join(d['runs'])} ({d['why']})" if d else ""
+
+
 def _round(v):
     return None if v is None or not math.isfinite(v) else round(float(v), 4)
 
@@ -79,7 +84,7 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
     for c in claims:
         spec = specs.get(c.id, Spec())
         row = {"claim": c.id, "statement": c.statement, "paper sentence": c.sentence, "paper evidence": c.evidence,
-               "effect": c.effect_doc, "grids": ", ".join(c.grids), "decided by": spec.decided_by}
+               "effect": c.effect_doc, "grids": ", ".join(c.grids), "decided by": decided_by(spec)}
         missing = [g for g in c.grids if g not in frames]
         if missing:
             rows.append({**row, "verdict": "not built", "n seeds": 0,

@@ -1,0 +1,109 @@
+"""Where the next seeds go: the adaptive design's stopping and allocation rule, pure.
+
+After each round of runs the claims table says which claims are decided. This module plans
+the next round. An undecided claim whose seeds have not reached the design's last look gets
+seeds up to its next look, for the run blocks that decide it (``decided_by`` in
+grids/claims/claims.yaml) and for those alone. Claims go most promising first: the smallest
+sequential p; claims below the first look come next, cheapest first. A claim is planned only
+if its runs fit in the CPU minutes left. Blocks that several claims share are paid once.
+The design stops when no undecided claim has a next look, or when none fits the budget.
+
+Why this keeps the error rate (``mor.stats``): the looks are pre-registered, so which claims
+get seeds may depend on the data. A claim that gets no more seeds simply has fewer looks,
+and its sequential p-value can only be larger than if it had run them all. Holm over those
+p-values still controls the family-wise error (tests/test_stats.py simulates exactly this).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from mor.claims.registry import SPEC_FILE, Spec
+from mor.stats import Design
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The CPU budget of the adaptive design (grids/claims/claims.yaml ``design.budget``)."""
+
+    cpu_minutes: float
+    minutes_per_run: dict[str, float]  # 'grid/block', 'grid' or 'default' -> minutes per run
+
+    def per_run(self, grid: str, block: str) -> float:
+        m = self.minutes_per_run
+        return float(m.get(f"{grid}/{block}", m.get(grid, m["default"])))
+
+
+def load_budget(path: Path = SPEC_FILE) -> Budget:
+    b = yaml.safe_load(Path(path).read_text())["design"]["budget"]
+    if "default" not in b["minutes_per_run"]:
+        raise ValueError(f"{path}: design.budget.minutes_per_run needs a 'default'")
+    return Budget(float(b["local_cpu_minutes"]), {k: float(v) for k, v in b["minutes_per_run"].items()})
+
+
+@dataclass(frozen=True)
+class Step:
+    claim: str
+    grid: str
+    blocks: tuple[str, ...]
+    seeds_from: int
+    seeds_to: int
+    minutes: float  # what this step adds (blocks already raised by an earlier step are free)
+
+
+def next_look(n: int, design: Design) -> int | None:
+    """The smallest look above n seeds (None past the last one)."""
+    return next((k for k in design.looks if k > n), None)
+
+
+def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Budget,
+         runs_per_seed: dict[tuple[str, str], int], seeds_now: dict[tuple[str, str], int],
+         minutes_left: float | None = None) -> tuple[list[Step], dict[tuple[str, str], int]]:
+    """The next round: steps in the order taken, and the seeds each (grid, block) should
+    reach. ``table``: evaluate()'s rows; ``runs_per_seed``: runs one seed of a block trains;
+    ``seeds_now``: seeds each block has; ``minutes_left``: the budget not yet spent."""
+    left = budget.cpu_minutes if minutes_left is None else minutes_left
+    target = dict(seeds_now)
+    candidates = []
+    for _, r in table.iterrows():
+        if r["verdict"] != "inconclusive" or r["claim"] not in specs or not specs[r["claim"]].decided_by:
+            continue
+        to = next_look(int(r.get("n seeds", 0) or 0), design)
+        if to is None:
+            continue
+        p = r.get("p")
+        candidates.append((0 if p is not None and math.isfinite(p) else 1, p if p is not None and math.isfinite(p) else 0.0,
+                           r["claim"], int(r.get("n seeds", 0) or 0), to))
+    costed = []
+    for tested, p, claim, n, to in candidates:
+        d = specs[claim].decided_by
+        blocks = tuple(d["runs"])
+        cost = sum(max(0, to - target.get((d["grid"], b), 0)) * runs_per_seed.get((d["grid"], b), 0) * budget.per_run(d["grid"], b)
+                   for b in blocks)
+        costed.append((tested, p if tested == 0 else cost, claim, n, to, d["grid"], blocks))
+    steps = []
+    for _, _, claim, n, to, grid, blocks in sorted(costed):
+        cost = sum(max(0, to - target.get((grid, b), 0)) * runs_per_seed.get((grid, b), 0) * budget.per_run(grid, b)
+                   for b in blocks)
+        if cost > left:
+            continue
+        for b in blocks:
+            target[(grid, b)] = max(target.get((grid, b), 0), to)
+        left -= cost
+        steps.append(Step(claim, grid, blocks, n, to, round(cost, 2)))
+    return steps, {k: v for k, v in target.items() if v > seeds_now.get(k, 0)}
+
+
+def runs_per_seed(grid) -> dict[tuple[str, str], int]:
+    """(grid, block) -> the runs one seed of that block trains (a ``mor.grids.Grid``)."""
+    base = min(r.config.train.seed for r in grid.runs)
+    out: dict[tuple[str, str], int] = {}
+    for r in grid.runs:
+        if r.config.train.seed == base:
+            out[(grid.name, r.block)] = out.get((grid.name, r.block), 0) + 1
+    return out

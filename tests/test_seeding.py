@@ -1,0 +1,71 @@
+"""The adaptive design's allocation rule (mor.claims.seeding): seeds go to undecided claims
+only, up to their next pre-registered look, for the blocks that decide them, within the
+CPU budget; blocks shared by claims are paid once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mor.claims import load_specs
+from mor.claims.seeding import Budget, load_budget, next_look, plan, runs_per_seed
+from mor.grids import load_grid
+from mor.stats import Design
+
+REPO = Path(__file__).resolve().parent.parent
+DESIGN, SPECS = load_specs()
+
+
+def test_every_claim_names_blocks_its_grid_has():
+    for cid, spec in SPECS.items():
+        d = spec.decided_by
+        grid = load_grid(REPO / "grids" / f"{d['grid']}.yaml", "local")
+        blocks = {r.block for r in grid.runs}
+        assert set(d["runs"]) <= blocks, (cid, set(d["runs"]) - blocks)
+
+
+def test_next_look():
+    d = Design(looks=(3, 6, 9))
+    assert [next_look(n, d) for n in (0, 1, 3, 5, 6, 9, 12)] == [3, 3, 6, 6, 9, None, None]
+
+
+def _table(rows):
+    return pd.DataFrame([{"claim": c, "verdict": v, "n seeds": n, "p": p} for c, v, n, p in rows])
+
+
+def test_seeds_go_to_undecided_claims_at_their_next_look_within_budget():
+    budget = Budget(60.0, {"default": 1.0, "deciding": 5.0, "deciding/balancing": 1.0})
+    rps = {("deciding", "vanilla"): 1, ("deciding", "recursive"): 2, ("deciding", "mor"): 1, ("deciding", "balancing"): 2,
+           ("fig5c", "mor"): 3}
+    now = {k: 3 for k in rps}
+    table = _table([("sharing-costs", "inconclusive", 3, 0.04),      # vanilla + recursive: 3 x 3 x 5 = 45 min
+                    ("sequence-worst", "inconclusive", 3, 0.5),      # recursive: already raised to 6: free
+                    ("balancing-maxvio", "holds", 3, 0.001),         # decided: nothing
+                    ("balancing-entropy", "inconclusive", 3, 0.2),   # balancing: 3 x 2 x 1 = 6 min
+                    ("mor-beats-recursive-tokens", "inconclusive", 3, 0.3),  # recursive free, mor 3 x 5 = 15: over budget
+                    ("deeper-recursion", "inconclusive", 9, 0.3)])   # past the last look
+    steps, target = plan(table, SPECS, DESIGN, budget, rps, now)
+    assert [s.claim for s in steps] == ["sharing-costs", "balancing-entropy", "sequence-worst"]
+    assert [s.minutes for s in steps] == [45.0, 6.0, 0.0]
+    assert target == {("deciding", "vanilla"): 6, ("deciding", "recursive"): 6, ("deciding", "balancing"): 6}
+    # with the budget spent, nothing more
+    assert plan(table, SPECS, DESIGN, budget, rps, now, minutes_left=1.0)[0] == []
+
+
+def test_claims_below_the_first_look_are_raised_to_it():
+    budget = Budget(100.0, {"default": 1.0})
+    table = _table([("middle-cycle-equal-unique", "inconclusive", 1, None)])
+    steps, target = plan(table, SPECS, DESIGN, budget, {("table11", "middle-cycle"): 1, ("table11", "cycle"): 1},
+                         {("table11", "middle-cycle"): 1, ("table11", "cycle"): 1})
+    assert steps[0].seeds_to == 3 and target == {("table11", "middle-cycle"): 3, ("table11", "cycle"): 3}
+
+
+def test_budget_and_run_counts_from_the_shipped_files():
+    b = load_budget()
+    assert b.cpu_minutes == 120 and b.per_run("deciding", "vanilla") == pytest.approx(5.3)
+    assert b.per_run("deciding", "balancing") == pytest.approx(0.9) and b.per_run("table13", "x") == pytest.approx(0.9)
+    rps = runs_per_seed(load_grid(REPO / "grids" / "deciding.yaml", "local"))
+    assert rps == {("deciding", "vanilla"): 1, ("deciding", "recursive"): 2, ("deciding", "mor"): 1,
+                   ("deciding", "balancing"): 2}
