@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from mor.analysis.depth_cap import capped_nll, validation_windows
-from mor.analysis.job import read_sidecar, write_sidecar
+from mor.analysis.sidecar import read_sidecar, write_sidecar
 from mor.analysis.kv_states import depth_labels, kv_states, kv_statistics, magnitude, pairwise_cosine
 from mor.analysis.router_hist import histogram_bars, per_recursion
 from mor.analysis.token_depths import group_by_depth, layout, token_pieces
@@ -276,11 +276,11 @@ def test_sidecar_round_trip_and_identity_check(tmp_path):
 def test_analysis_job_resubmits_itself_and_the_launcher_knows_the_kind():
     import pickle
 
-    from mor.analysis.job import AnalysisJob
     from mor.launch.__main__ import main
+    from mor.launch.checkpointable import Job
 
-    job = AnalysisJob(analysis="kv", grid="g.yaml", run_id="r", mode="local", run_dir="runs/g/r", out="o.npz",
-                      data_root="data")
+    job = Job("analysis", dict(analysis="kv", grid="g.yaml", run_id="r", mode="local", run_dir="runs/g/r", out="o.npz",
+                               data_root="data"))
     again = job.checkpoint().function
     assert again == job and again is not job and pickle.loads(pickle.dumps(job)) == job
     with pytest.raises(SystemExit) as e:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import tiny_run
-from mor.analysis.job import sidecar_path, write_sidecar
+from mor.analysis.sidecar import sidecar_path, write_sidecar
 from mor.config import RouterConfig
 from mor.data.tokenizer import load_tokenizer
 from mor.metrics.routing import router_output_histogram

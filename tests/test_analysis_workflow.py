@@ -28,7 +28,7 @@ runs:
 
 
 def test_analysis_figures_build_from_a_tiny_grid(tmp_path, data_root):
-    from mor.analysis.job import read_sidecar
+    from mor.analysis.sidecar import read_sidecar
 
     grids = tmp_path / "grids"
     grids.mkdir()

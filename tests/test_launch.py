@@ -25,9 +25,10 @@ from mor.flops import train_flops
 from mor.grids import load_grid
 from mor.launch import distributed
 from mor.launch.__main__ import main as launch_main
-from mor.launch.checkpointable import EvalJob, TrainJob
+from mor.launch.checkpointable import Job
 from mor.launch.plan import estimate, plan_grid
 from mor.launch.slurm import DEFAULT_PRESETS, Preset, PresetError, load_presets
+from mor.train.parallel import trainer_class
 from mor.train.trainer import DistInfo, Trainer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -180,13 +181,13 @@ def test_dist_info_from_a_submitit_slurm_environment(monkeypatch):
 
 
 def test_callables_pickle_paths_only_and_checkpoint_resubmits_the_same_call():
-    job = TrainJob(grid="/g/table10.yaml", run_id="r1", mode="cluster", run_dir="/runs/r1", data_root="/data",
-                   threads=8, parallel="fsdp")
+    job = Job("train", dict(grid="/g/table10.yaml", run_id="r1", mode="cluster", run_dir="/runs/r1",
+                            data_root="/data", threads=8, parallel="fsdp"))
     again = pickle.loads(pickle.dumps(job))
     assert again == job and len(pickle.dumps(job)) < 1000
     delayed = job.checkpoint()
     assert delayed.function == job and delayed.function is not job and delayed.args == ()
-    ev = EvalJob(grid="g", run_id="r", mode="local", run_dir="d", out="o.parquet", data_root="data")
+    ev = Job("eval", dict(grid="g", run_id="r", mode="local", run_dir="d", out="o.parquet", data_root="data"))
     assert ev.checkpoint().function == ev
 
 
@@ -243,7 +244,7 @@ def _fsdp_worker(rank, world, run, tokens, run_dir, port):
     os.environ["MASTER_PORT"] = str(port)
     info = distributed.init_distributed("cpu", env=_FakeEnv(rank, world))
     try:
-        cls = distributed.trainer_class("fsdp")
+        cls = trainer_class("fsdp")
         first = cls(run, run_dir, tokens, VOCAB, device="cpu", dist=info, progress=False)
         for _ in range(4):  # "preempted" after the step-4 checkpoint
             first.train_step()

@@ -279,7 +279,7 @@ def test_eval_records_token_choice_metrics(data_root):
 def test_eval_job_writes_max_vio_and_entropy(data_root, tmp_path, monkeypatch):
     import types
 
-    import mor.jobs as jobs
+    import mor.eval.job as jobs
     from mor.results import read_rows
 
     run = tiny_run(variant="mor", nr=3, steps=2, batch=4,

@@ -2,10 +2,10 @@
 #   analysis   one job per (run, analysis) -> results/runs/<grid>/<run_id>.<analysis>.npz, beside
 #              the run's parquet. depth_cap: NLL with the recursion depth capped at 1..Nr (Fig. 5c);
 #              kv: per-depth key/value magnitude and cosine similarity (Figs. 7, 8). Only the runs
-#              of a grid that lists such a figure get one (mor.analysis.job.ARTIFACT_ANALYSES); the
+#              of a grid that lists such a figure get one (mor.analysis.sidecar.ARTIFACT_ANALYSES); the
 #              figure rule waits for them. It reads the final weights and never retrains; its params
 #              are its own settings (from eval.*) and the analysis code's VERSION.
-from mor.analysis.job import ANALYSES, VERSION as ANALYSIS_VERSION
+from mor.analysis.sidecar import ANALYSES, VERSION as ANALYSIS_VERSION
 
 
 rule analysis:
@@ -13,12 +13,12 @@ rule analysis:
         summary="runs/{grid}/{run_id}/train_summary.json",
         data=run_data_inputs,
     output:
-        "results/runs/{grid}/{run_id}.{analysis}.npz",
+        KINDS["analysis"].outputs[0],  # results/runs/{grid}/{run_id}.{analysis}.npz
     wildcard_constraints:
         analysis="|".join(ANALYSES),
     params:
         mode=MODE,
-        settings=analysis_settings,  # an edit of the eval.* settings it uses re-runs it
+        settings=job_settings("analysis"),  # an edit of the eval.* settings it uses re-runs it
         version=ANALYSIS_VERSION,
     threads: config["threads"]
     log:

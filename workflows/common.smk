@@ -6,6 +6,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # works without `pip in
 
 from mor.data.paths import data_paths
 from mor.grids import all_grids, load_grid
+from mor.jobs import KINDS  # what each job kind runs and writes (the rules' outputs)
 from mor.lm_eval import is_local_task
 from mor.results import SCHEMA_VERSION
 from mor.workflow_guard import clear_stale_locks
@@ -60,19 +61,16 @@ def run_config(wildcards):
 # grid. A train job's identity is its run id (the hash of its model / train / data fields),
 # so a finished run is never redone by a grid edit. An eval job's parameter is its run's
 # eval settings: Snakemake's params trigger re-runs that eval alone when they change.
-def eval_settings(wildcards):
+def job_settings(kind):
+    """A job kind's own settings (mor.jobs.KINDS[kind].settings_of) as its rule's `params:`
+    trigger: an edit of them re-runs that job alone. JSON with sorted keys, so equal
+    settings give an equal string and nothing re-runs."""
     import json
 
-    return json.dumps(run_config(wildcards).eval_dict(), sort_keys=True)
+    def inner(wildcards):
+        return json.dumps(KINDS[kind].settings_of(run_config(wildcards), MODE, dict(wildcards.items())), sort_keys=True)
 
-
-def lm_eval_settings(wildcards):
-    """The lmeval job's own settings (tasks, per-task limits, shots): its `params:` trigger."""
-    import json
-
-    from mor.lm_eval.job import lm_eval_settings as settings
-
-    return json.dumps(settings(run_config(wildcards).eval), sort_keys=True)
+    return inner
 
 
 def lm_eval_task_inputs(wildcards):
@@ -89,15 +87,6 @@ def lm_eval_result(wildcards):
     return []
 
 
-def throughput_protocol(wildcards):
-    """The throughput job's protocol for this mode (workflows/throughput.yaml): its `params:` trigger."""
-    import json
-
-    from mor.engine.job import load_protocol
-
-    return json.dumps(load_protocol(MODE), sort_keys=True)
-
-
 def throughput_result(wildcards):
     """A run of a grid that draws fig4a: its eval row waits for (and reads) the throughput job's JSON."""
     from mor.engine.job import ARTIFACTS
@@ -105,15 +94,6 @@ def throughput_result(wildcards):
     if set(GRIDS[wildcards.grid].artifacts) & set(ARTIFACTS):
         return [f"runs/{wildcards.grid}/{wildcards.run_id}/throughput.json"]
     return []
-
-
-def analysis_settings(wildcards):
-    """An analysis job's own settings (mor.analysis.job.settings): its `params:` trigger."""
-    import json
-
-    from mor.analysis.job import settings
-
-    return json.dumps(settings(wildcards.analysis, run_config(wildcards)), sort_keys=True)
 
 
 def run_data_inputs(wildcards):
@@ -152,7 +132,7 @@ def artifact_analyses(kind):
     one per run it applies to, and the runs' tokenizer where it decodes tokens."""
 
     def inner(wildcards):
-        from mor.analysis.job import ARTIFACT_ANALYSES, TOKENIZER_ARTIFACTS, applies
+        from mor.analysis.sidecar import ARTIFACT_ANALYSES, TOKENIZER_ARTIFACTS, applies
 
         artifact = f"{kind}/{wildcards.name}"
         if artifact not in ARTIFACT_GRID:
@@ -185,7 +165,7 @@ def hub_name(wildcards):
 
 def claims_inputs(wildcards):
     """The results of every grid a claim needs (that this workflow has), and fig5c's capped NLLs."""
-    from mor.analysis.job import applies
+    from mor.analysis.sidecar import applies
     from mor.claims import CLAIMS
 
     grids = sorted({g for c in CLAIMS for g in c.grids if g in GRIDS})

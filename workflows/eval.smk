@@ -9,10 +9,10 @@ rule eval:
         lm_eval=lm_eval_result,  # runs/<grid>/<run_id>/lm_eval.json (workflows/lm_eval.smk), if any task
         throughput=throughput_result,  # runs/<grid>/<run_id>/throughput.json (workflows/throughput.smk), fig4a grids
     output:
-        "results/runs/{grid}/{run_id}.parquet",
+        KINDS["eval"].outputs[0],  # results/runs/{grid}/{run_id}.parquet
     params:
         mode=MODE,
-        eval_settings=eval_settings,  # an edit of eval.* re-runs this job alone
+        eval_settings=job_settings("eval"),  # an edit of eval.* re-runs this job alone
         schema=SCHEMA_VERSION,  # a new result schema (mor.results) regenerates every row, never a training
     threads: config["threads"]
     log:

@@ -28,10 +28,10 @@ rule lmeval:
         tasks=lm_eval_task_inputs,
         data=run_data_inputs,
     output:
-        "runs/{grid}/{run_id}/lm_eval.json",
+        KINDS["lmeval"].outputs[0],  # runs/{grid}/{run_id}/lm_eval.json
     params:
         mode=MODE,
-        lm_eval_settings=lm_eval_settings,  # an edit of eval.lm_eval_* re-runs this job alone (+ its eval)
+        lm_eval_settings=job_settings("lmeval"),  # an edit of eval.lm_eval_* re-runs this job alone (+ its eval)
     threads: config["threads"]
     resources:
         job_kind="lmeval",

@@ -11,10 +11,10 @@ rule throughput:
         summary="runs/{grid}/{run_id}/train_summary.json",
         data=run_data_inputs,
     output:
-        "runs/{grid}/{run_id}/throughput.json",
+        KINDS["throughput"].outputs[0],  # runs/{grid}/{run_id}/throughput.json
     params:
         mode=MODE,
-        protocol=throughput_protocol,  # an edit of this mode's protocol re-runs it (and the eval that reads it)
+        protocol=job_settings("throughput"),  # an edit of this mode's protocol re-runs it (and the eval that reads it)
         version=THROUGHPUT_VERSION,
         torch_threads=config["threads"],  # the timing's torch threads; `threads` may be raised to reserve cores
     threads: config["threads"]

@@ -6,7 +6,7 @@ rule train:
         data=run_data_inputs,
         init=init_checkpoint_inputs,
     output:
-        summary="runs/{grid}/{run_id}/train_summary.json",
+        summary=KINDS["train"].outputs[0],  # runs/{grid}/{run_id}/train_summary.json
     params:
         mode=MODE,
     threads: config["threads"]

@@ -1,7 +1,7 @@
 """Whole tensors from FSDP2 shards and back, for code that must see a parameter whole.
 
 Under FSDP2 (``torch.distributed.fsdp.fully_shard``) a parameter outside its unit's forward
-is a DTensor holding this rank's shard. Checkpointing (``mor.launch.distributed``) and the
+is a DTensor holding this rank's shard. Checkpointing (``mor.train.parallel``) and the
 loss-free balancing bias update (``mor.model.router``) gather it, work on the whole tensor,
 and cut this rank's shard again. Plain tensors (one process, DDP) pass through unchanged.
 """

@@ -1,139 +1,100 @@
-"""The job kinds of the DAG (train, eval; lmeval lives in mor.lm_eval.job), as functions of paths and strings only.
+"""The job kinds of the DAG, in one table: what each kind runs, with which resources, writing what.
 
-Snakemake rules call them through ``python -m mor`` (see ``mor.cli``); a Slurm launcher can
-pickle them with submitit, since nothing but paths crosses the boundary. Each job resolves
-its run from the grid file, so the grid stays the single source of truth.
+Layer: jobs. Below it the domain packages each own their job function (paths and strings
+in, files out; they know no cluster): ``mor.train.job``, ``mor.eval.job``,
+``mor.lm_eval.job``, ``mor.analysis.job``, ``mor.engine.job``, ``mor.data.fineweb``. Above it
+``mor.launch`` runs any kind inline or as a Slurm job (one generic submitit wrapper), and the
+plan and the Snakemake rules read the same table. Adding a kind = one domain function + one
+entry here.
+
+This module imports no torch and no domain package: the table names functions as
+``"module:function"``, resolved only when a job runs, so the launcher on a login node (and
+Snakemake parsing the rules) stays light.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import time
-from pathlib import Path
-
-from mor.atomic import sha256_file
-from mor.config import model_shape
-from mor.cpu_allocator import tune_cpu_allocator
-from mor.data.paths import data_paths
-from mor.data.sampler import load_tokens
-from mor.data.tokenizer import load_tokenizer
-from mor.flops import plan_for, train_flops
-from mor.grids import load_grid
-from mor.provenance import git_commit
-from mor.results import write_rows
-from mor.train.checkpoint import CheckpointError, load_model_weights
-from mor.train.trainer import DistInfo, Trainer, make_model, pick_device
-
-LM_EVAL_FILE = "lm_eval.json"  # runs/<grid>/<run_id>/lm_eval.json: the lmeval job's output
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 
-def tokenizer_vocab(spec: str) -> int:
-    return load_tokenizer(spec).vocab_size
+def resolve(ref: str) -> Callable[..., Any]:
+    """``"package.module:function"`` -> the function (imports the module)."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = "data",
-              device: str = "auto", dist: DistInfo | None = None, threads: int = 0, parallel: str = "ddp",
-              peak_tflops: float = 0.0) -> dict:
-    """Train (or resume) one run of a grid; returns the training summary.
+@dataclass(frozen=True)
+class JobKind:
+    """One kind of job.
 
-    With ``dist.world_size > 1`` (torch.distributed already initialised by
-    ``mor.launch.distributed``) the model is wrapped for ``parallel`` ('ddp' or 'fsdp').
+    function  the domain job, called with keyword arguments that are paths, strings and numbers
+    preset    the presets.yaml entry (per scale, or top-level ``data``) its Slurm resources come from
+    outputs   the files it writes, as Snakemake patterns (the rules' ``output:``)
+    summary   formats the one line a finished job prints, from what ``function`` returned
+    settings  (run config, mode, wildcards) -> dict: what decides its output besides its inputs
+              (the rule's ``params:`` trigger: an edit re-runs this job alone); None = nothing
+    ranks     "all": every task of the Slurm job runs it as one rank of torch.distributed;
+              "one": a single process
+    returns   the keys of its result a Slurm job sends back to the launcher (empty = all)
+    planned   the plan estimates its GPU-hours (it has a FLOPs model)
     """
-    tune_cpu_allocator()  # before the first step's tensors: freed blocks are reused, not re-faulted
-    run = load_grid(grid, mode).run(run_id).config
-    paths = data_paths(run.data, Path(data_root))
-    cls = Trainer
-    if dist is not None and dist.world_size > 1:
-        from mor.launch.distributed import trainer_class
 
-        cls = trainer_class(parallel)
-    trainer = cls(run, Path(run_dir), paths.train_tokens, tokenizer_vocab(paths.tokenizer), device=device, dist=dist,
-                  threads=threads, peak_tflops=peak_tflops)
-    return trainer.fit()
+    name: str
+    function: str
+    preset: str
+    outputs: tuple[str, ...]
+    summary: str
+    settings: str | None = None
+    ranks: str = "one"
+    returns: tuple[str, ...] = ()
+    planned: bool = False
+
+    def __post_init__(self):
+        if self.ranks not in ("one", "all"):
+            raise ValueError(f"job kind {self.name}: ranks={self.ranks!r}; choose 'one' or 'all'")
+
+    def run(self, **kwargs) -> dict:
+        """Call the domain function in this process."""
+        return resolve(self.function)(**kwargs)
+
+    def result(self, r: Mapping[str, Any]) -> dict:
+        """What a Slurm job of this kind sends back (``returns``), from the function's result."""
+        return {k: r[k] for k in self.returns} if self.returns else dict(r)
+
+    def summarise(self, r: Mapping[str, Any]) -> str:
+        return resolve(self.summary)(r)
+
+    def settings_of(self, run, mode: str, wildcards: Mapping[str, str] | None = None) -> dict:
+        """The job's own settings for ``run`` (empty when the kind has none)."""
+        return resolve(self.settings)(run, mode, dict(wildcards or {})) if self.settings else {}
 
 
-def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
-             device: str = "auto", threads: int = 0) -> dict:
-    """Score a trained run on the validation split and write its result row."""
-    import torch
+RUN = "runs/{grid}/{run_id}"
+KINDS: dict[str, JobKind] = {k.name: k for k in (
+    JobKind("data", "mor.data.fineweb:prepare_job", preset="data",
+            outputs=("{out}/train/manifest.json", "{out}/val/manifest.json"),
+            summary="mor.data.fineweb:summary"),
+    JobKind("train", "mor.train.job:train_job", preset="train",
+            outputs=(f"{RUN}/train_summary.json",), summary="mor.train.job:summary", ranks="all", planned=True),
+    JobKind("eval", "mor.eval.job:eval_job", preset="eval",
+            outputs=("results/runs/{grid}/{run_id}.parquet",), summary="mor.eval.job:summary",
+            settings="mor.eval.job:job_settings", returns=("run_id", "val_nll", "val_tokens"), planned=True),
+    JobKind("lmeval", "mor.lm_eval.job:lmeval_job", preset="lmeval",
+            outputs=(f"{RUN}/lm_eval.json",), summary="mor.lm_eval.job:summary",
+            settings="mor.lm_eval.job:job_settings", returns=("run_id", "tasks", "seconds")),
+    JobKind("analysis", "mor.analysis.job:analysis_job", preset="eval",
+            outputs=("results/runs/{grid}/{run_id}.{analysis}.npz",), summary="mor.analysis.job:summary",
+            settings="mor.analysis.sidecar:job_settings"),
+    JobKind("throughput", "mor.engine.job:throughput_job", preset="throughput",
+            outputs=(f"{RUN}/throughput.json",), summary="mor.engine.job:summary",
+            settings="mor.engine.job:job_settings"),
+)}
+RUN_KINDS = tuple(k for k in KINDS if k != "data")  # one job per run of a grid
 
-    from mor.eval.nll import evaluate
 
-    if threads:
-        torch.set_num_threads(threads)
-    tune_cpu_allocator()
-
-    g = load_grid(grid, mode)
-    run = g.run(run_id).config
-    run_dir_p = Path(run_dir)
-    summary_file = run_dir_p / "train_summary.json"
-    if not summary_file.exists():
-        raise FileNotFoundError(f"{summary_file} missing: run {run_id} has not finished training")
-    redo = (f"delete {summary_file} and re-run the workflow: training resumes from its last checkpoint "
-            "and writes the final weights again")
-    try:
-        summary = json.loads(summary_file.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"run {run_id}: {summary_file} is unreadable ({e}); {redo}") from None
-    final = run_dir_p / "final" / "model.safetensors"
-    if summary.get("config_hash") not in (None, run.config_hash):
-        raise CheckpointError(f"run {run_id}: {summary_file} was written by training config {summary['config_hash']}, "
-                              f"not {run.config_hash}; {redo}")
-    if "final_sha256" in summary and (not final.exists() or sha256_file(final) != summary["final_sha256"]):
-        raise CheckpointError(f"run {run_id}: {final} is missing or corrupt (its sha256 differs from the one in "
-                              f"{summary_file}); {redo}")
-    paths = data_paths(run.data, Path(data_root))
-    dev = pick_device(device)
-    model = make_model(run, tokenizer_vocab(paths.tokenizer), dev, load_init=False)  # final weights follow
-    try:
-        load_model_weights(final, model)
-    except CheckpointError as e:
-        raise CheckpointError(f"run {run_id}: {e}; {redo}") from None
-    metrics = evaluate(model, load_tokens(paths.val_tokens), run.train.seq_len, run.eval.nll_tokens, run.eval.batch, dev)
-    for key in ("val_nll", "val_nll_causal"):
-        if not math.isfinite(metrics[key]):
-            raise FloatingPointError(f"run {run_id}: validation NLL ({key}) is {metrics[key]} (weights {final}); "
-                                     "no result row was written")
-    accuracy = {"accuracy": {}, "avg_accuracy": None}
-    if run.eval.lm_eval_tasks:  # written by this run's lmeval job (mor.lm_eval.job), a workflow input
-        from mor.lm_eval.job import accuracy_columns, read_result
-
-        accuracy = accuracy_columns(read_result(run_dir_p / LM_EVAL_FILE, run.eval, run_id))
-    from mor.engine.job import THROUGHPUT_FILE, throughput_columns
-
-    # written by this run's throughput job (workflows/throughput.smk) when its grid draws fig4a
-    throughput = throughput_columns(run_dir_p / THROUGHPUT_FILE, run_id)
-    shape = model_shape(run.model)
-    plan = plan_for(run.model, shape)
-    m = run.model
-    spent = train_flops(m, shape, model.vocab_size, run.train.seq_len, summary["tokens_seen"])
-    row = {
-        "run_id": run_id, "grid": g.name, "config_hash": run.config_hash, "git_commit": git_commit(),
-        "mode": mode, "scale": m.scale, "paper_scale": run.paper_scale, "seed": run.train.seed,
-        "label": run.label, "variant": m.variant,
-        # vanilla models have no tying, except as the KV-sharing pattern when kv is shared
-        "tying": m.tying if m.variant != "vanilla" or m.kv != "recursion_wise" else None,
-        "num_recursions": m.num_recursions, "reduced": m.reduced,
-        "router_type": m.router.type if m.variant == "mor" else None,
-        "kv": m.kv,
-        "n_params": model.num_params(), "unique_layers": plan.num_unique, "effective_layers": len(plan.order),
-        "train_tokens": summary["tokens_seen"], "train_steps": summary["steps"],
-        "budget_flops": run.train.budget_flops or None,
-        "train_flops": spent,
-        "train_time_s": summary["train_time_s"], "train_tokens_per_s": summary["tokens_per_s"],
-        "model_flops_per_s": spent / summary["train_time_s"] if summary["train_time_s"] > 0 else None,
-        "mfu": summary.get("mfu"),
-        "final_train_loss": summary["final_loss"],
-        "val_nll": metrics["val_nll"], "val_nll_causal": metrics["val_nll_causal"], "val_tokens": metrics["val_tokens"],
-        **accuracy, **throughput,
-        "dead_token_ratio": metrics.get("dead_token_ratio"), "sampling_accuracy": metrics.get("sampling_accuracy"),
-        "max_vio": metrics.get("max_vio"), "entropy": metrics.get("entropy"),
-        "mean_depth": metrics.get("mean_depth"), "depth_histogram": metrics.get("depth_histogram"),
-        "router_output_hist": json.dumps(metrics["router_output_hist"]) if "router_output_hist" in metrics else None,
-        "sample_token_ids": metrics.get("sample_token_ids"), "sample_token_depths": metrics.get("sample_token_depths"),
-        "config_json": json.dumps(run.to_dict(), sort_keys=True),
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    write_rows(out, [row])
-    return row
+def kind(name: str) -> JobKind:
+    if name not in KINDS:
+        raise KeyError(f"unknown job kind {name!r}; known: {sorted(KINDS)}")
+    return KINDS[name]

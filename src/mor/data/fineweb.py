@@ -269,3 +269,15 @@ def prepare(settings: PrepSettings, tokenizer: str, out: str | Path, workers: in
         f"{val['tokens']:,}; {seconds:.1f}s with {workers} worker(s); peak RSS {peak_self:.0f} MiB "
         f"(largest worker {peak_workers:.0f} MiB)")
     return summary
+
+
+def prepare_job(settings: str, tokenizer: str, out: str, workers: int = 0) -> dict:
+    """The ``data`` job (``mor.jobs``): ``prepare`` from a settings file's path, so a Slurm job
+    pickles paths only. A requeued job resumes at the first unfinished shard."""
+    return prepare(load_settings(settings), tokenizer, out, workers)
+
+
+def summary(r: dict) -> str:
+    """The one line a finished data job prints."""
+    return (f"prepared {r['out']}: train {r['train_tokens']:,} tokens in {r['train_shards']} shard(s), val "
+            f"{r['val_tokens']:,}; {r['seconds']:.0f}s on {r['workers']} worker(s), peak RSS {r['peak_rss_mib']:.0f} MiB")

@@ -91,6 +91,11 @@ def load_tokenizer(spec: str | Path) -> TokenizerWrapper:
     return TokenizerWrapper(AutoTokenizer.from_pretrained(str(spec)), "hf")
 
 
+def tokenizer_vocab(spec: str | Path) -> int:
+    """The vocabulary size a model built for ``spec``'s tokenizer needs (the jobs size the embedding with it)."""
+    return load_tokenizer(spec).vocab_size
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="train a byte-level BPE on the corpus train split")
     ap.add_argument("--train", type=Path, required=True)

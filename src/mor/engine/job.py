@@ -25,12 +25,9 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-
-from mor.launch.checkpointable import ScoringJob
 
 PROTOCOL_FILE = Path(__file__).resolve().parents[3] / "workflows" / "throughput.yaml"
 VERSION = 2  # bump when the job measures something else: its files are then remade
@@ -104,9 +101,9 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     from mor.cpu_allocator import tune_cpu_allocator
     from mor.data.paths import data_paths
     from mor.data.sampler import load_tokens
+    from mor.data.tokenizer import tokenizer_vocab
     from mor.flops import decode_flops_per_token, max_batch, relative_max_batch_exact
     from mor.grids import load_grid
-    from mor.jobs import tokenizer_vocab
     from mor.train.checkpoint import load_model_weights
     from mor.train.trainer import make_model, pick_device
 
@@ -180,11 +177,6 @@ def summary(r: dict) -> str:
             f"{r.get('flops_speedup_realised', r['flops_speedup']):.2f}, shares {r['settings']['fixed']['recursion_share']})")
 
 
-@dataclass
-class ThroughputJob(ScoringJob):
-    """``throughput_job`` as a launcher callable (inline or a one-GPU Slurm job, preset 'throughput')."""
-
-    def __call__(self) -> dict:
-        r = throughput_job(self.grid, self.run_id, self.mode, self.run_dir, self.out, self.data_root, self.device,
-                           threads=self.threads)
-        return {"rank": 0, "world_size": 1, **r}
+def job_settings(run, mode: str, wildcards: dict) -> dict:
+    """The table's settings hook (``mor.jobs``): the mode's protocol (workflows/throughput.yaml)."""
+    return load_protocol(mode)

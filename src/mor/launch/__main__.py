@@ -1,9 +1,12 @@
-"""``python -m mor.launch <kind> ...``: the thin launcher the train / eval rules run.
+"""``python -m mor.launch <kind> ...``: the thin launcher every job rule runs (layer: launch).
 
     train | eval | lmeval | analysis | throughput
                    run one job of one run: inline (``--launcher local``), or as a Slurm job
                    through submitit (``--launcher slurm``), waiting for it and failing with
-                   the Slurm log path in the message if it fails
+                   the Slurm log path in the message if it fails. What each kind runs, its
+                   preset and its outputs come from the one table ``mor.jobs.KINDS``; both
+                   launchers call the same domain function, the Slurm one through the one
+                   generic wrapper ``mor.launch.checkpointable.Job``
     data           prepare FineWeb-Edu (``mor.data.fineweb``): inline on every CPU here, or as a
                    CPU Slurm job with the preset file's ``data`` entry
     plan           dry run: the data job (tokens, CPU-hours), jobs per kind, GPU-hours per
@@ -23,9 +26,9 @@ import sys
 from pathlib import Path
 
 from mor.atomic import write_text_atomic
-from mor.cli import add_job_arguments
 from mor.data.fineweb import SettingsError
 from mor.grids import GridError, load_grid
+from mor.jobs import KINDS, RUN_KINDS
 from mor.launch.slurm import DEFAULT_PRESETS, LaunchError, PresetError, load_presets
 
 
@@ -33,87 +36,76 @@ def log_dir(root: str, grid_name: str, run_id: str, kind: str) -> Path:
     return Path(root) / grid_name / run_id / kind
 
 
-def _scoring_job(a, threads: int):
-    """The eval / lmeval / analysis / throughput callable of one run: the same object runs inline and is
-    pickled into a Slurm job, so both launchers run one implementation of each kind."""
-    from mor.launch.checkpointable import EvalJob
-
-    common = dict(grid=str(Path(a.grid).absolute()), run_id=a.run_id, mode=a.mode,
-                  run_dir=str(Path(a.run_dir).absolute()), data_root=str(Path(a.data_root).absolute()),
-                  out=str(Path(a.out).absolute()), threads=threads, device=a.device)
-    if a.kind == "lmeval":
-        from mor.lm_eval.job import LmEvalJob
-
-        return LmEvalJob(**common, tasks_dir=str(Path(a.tasks_dir).absolute()) if a.tasks_dir else None)
-    if a.kind == "analysis":
-        from mor.analysis.job import AnalysisJob
-
-        return AnalysisJob(analysis=a.analysis, **common)
-    if a.kind == "throughput":
-        from mor.engine.job import ThroughputJob
-
-        return ThroughputJob(**common)
-    return EvalJob(**common)
-
-
-def _summary(kind: str, r: dict) -> str:
-    """The one line a finished job prints (inline or from its Slurm result)."""
-    if kind == "train":
-        speed = f"{r['tokens_per_s']:.0f} tok/s, " if r.get("tokens_per_s") is not None else ""
-        return (f"trained {r['run_id']} on {r.get('world_size', 1)} rank(s): {r['steps']} steps, "
-                f"final loss {r['final_loss']:.4f}, resumed from {r['resumed_from']}, {speed}{r['train_time_s']:.1f}s")
-    if kind == "lmeval":
-        from mor.cli import lmeval_summary
-
-        return lmeval_summary(r)
+def add_job_arguments(p: argparse.ArgumentParser, kind: str, threads_help: str) -> None:
+    """The arguments of one job of one run (every kind of ``mor.jobs.RUN_KINDS``)."""
+    p.add_argument("--grid", required=True)
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--mode", default="local")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--data-root", default="data")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=0, help=threads_help)
+    if kind != "train":
+        p.add_argument("--out", required=True)
     if kind == "analysis":
-        from mor.analysis.job import summary
+        from mor.analysis.sidecar import ANALYSES
 
-        return summary(r)
-    if kind == "throughput":
-        from mor.engine.job import summary
+        p.add_argument("--analysis", required=True, choices=ANALYSES, help="what to measure (mor.analysis.job)")
+    if kind == "lmeval":
+        p.add_argument("--tasks-dir", help="converted offline tasks (default <data-root>/lm_eval/tasks)")
 
-        return summary(r)
-    return f"eval {r['run_id']}: val NLL {r['val_nll']:.4f} over {r['val_tokens']} tokens"
+
+def job_kwargs(a, threads: int, preset=None) -> dict:
+    """The keyword arguments of one run's job of kind ``a.kind``: absolute paths and plain values,
+    the same inline and in a Slurm job's pickle."""
+    kw = dict(grid=str(Path(a.grid).absolute()), run_id=a.run_id, mode=a.mode,
+              run_dir=str(Path(a.run_dir).absolute()), data_root=str(Path(a.data_root).absolute()),
+              device=a.device, threads=threads)
+    if a.kind != "train":
+        kw["out"] = str(Path(a.out).absolute())
+    if a.kind == "analysis":
+        kw["analysis"] = a.analysis
+    if a.kind == "lmeval":
+        kw["tasks_dir"] = str(Path(a.tasks_dir).absolute()) if a.tasks_dir else None
+    if a.kind == "train" and preset is not None:
+        kw.update(parallel=preset.parallel, peak_tflops=preset.peak_tflops_per_gpu if preset.gpus_per_node else 0.0)
+    return kw
 
 
 def _local(a) -> int:
-    if a.kind == "train":  # in-process, never distributed (a local run inside an salloc stays one process)
-        from mor.jobs import train_job
-
-        r = train_job(a.grid, a.run_id, a.mode, a.run_dir, a.data_root, a.device, threads=a.threads)
-    else:
-        r = _scoring_job(a, a.threads)()
-    print(_summary(a.kind, r))
+    """In this process; a train job is never distributed here (a local run inside an salloc stays one process)."""
+    spec = KINDS[a.kind]
+    print(spec.summarise(spec.run(**job_kwargs(a, a.threads))))
     return 0
 
 
-def _slurm(a) -> int:
-    from mor.launch.checkpointable import TrainJob
+def _submit(kind: str, kwargs: dict, preset, folder: Path, name: str, what: str) -> list[dict]:
+    """Submit ``kind`` as a Slurm job through the one generic wrapper and wait for its ranks' results."""
+    from mor.launch.checkpointable import Job
     from mor.launch.slurm import env_poll_s, pythonpath_setup, submit_and_wait
 
+    results = submit_and_wait(Job(kind, kwargs), preset, folder, name=name, what=what,
+                              setup=pythonpath_setup(), poll_s=env_poll_s())
+    write_text_atomic(folder / "result.json", json.dumps(results, indent=2, default=str))
+    return results
+
+
+def _slurm(a) -> int:
     grid = load_grid(a.grid, a.mode)
     run = grid.run(a.run_id).config
-    preset = load_presets(a.presets).get(run.model.scale, "eval" if a.kind == "analysis" else a.kind)
+    spec = KINDS[a.kind]
+    preset = load_presets(a.presets).get(run.model.scale, spec.preset)
     folder = log_dir(a.log_root, grid.name, a.run_id, a.kind).absolute()
-    if a.kind == "train":
-        fn = TrainJob(grid=str(Path(a.grid).absolute()), run_id=a.run_id, mode=a.mode,
-                      run_dir=str(Path(a.run_dir).absolute()), data_root=str(Path(a.data_root).absolute()),
-                      threads=preset.cpus_per_task, device=a.device, parallel=preset.parallel,
-                      peak_tflops=preset.peak_tflops_per_gpu if preset.gpus_per_node else 0.0)
-    else:
-        fn = _scoring_job(a, preset.cpus_per_task)
     if a.kind == "analysis":
         folder = folder.with_name(f"analysis-{a.analysis}")
     what = f"{a.kind} of {grid.name}/{a.run_id}"
-    results = submit_and_wait(fn, preset, folder, name=f"mor-{a.kind}-{a.run_id}", what=what,
-                              setup=pythonpath_setup(), poll_s=env_poll_s())
-    write_text_atomic(folder / "result.json", json.dumps(results, indent=2, default=str))
+    results = _submit(a.kind, job_kwargs(a, preset.cpus_per_task, preset), preset, folder,
+                      name=f"mor-{a.kind}-{a.run_id}", what=what)
     prints = {r.get("param_fingerprint") for r in results}
     if len(results) > 1 and len(prints) != 1:
         raise LaunchError(f"{what}: the {len(results)} ranks finished with different parameters "
                           f"({sorted(map(str, prints))}); see {folder / 'result.json'}")
-    print(_summary(a.kind, results[0]))
+    print(spec.summarise(results[0]))
     return 0
 
 
@@ -128,25 +120,16 @@ def _data(a) -> int:
     a.settings = a.settings or str(DEFAULT_SETTINGS)
     load_settings(a.settings)  # a bad file fails here (exit 2), not in a queued job
     out = Path(a.out).absolute()
+    spec = KINDS["data"]
+    kwargs = dict(settings=str(Path(a.settings).absolute()), tokenizer=a.tokenizer, out=str(out), workers=a.workers)
     if a.launcher != "slurm":
-        from mor.data.fineweb import prepare
-
-        prepare(load_settings(a.settings), a.tokenizer, out, a.workers)
+        print(spec.summarise(spec.run(**kwargs)))
         return 0
-    from mor.launch.checkpointable import PrepareJob
-    from mor.launch.slurm import env_poll_s, pythonpath_setup, submit_and_wait
-
-    preset = load_presets(a.presets).data
+    preset = load_presets(a.presets).data  # the top-level `data:` entry (spec.preset)
+    kwargs["workers"] = a.workers or preset.cpus_per_task
     folder = (Path(a.log_root) / "data" / out.name).absolute()
-    fn = PrepareJob(settings=str(Path(a.settings).absolute()), tokenizer=a.tokenizer, out=str(out),
-                    workers=a.workers or preset.cpus_per_task)
-    what = f"data preparation {out.name}"
-    results = submit_and_wait(fn, preset, folder, name=f"mor-data-{out.name}", what=what,
-                              setup=pythonpath_setup(), poll_s=env_poll_s())
-    write_text_atomic(folder / "result.json", json.dumps(results, indent=2, default=str))
-    r = results[0]
-    print(f"prepared {out}: train {r['train_tokens']:,} tokens in {r['train_shards']} shard(s), val "
-          f"{r['val_tokens']:,}; {r['seconds']:.0f}s on {r['workers']} worker(s), peak RSS {r['peak_rss_mib']:.0f} MiB")
+    results = _submit("data", kwargs, preset, folder, name=f"mor-data-{out.name}", what=f"data preparation {out.name}")
+    print(spec.summarise(results[0]))
     return 0
 
 
@@ -180,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mor.launch", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for kind in ("train", "eval", "lmeval", "analysis", "throughput"):
+    for kind in RUN_KINDS:
         p = sub.add_parser(kind, help=f"run one {kind} job (inline or on Slurm)")
         add_job_arguments(p, kind, threads_help="CPU threads inline (Slurm: the preset's cpus_per_task)")
         p.add_argument("--launcher", choices=("local", "slurm"), default="local")

@@ -1,104 +1,58 @@
-"""The callables submitit pickles into Slurm jobs: train, eval (and the other scoring jobs) of
-one run, and the data preparation; paths only.
+"""The one callable submitit pickles into a Slurm job: a job kind of ``mor.jobs`` and its
+keyword arguments (paths, strings, numbers only).
 
-They hold nothing but strings, so the pickle is small and a resubmission is exact. On a
-time-out or preemption Slurm sends SIGUSR2; submitit then calls ``checkpoint()``, which
-returns the same call (same paths), and requeues the job. The requeued job trains on from
-the run's last checkpoint in ``runs/<grid>/<run_id>/checkpoints`` (written every
-``train.checkpoint_every`` steps by the Trainer, atomically), and since batches are a pure
-function of (step, micro, rank) the result equals that of an uninterrupted run. The steps
-since that checkpoint are redone (at most ``checkpoint_every``): the signal handler runs
-between two Python bytecodes, possibly mid-step, so it never writes a checkpoint itself.
+The pickle is small and a resubmission is exact. On a time-out or preemption Slurm sends
+SIGUSR2; submitit then calls ``checkpoint()``, which returns the same call (same kind, same
+arguments), and requeues the job. A requeued train job trains on from the run's last
+checkpoint in ``runs/<grid>/<run_id>/checkpoints`` (written every ``train.checkpoint_every``
+steps by the Trainer, atomically), and since batches are a pure function of (step, micro,
+rank) the result equals that of an uninterrupted run; the steps since that checkpoint are
+redone (at most ``checkpoint_every``): the signal handler runs between two Python bytecodes,
+possibly mid-step, so it never writes a checkpoint itself. A requeued data job resumes at
+its first unfinished shard; the scoring jobs (eval, lmeval, analysis, throughput) are short
+and write atomically, so they simply run again.
 
 This module imports no torch: the launcher on the login node only pickles the object.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-
-@dataclass
-class TrainJob(Checkpointable):
-    """``mor.jobs.train_job`` on every task of the Slurm job (one rank each)."""
-
-    grid: str
-    run_id: str
-    mode: str
-    run_dir: str
-    data_root: str
-    threads: int = 0
-    parallel: str = "ddp"
-    device: str = "auto"
-    peak_tflops: float = 0.0  # per GPU, from the preset: the train log's MFU (0 = unknown, left null)
-
-    def __call__(self) -> dict:
-        from mor.jobs import train_job
-        from mor.launch.distributed import init_distributed, shutdown
-
-        dist = init_distributed(self.device)
-        try:
-            summary = train_job(self.grid, self.run_id, self.mode, self.run_dir, self.data_root, self.device,
-                                dist=dist, threads=self.threads, parallel=self.parallel, peak_tflops=self.peak_tflops)
-        finally:
-            shutdown()
-        return {"rank": dist.rank, "world_size": dist.world_size, **summary}
-
-    def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
-        """Resubmit the same paths; the Trainer resumes from the run's last checkpoint."""
-        return DelayedSubmission(type(self)(**asdict(self)))
+from mor.jobs import kind as job_kind
 
 
 @dataclass
-class ScoringJob(Checkpointable):
-    """A job that reads a trained run and writes ``out`` (eval, lmeval, analysis): one process;
-    a requeued one simply runs again from the start (it is short, and writes atomically)."""
+class Job(Checkpointable):
+    """Run job kind ``kind`` with ``kwargs`` on every task of the Slurm job.
 
-    grid: str
-    run_id: str
-    mode: str
-    run_dir: str
-    out: str
-    data_root: str
-    threads: int = 0
-    device: str = "auto"
-
-    def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
-        return DelayedSubmission(type(self)(**asdict(self)))
-
-
-@dataclass
-class EvalJob(ScoringJob):
-    """``mor.jobs.eval_job``: validation NLL and router statistics into the run's parquet row."""
-
-    def __call__(self) -> dict:
-        from mor.jobs import eval_job
-
-        row = eval_job(self.grid, self.run_id, self.mode, self.run_dir, self.out, self.data_root, self.device,
-                       threads=self.threads)
-        return {"rank": 0, "world_size": 1, "run_id": row["run_id"], "val_nll": row["val_nll"],
-                "val_tokens": row["val_tokens"]}
-
-
-@dataclass
-class PrepareJob(Checkpointable):
-    """``mor.data.fineweb.prepare``: one process tokenizing on all its CPUs (worker processes).
-
-    A time-out or preemption requeues the same call; the preparation resumes at the first
-    unfinished shard (finished shards are checked, never rewritten).
+    A kind whose ``ranks`` is "all" (train) runs once per task as one rank of
+    torch.distributed (initialised here from Slurm's task variables, torn down after); any
+    other kind is one process. Returns the kind's result with this task's rank and world size.
     """
 
-    settings: str
-    tokenizer: str
-    out: str
-    workers: int = 0  # 0 = every CPU Slurm gave the job
+    kind: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        job_kind(self.kind)  # an unknown kind fails here, on the login node, not in the queue
 
     def __call__(self) -> dict:
-        from mor.data.fineweb import load_settings, prepare
+        spec = job_kind(self.kind)
+        if spec.ranks == "one":
+            return {"rank": 0, "world_size": 1, **spec.result(spec.run(**self.kwargs))}
+        from mor.launch.distributed import init_distributed, shutdown
 
-        return prepare(load_settings(self.settings), self.tokenizer, self.out, self.workers)
+        dist = init_distributed(self.kwargs.get("device", "auto"))
+        try:
+            r = spec.run(**self.kwargs, dist=dist)
+        finally:
+            shutdown()
+        return {"rank": dist.rank, "world_size": dist.world_size, **spec.result(r)}
 
     def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
-        return DelayedSubmission(type(self)(**asdict(self)))
+        """Resubmit the same call; the job resumes from what it wrote (see the module docstring)."""
+        return DelayedSubmission(type(self)(self.kind, dict(self.kwargs)))

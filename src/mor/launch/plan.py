@@ -31,7 +31,10 @@ from mor.budget import run_vocab
 from mor.config import RunConfig, model_shape
 from mor.flops import forward_flops_per_token, train_flops
 from mor.grids import Grid
+from mor.jobs import KINDS
 from mor.launch.slurm import Preset, Presets
+
+PLANNED = tuple(name for name, k in KINDS.items() if k.planned)  # the kinds with a FLOPs model (train, eval)
 
 
 @dataclass(frozen=True)
@@ -83,9 +86,10 @@ def estimate(run: RunConfig, kind: str, preset: Preset) -> JobEstimate:
 
 
 def plan_grid(grid: Grid, presets: Presets, tags: list[str] | None = None,
-              kinds: tuple[str, ...] = ("train", "eval")) -> list[JobEstimate]:
-    """One estimate per job the workflow would submit for this grid (train and eval per run)."""
-    return [estimate(r.config, kind, presets.get(r.config.model.scale, kind))
+              kinds: tuple[str, ...] = PLANNED) -> list[JobEstimate]:
+    """One estimate per job the workflow would submit for this grid (each planned kind per run),
+    with the resources of the kind's preset entry (``mor.jobs.KINDS``)."""
+    return [estimate(r.config, kind, presets.get(r.config.model.scale, KINDS[kind].preset))
             for r in grid.select(tags) for kind in kinds]
 
 

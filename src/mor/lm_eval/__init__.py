@@ -7,7 +7,8 @@
     job.py       the per-run ``lmeval`` job the workflow runs (writes runs/<grid>/<id>/lm_eval.json)
     __main__.py  ``mor-lm-eval`` / ``python -m mor.lm_eval``: lm-eval's own CLI with the adapter loaded
 
-This package imports neither torch nor lm_eval at import time.
+Layer: domain (imports model, data, train's model loader; never the launcher). This package
+imports neither torch nor lm_eval at import time.
 """
 
 from __future__ import annotations

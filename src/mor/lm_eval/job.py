@@ -8,7 +8,7 @@ It reads the run's ``eval.lm_eval_*`` settings from the grid and writes, atomica
      "tasks": {"mor_piqa": {"acc": 0.55, "acc_stderr": 0.05, "acc_norm": 0.5, "acc_norm_stderr": 0.05,
                             "n": 100, "num_fewshot": 0}, ...}}
 
-The eval job copies it into the run's result row (``mor.jobs.eval_job``). Tasks named
+The eval job copies it into the run's result row (``mor.eval.job.eval_job``). Tasks named
 ``mor_*`` are the offline copies of ``mor.lm_eval.tasks`` (``--tasks-dir``); the hub and
 ``datasets`` are then kept offline. Other names are lm-eval's own tasks (cluster mode),
 which download their data as lm-eval does. stderr is lm-eval's closed form for a mean,
@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from mor.atomic import write_json_atomic
-from mor.launch.checkpointable import ScoringJob
 from mor.lm_eval import is_local_task, offline_env
 
+LM_EVAL_FILE = "lm_eval.json"  # runs/<grid>/<run_id>/lm_eval.json: this job's output, read by the eval job
 METRICS = ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr")
 
 
@@ -130,13 +129,12 @@ def accuracy_columns(result: dict) -> dict:
             "accuracy_norm_stderr": pick["acc_norm_stderr"], "avg_accuracy": avg, "avg_accuracy_stderr": avg_se}
 
 
-@dataclass
-class LmEvalJob(ScoringJob):
-    """``lmeval_job`` as a Slurm job (submitit pickles this; no torch at import)."""
+def summary(r: dict) -> str:
+    """The one line a finished lmeval job prints."""
+    accs = ", ".join(f"{t} {m['acc']:.3f}±{m['acc_stderr'] or 0:.3f}" for t, m in r["tasks"].items() if m["acc"] is not None)
+    return f"lmeval {r['run_id']}: {accs or 'no tasks'} ({r['seconds']:.1f}s)"
 
-    tasks_dir: str | None = None
 
-    def __call__(self) -> dict:
-        r = lmeval_job(self.grid, self.run_id, self.mode, self.run_dir, self.out, self.data_root, self.device,
-                       threads=self.threads, tasks_dir=self.tasks_dir)
-        return {"rank": 0, "world_size": 1, "run_id": r["run_id"], "tasks": r["tasks"], "seconds": r["seconds"]}
+def job_settings(run, mode: str, wildcards: dict) -> dict:
+    """The table's settings hook (``mor.jobs``): the run's lm-eval settings."""
+    return lm_eval_settings(run.eval)

@@ -1,5 +1,9 @@
 """Tables and figures, each drawn from a grid's results parquet alone.
 
+Layer: reports, beside the pipeline. They import parquet readers (``mor.results``), pure
+metric, FLOPs and analysis functions, the analysis files' format (``mor.analysis.sidecar``)
+and their own helpers; never a job, the trainer or the launcher.
+
 ``RENDERERS`` maps an artifact path (as listed under a grid's ``artifacts:``) to the
 function that draws it; adding a table = one module here + one entry.
 """
@@ -9,7 +13,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from mor.analysis.job import TOKENIZER_ARTIFACTS
+from mor.analysis.sidecar import TOKENIZER_ARTIFACTS
 from mor.reports import fig1, fig4a, fig4b, fig5a, fig5b, fig5c, fig6, fig7, table9, table10, table17
 from mor.reports.ablation import SPECS, render_ablation
 

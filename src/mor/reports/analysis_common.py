@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mor.analysis.job import applies, read_sidecar, sidecar_path
+from mor.analysis.sidecar import applies, read_sidecar, sidecar_path
 from mor.config import run_config_from_dict
 from mor.reports.common import TYING_NAMES
 from mor.results import config_of

@@ -159,7 +159,7 @@ class Trainer:
         self.last_metrics: dict = {}  # the last step's logged metrics (for the summary after a resume)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.progress = progress and self.dist.is_main
-        self.ddp_model = None  # set by mor.launch.distributed when world_size > 1
+        self.ddp_model = None  # set by mor.train.parallel when world_size > 1
 
     # ------------------------------------------------------------------ state
     def resume(self) -> bool:
@@ -188,7 +188,7 @@ class Trainer:
     def full_params(self) -> dict[str, torch.Tensor]:
         """Unsharded parameters by name, on CPU, on the main rank ({} elsewhere).
 
-        mor.launch.distributed overrides it (and ``save``/``resume``) for FSDP, where
+        mor.train.parallel overrides it (and ``save``/``resume``) for FSDP, where
         gathering the shards is a collective every rank must join.
         """
         if not self.dist.is_main:

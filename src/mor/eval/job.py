@@ -1,0 +1,121 @@
+"""The ``eval`` job: score one trained run on the validation split and write its result row.
+
+The row (``mor.results``'s schema) gathers everything a table reads about the run: the
+validation NLL (teacher-forced and with causal routing), the router statistics, the
+training summary, and, where the workflow made them, the lmeval job's accuracies
+(``runs/<grid>/<run_id>/lm_eval.json``) and the throughput job's decoding figures
+(``throughput.json``). It is the last job of a run, so it reads those siblings' files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from mor.atomic import sha256_file
+from mor.config import model_shape
+from mor.cpu_allocator import tune_cpu_allocator
+from mor.data.paths import data_paths
+from mor.data.sampler import load_tokens
+from mor.data.tokenizer import tokenizer_vocab
+from mor.engine.job import THROUGHPUT_FILE, throughput_columns
+from mor.flops import plan_for, train_flops
+from mor.grids import load_grid
+from mor.eval.nll import evaluate
+from mor.lm_eval.job import LM_EVAL_FILE, accuracy_columns, read_result
+from mor.provenance import git_commit
+from mor.results import write_rows
+from mor.train.checkpoint import CheckpointError, load_model_weights
+from mor.train.trainer import make_model, pick_device
+
+
+def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
+             device: str = "auto", threads: int = 0) -> dict:
+    """Score a trained run on the validation split and write its result row."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    tune_cpu_allocator()
+
+    g = load_grid(grid, mode)
+    run = g.run(run_id).config
+    run_dir_p = Path(run_dir)
+    summary_file = run_dir_p / "train_summary.json"
+    if not summary_file.exists():
+        raise FileNotFoundError(f"{summary_file} missing: run {run_id} has not finished training")
+    redo = (f"delete {summary_file} and re-run the workflow: training resumes from its last checkpoint "
+            "and writes the final weights again")
+    try:
+        summary = json.loads(summary_file.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"run {run_id}: {summary_file} is unreadable ({e}); {redo}") from None
+    final = run_dir_p / "final" / "model.safetensors"
+    if summary.get("config_hash") not in (None, run.config_hash):
+        raise CheckpointError(f"run {run_id}: {summary_file} was written by training config {summary['config_hash']}, "
+                              f"not {run.config_hash}; {redo}")
+    if "final_sha256" in summary and (not final.exists() or sha256_file(final) != summary["final_sha256"]):
+        raise CheckpointError(f"run {run_id}: {final} is missing or corrupt (its sha256 differs from the one in "
+                              f"{summary_file}); {redo}")
+    paths = data_paths(run.data, Path(data_root))
+    dev = pick_device(device)
+    model = make_model(run, tokenizer_vocab(paths.tokenizer), dev, load_init=False)  # final weights follow
+    try:
+        load_model_weights(final, model)
+    except CheckpointError as e:
+        raise CheckpointError(f"run {run_id}: {e}; {redo}") from None
+    metrics = evaluate(model, load_tokens(paths.val_tokens), run.train.seq_len, run.eval.nll_tokens, run.eval.batch, dev)
+    for key in ("val_nll", "val_nll_causal"):
+        if not math.isfinite(metrics[key]):
+            raise FloatingPointError(f"run {run_id}: validation NLL ({key}) is {metrics[key]} (weights {final}); "
+                                     "no result row was written")
+    accuracy = {"accuracy": {}, "avg_accuracy": None}
+    if run.eval.lm_eval_tasks:  # written by this run's lmeval job (mor.lm_eval.job), a workflow input
+        accuracy = accuracy_columns(read_result(run_dir_p / LM_EVAL_FILE, run.eval, run_id))
+    # written by this run's throughput job (workflows/throughput.smk) when its grid draws fig4a
+    throughput = throughput_columns(run_dir_p / THROUGHPUT_FILE, run_id)
+    shape = model_shape(run.model)
+    plan = plan_for(run.model, shape)
+    m = run.model
+    spent = train_flops(m, shape, model.vocab_size, run.train.seq_len, summary["tokens_seen"])
+    row = {
+        "run_id": run_id, "grid": g.name, "config_hash": run.config_hash, "git_commit": git_commit(),
+        "mode": mode, "scale": m.scale, "paper_scale": run.paper_scale, "seed": run.train.seed,
+        "label": run.label, "variant": m.variant,
+        # vanilla models have no tying, except as the KV-sharing pattern when kv is shared
+        "tying": m.tying if m.variant != "vanilla" or m.kv != "recursion_wise" else None,
+        "num_recursions": m.num_recursions, "reduced": m.reduced,
+        "router_type": m.router.type if m.variant == "mor" else None,
+        "kv": m.kv,
+        "n_params": model.num_params(), "unique_layers": plan.num_unique, "effective_layers": len(plan.order),
+        "train_tokens": summary["tokens_seen"], "train_steps": summary["steps"],
+        "budget_flops": run.train.budget_flops or None,
+        "train_flops": spent,
+        "train_time_s": summary["train_time_s"], "train_tokens_per_s": summary["tokens_per_s"],
+        "model_flops_per_s": spent / summary["train_time_s"] if summary["train_time_s"] > 0 else None,
+        "mfu": summary.get("mfu"),
+        "final_train_loss": summary["final_loss"],
+        "val_nll": metrics["val_nll"], "val_nll_causal": metrics["val_nll_causal"], "val_tokens": metrics["val_tokens"],
+        **accuracy, **throughput,
+        "dead_token_ratio": metrics.get("dead_token_ratio"), "sampling_accuracy": metrics.get("sampling_accuracy"),
+        "max_vio": metrics.get("max_vio"), "entropy": metrics.get("entropy"),
+        "mean_depth": metrics.get("mean_depth"), "depth_histogram": metrics.get("depth_histogram"),
+        "router_output_hist": json.dumps(metrics["router_output_hist"]) if "router_output_hist" in metrics else None,
+        "sample_token_ids": metrics.get("sample_token_ids"), "sample_token_depths": metrics.get("sample_token_depths"),
+        "config_json": json.dumps(run.to_dict(), sort_keys=True),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    write_rows(out, [row])
+    return row
+
+
+def summary(r: dict) -> str:
+    """The one line a finished eval job prints."""
+    return f"eval {r['run_id']}: val NLL {r['val_nll']:.4f} over {r['val_tokens']} tokens"
+
+
+def job_settings(run, mode: str, wildcards: dict) -> dict:
+    """What decides the row besides the weights: the run's eval.* settings (the rule's params)."""
+    return run.eval_dict()

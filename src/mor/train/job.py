@@ -1,0 +1,45 @@
+"""The ``train`` job: train (or resume) one run of a grid, paths and strings in, files out.
+
+Both launchers call it (``mor.jobs`` names it for the kind ``train``): inline in one process,
+or on every task of a Slurm job, where ``mor.launch`` has already initialised
+torch.distributed and passes this rank's ``dist``. It writes ``runs/<grid>/<run_id>/``
+(checkpoints, ``train_log.jsonl``, ``final/``, ``train_summary.json``) and returns the summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mor.cpu_allocator import tune_cpu_allocator
+from mor.data.paths import data_paths
+from mor.data.tokenizer import tokenizer_vocab
+from mor.grids import load_grid
+from mor.train.trainer import DistInfo, Trainer
+
+
+def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = "data",
+              device: str = "auto", dist: DistInfo | None = None, threads: int = 0, parallel: str = "ddp",
+              peak_tflops: float = 0.0) -> dict:
+    """Train (or resume) one run of a grid; returns the training summary.
+
+    With ``dist.world_size > 1`` (torch.distributed already initialised by
+    ``mor.launch.distributed``) the model is wrapped for ``parallel`` ('ddp' or 'fsdp').
+    """
+    tune_cpu_allocator()  # before the first step's tensors: freed blocks are reused, not re-faulted
+    run = load_grid(grid, mode).run(run_id).config
+    paths = data_paths(run.data, Path(data_root))
+    cls = Trainer
+    if dist is not None and dist.world_size > 1:
+        from mor.train.parallel import trainer_class
+
+        cls = trainer_class(parallel)
+    trainer = cls(run, Path(run_dir), paths.train_tokens, tokenizer_vocab(paths.tokenizer), device=device, dist=dist,
+                  threads=threads, peak_tflops=peak_tflops)
+    return trainer.fit()
+
+
+def summary(r: dict) -> str:
+    """The one line a finished train job prints."""
+    speed = f"{r['tokens_per_s']:.0f} tok/s, " if r.get("tokens_per_s") is not None else ""
+    return (f"trained {r['run_id']} on {r.get('world_size', 1)} rank(s): {r['steps']} steps, "
+            f"final loss {r['final_loss']:.4f}, resumed from {r['resumed_from']}, {speed}{r['train_time_s']:.1f}s")

@@ -1,0 +1,92 @@
+"""The layers of ``src/mor``, held against its imports (read with ``ast``; nothing is imported).
+
+    model / data  ->  train / eval / engine / lm_eval / analysis  ->  jobs  ->  launch  ->  cli
+
+Every import counts, at module level or inside a function, and so does the package
+``__init__`` an import runs (``tests/import_graph.py`` builds the graph; run it to print it).
+Each check fails naming the offending import, file and line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from import_graph import SRC, find_cycle, graph, modules
+
+DOMAIN = ("mor.model", "mor.data", "mor.train", "mor.eval", "mor.engine", "mor.lm_eval", "mor.analysis",
+          "mor.metrics")
+JOB_MODULES = ("mor.jobs", "mor.train", "mor.launch", "mor.cli")  # what reports and claims must never reach
+# job functions of the domain packages: they load weights through the trainer
+JOB_FILES = ("mor.eval.job", "mor.lm_eval.job", "mor.analysis.job", "mor.engine.job", "mor.data.fineweb")
+
+
+def _under(mod: str, prefixes) -> bool:
+    return any(mod == p or mod.startswith(p + ".") for p in prefixes)
+
+
+def _offences(g, sources, forbidden) -> list[str]:
+    known = modules()
+    return [f"{mod} imports {target} ({known[mod].relative_to(SRC.parent)}:{line})"
+            for mod, edges in sorted(g.items()) if _under(mod, sources)
+            for target, line in sorted(edges.items()) if _under(target, forbidden)]
+
+
+@pytest.fixture(scope="module")
+def g():
+    return graph()
+
+
+def test_no_import_cycle(g):
+    cycle = find_cycle(g)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_domain_packages_know_no_launcher(g):
+    bad = _offences(g, DOMAIN, ("mor.launch", "mor.jobs", "mor.cli"))
+    assert not bad, "a domain package imports the launcher layer:\n" + "\n".join(bad)
+
+
+def test_reports_and_claims_read_results_only(g):
+    bad = _offences(g, ("mor.reports", "mor.claims"), (*JOB_MODULES, *JOB_FILES))
+    assert not bad, "reports/claims reach a job, trainer or launcher module:\n" + "\n".join(bad)
+
+
+def test_the_job_table_stays_light(g):
+    """``mor.jobs`` names functions as strings: importing it pulls no domain package (and so no torch)."""
+    assert not [t for t in g["mor.jobs"] if t != "mor"], sorted(g["mor.jobs"])
+
+
+# ---------------------------------------------------------------- the checker itself
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        p = tmp_path / "src" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return tmp_path / "src"
+
+
+def test_checker_sees_function_level_imports_and_package_inits(tmp_path):
+    """A cycle hidden in a function, and one that closes only through a package ``__init__``,
+    are both found; sibling imports inside a package that re-exports them are not cycles."""
+    src = _tree(tmp_path, {
+        "p/__init__.py": "from p.a import A\n",
+        "p/a.py": "A = 1\ndef f():\n    from p.b import B\n",
+        "p/b.py": "from p.c import C\nB = 2\n",
+        "p/c.py": "C = 3\n",
+        "p/sub/__init__.py": "from p.sub.x import X\n",
+        "p/sub/x.py": "X = 1\n",
+        "p/sub/y.py": "from p.sub import X\n",  # needs p.sub's __init__, which does not need y: fine
+    })
+    g = graph(src, "p")
+    assert find_cycle(g) is None
+    assert g["p.a"]["p.b"] == 3  # the function-level import, with its line
+    (src / "p" / "c.py").write_text("def g():\n    from p.a import A\n")  # p.a -> p.b -> p.c -> p.a
+    cycle = find_cycle(graph(src, "p"))
+    assert cycle is not None and set(cycle) == {"p.a", "p.b", "p.c"}
+    (src / "p" / "c.py").write_text("C = 3\n")
+    (src / "p" / "sub" / "x.py").write_text("import p.b\n")
+    (src / "p" / "b.py").write_text("from p.sub.y import Y\n")  # p.b -> p.sub (__init__) -> p.sub.x -> p.b
+    cycle = find_cycle(graph(src, "p"))
+    assert cycle is not None and "p.sub" in cycle and "p.b" in cycle
