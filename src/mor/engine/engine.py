@@ -94,9 +94,28 @@ class EngineResult:
         """Shared-block passes whose rows came from two or more recursion depths."""
         return sum(sum(n > 0 for n in d) >= 2 for d in self.depth_rows)
 
-    # compatibility with the single-policy engine's result
+    # the lockstep engine's per-stage view (mor.engine.job reads it): each block pass split
+    # into its depths, 'depth<r>' with the rows that ran recursion r
+    @property
+    def stages(self) -> list[str]:
+        return [s for s, _ in self._stage_rows()]
+
+    @property
+    def ran(self) -> list[int]:
+        return [n for _, n in self._stage_rows()]
+
+    def _stage_rows(self) -> list[tuple[str, int]]:
+        out, d = [], iter(self.depth_rows)
+        for kind, n in zip(self.kinds, self.rows):
+            if kind == "block":
+                out += [(f"depth{r}", c) for r, c in enumerate(next(d)) if c]
+            elif kind == "head":
+                out.append(("head", n))
+        return out
+
     @property
     def occupancy(self) -> list[float]:
+        """Per pass: live sequences as a fraction of the admission limit."""
         return [n / self.max_live for n in self.live]
 
 
@@ -168,11 +187,27 @@ class Engine:
             torch.cuda.synchronize(self.device)
 
     # ------------------------------------------------------------------ run
-    def run(self, requests: list[Request]) -> EngineResult:
+    def run(self, requests: list[Request], on_finish=None) -> EngineResult:
+        """Serve ``requests``; ``on_finish(request_id, slot)`` (tests) runs as a sequence
+        finishes, before its blocks are freed (``sequence_kv(slot)`` reads them)."""
         with torch.no_grad(), self.stepper.relax.installed():
-            return self._run(requests)
+            return self._run(requests, on_finish)
 
-    def _run(self, requests: list[Request]) -> EngineResult:
+    def sequence_kv(self, slot: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """The keys and values a live sequence holds, per storing effective layer e:
+        (n_e, Hkv, hd) each, in entry (position) order."""
+        bm, out = self.blocks, {}
+        k = self.cache.k.view(-1, *self.cache.k.shape[2:])
+        v = self.cache.v.view(-1, *self.cache.v.shape[2:])
+        for e in bm.store:
+            c = int(bm.col[e])
+            n = int(bm.length[slot, c])
+            entries = torch.arange(n)
+            flat = torch.from_numpy(bm.table[slot, c][entries.numpy() // bm.bs].astype("int64")) * bm.bs + entries % bm.bs
+            out[e] = k[flat.to(k.device)], v[flat.to(v.device)]
+        return out
+
+    def _run(self, requests: list[Request], on_finish) -> EngineResult:
         t_run = time.perf_counter()
         ids = [r.id for r in requests]
         if len(set(ids)) != len(ids):
@@ -309,12 +344,13 @@ class Engine:
                 stage = {q.slot: "enter" for q in new}
                 ensure(stage)
                 new = [q for q in new if q.slot in stage]
-            if new:
-                slots = [q.slot for q in new]
-                toks = torch.tensor([q.request.prompt[-1] for q in new], device=self.device)
-                out = timed(st.enter, slots, toks, [q.position for q in new])
-                record("enter", len(new))
-                route_entered(new, out)
+            for i in range(0, len(new), self.batch):  # B rows per pass
+                chunk = new[i: i + self.batch]
+                slots = [q.slot for q in chunk]
+                toks = torch.tensor([q.request.prompt[-1] for q in chunk], device=self.device)
+                out = timed(st.enter, slots, toks, [q.position for q in chunk])
+                record("enter", len(chunk))
+                route_entered(chunk, out)
 
         admit()
         while (nxt := sched.next_pass()) is not None:
@@ -354,6 +390,8 @@ class Engine:
             for q in seqs:
                 q.generated += 1
                 if q.remaining == 0:
+                    if on_finish is not None:
+                        on_finish(q.request.id, q.slot)
                     sched.finish(q)
                     bm.release(q.slot)
                 else:
