@@ -58,3 +58,22 @@ def test_vanilla_with_more_layers_is_app_e_baseline():
     b32, b34 = max_batch(v32, s, 49152, 2048, mem), max_batch(v34, s, 49152, 2048, mem)
     per_layer = 2048 * 2 * s.kv_heads * s.head_dim * 2
     assert b34 == int((mem - param_count(v34, s, 49152) * 2) // (34 * per_layer)) < b32
+
+
+@pytest.mark.parametrize("kv", ["recursion_wise", "shared"])
+def test_engine_admission_limit_is_max_batch(kv):
+    """An engine given a memory budget admits exactly flops.max_batch live sequences, and its
+    paged cache holds the rest of the budget after the parameters: one function for both."""
+    import torch
+
+    from mor.engine import Engine
+    from mor.flops import kv_cache_bytes, model_bytes
+    from mor.model.transformer import build_model
+
+    cfg = ModelConfig(scale="tiny", variant="mor", num_recursions=3, tying="middle_cycle", kv=kv)
+    model = build_model(cfg, TINY, V)
+    L, elem = 12, 4  # fp32
+    mem = model_bytes(cfg, TINY, V, elem) + 7.5 * kv_cache_bytes(cfg, TINY, 1, L, elem)
+    eng = Engine(model, batch=2, max_len=L, memory_bytes=mem, block_size=4, dtype=torch.float32)
+    assert eng.max_live == max_batch(cfg, TINY, V, L, mem, elem) == 7
+    assert eng.cache.nbytes() // (eng.blocks.num_blocks + 1) * eng.blocks.num_blocks <= mem - model_bytes(cfg, TINY, V, elem)
