@@ -142,3 +142,12 @@ def tiny_run(variant="vanilla", tying="middle_cycle", nr=1, steps=8, seq_len=32,
         train=TrainConfig(tokens=steps * batch * seq_len, seq_len=seq_len, global_batch=batch, micro_batch=batch,
                           checkpoint_every=4, lr=3e-3),
     )
+
+
+def tiny_grid_file(path: Path) -> Path:
+    """A one-run grid file (a Vanilla at the tiny scale, 4 steps of 4 x 32 tokens) named after ``path``'s stem."""
+    path.write_text(f"name: {path.stem}\nruns:\n  - axes: {{model.scale: [135M]}}\n    set: {{model.variant: vanilla}}\n"
+                    "modes:\n  local:\n    scale_map: {135M: tiny}\n    set:\n"
+                    "      train: {tokens: 512, seq_len: 32, global_batch: 4, micro_batch: 4, checkpoint_every: 2}\n"
+                    "      eval: {nll_tokens: 256, batch: 4}\n")
+    return path

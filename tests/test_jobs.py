@@ -10,7 +10,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, tiny_grid_file
 from mor.jobs import KINDS, RUN_KINDS, kind, resolve
 
 
@@ -54,11 +54,7 @@ def test_slurm_wrapper_and_inline_launcher_run_the_same_train_job(data_root, tmp
     from mor.launch.__main__ import main as launch_main
     from mor.launch.checkpointable import Job
 
-    grid = tmp_path / "tiny.yaml"
-    grid.write_text("name: tiny\nruns:\n  - axes: {model.scale: [135M]}\n    set: {model.variant: vanilla}\n"
-                    "modes:\n  local:\n    scale_map: {135M: tiny}\n    set:\n"
-                    "      train: {tokens: 512, seq_len: 32, global_batch: 4, micro_batch: 4, checkpoint_every: 2}\n"
-                    "      eval: {nll_tokens: 256, batch: 4}\n")
+    grid = tiny_grid_file(tmp_path / "tiny.yaml")
     run_id = load_grid(grid, "local").runs[0].run_id
     common = dict(grid=str(grid), run_id=run_id, mode="local", data_root=str(data_root), device="cpu", threads=1)
     wrapped = Job("train", dict(common, run_dir=str(tmp_path / "a")))()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import VOCAB, tiny_run
+from conftest import VOCAB, tiny_grid_file, tiny_run
 from mor.config import RouterConfig, load_scales
 from mor.flops import train_flops
 from mor.grids import load_grid
@@ -199,11 +199,7 @@ def test_launcher_imports_no_torch():
 
 
 def test_local_launcher_trains_and_evaluates_inline(data_root, tmp_path):
-    grid = tmp_path / "tiny.yaml"
-    grid.write_text("name: tiny\nruns:\n  - axes: {model.scale: [135M]}\n    set: {model.variant: vanilla}\n"
-                    "modes:\n  local:\n    scale_map: {135M: tiny}\n    set:\n"
-                    "      train: {tokens: 512, seq_len: 32, global_batch: 4, micro_batch: 4, checkpoint_every: 2}\n"
-                    "      eval: {nll_tokens: 256, batch: 4}\n")
+    grid = tiny_grid_file(tmp_path / "tiny.yaml")
     run_id = load_grid(grid, "local").runs[0].run_id
     common = ["--grid", str(grid), "--run-id", run_id, "--mode", "local", "--run-dir", str(tmp_path / "run"),
               "--data-root", str(data_root), "--threads", "1"]
