@@ -99,6 +99,14 @@ def test_tost_is_the_90_percent_interval():
     assert h[0] > 0.05
 
 
+def test_binding_is_the_comparison_closest_to_failing():
+    """A small but steady effect binds less than a larger, noisy one."""
+    from mor.stats import binding
+    c = np.array([[0.10, 0.11, 0.09, 0.10], [0.5, -0.3, 0.9, -0.1]])
+    assert binding(c) == 1 and binding(c[:, :1]) == 0
+    assert binding(np.array([[0.01, -0.01, 0.0], [0.04, 0.03, 0.05]]), margin=0.05) == 1
+
+
 def test_spending_weights():
     w = Design(looks=(3, 6, 9), rho=1.0).weights()
     assert w == pytest.approx([1 / 3, 1 / 3, 1 / 3])

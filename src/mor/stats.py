@@ -121,6 +121,17 @@ def equivalence_p(d: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray]
     return tost.max(axis=-1), np.minimum(1.0, 2 * k * outside.min(axis=-1))
 
 
+def binding(c: np.ndarray, margin: float | None = None) -> int:
+    """The comparison (row of c, shape (K, n)) closest to failing the claim: the largest
+    one-sided p of "> 0" (or TOST p with a margin); by mean when n < 2."""
+    c = np.asarray(c, dtype=np.float64)
+    if c.shape[-1] < 2:
+        return int(np.argmax(np.abs(c.mean(axis=1)))) if margin else int(np.argmin(c.mean(axis=1)))
+    if margin:
+        return int(np.argmax(np.maximum(p_above(c, -margin), p_below(c, margin))))
+    return int(np.argmax(p_above(c)))
+
+
 # --------------------------------------------------------------------------------------
 # Sequential looks
 # --------------------------------------------------------------------------------------

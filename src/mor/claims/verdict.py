@@ -99,8 +99,7 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
         if not labels or n == 0:
             rows.append({**row, "verdict": "inconclusive", "note": "; ".join(notes + ["no matching runs"])})
             continue
-        means = m.mean(axis=1)
-        b = int(np.argmax(np.abs(means))) if equivalence else int(np.argmin(means))
+        b = stats.binding(m, spec.margin if equivalence else None)
         level = 1 - 2 * design.alpha if equivalence else 1 - design.alpha
         mean, lo, hi, _ = stats.interval(m[b], level)
         if equivalence:
