@@ -89,6 +89,7 @@ rule curves:
 rule claims:
     input:
         claims_inputs,
+        design="grids/claims/claims.yaml",  # pre-registered margins, looks and spending (mor.claims)
     output:
         report(directory("tables/claims"), patterns=["{file}.html"], caption=CAPTION,
                category=section("tables/claims"), subcategory="tables/claims"),
