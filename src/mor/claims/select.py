@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 
 import pandas as pd
 
@@ -14,12 +15,21 @@ def seeds_of(frames: dict[str, pd.DataFrame], grids: tuple[str, ...]) -> list[in
     return sorted(set.intersection(*sets)) if sets else []
 
 
-def cfg(row, dotted: str):
-    """The value of a dotted config key (``model.router.aux``) in a row's config_json."""
-    node = json.loads(row["config_json"])
+@lru_cache(maxsize=4096)
+def _parsed(config_json: str) -> dict:
+    return json.loads(config_json)  # read-only below: the cache hands out one dict per string
+
+
+def _lookup(config_json: str, dotted: str):
+    node = _parsed(config_json)
     for k in dotted.split("."):
         node = node.get(k) if isinstance(node, dict) else None
     return node
+
+
+def cfg(row, dotted: str):
+    """The value of a dotted config key (``model.router.aux``) in a row's config_json."""
+    return _lookup(row["config_json"], dotted)
 
 
 def pick(df: pd.DataFrame, **where) -> pd.DataFrame:
@@ -31,7 +41,7 @@ def pick(df: pd.DataFrame, **where) -> pd.DataFrame:
         if key in df.columns:
             col = df[key]
         else:
-            col = df.apply(lambda r: cfg(r, key), axis=1)
+            col = df["config_json"].map(lambda j: _lookup(j, key))
         mask &= col.map(lambda v: v == value)
     return df[mask]
 
