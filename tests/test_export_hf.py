@@ -90,8 +90,7 @@ def test_trained_run_exports_with_equal_logits_and_tokens(trained, data_root, na
         assert out.depths.unique().numel() > 1, "the routers send every token equally deep: nothing tested"
     prompt = x[:, :PROMPT]
     want = decode.generate(model, prompt, NEW)
-    got = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW, min_new_tokens=NEW,
-                      do_sample=False)
+    got = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW, do_sample=False)
     agree = float((got[:, PROMPT:] == want[:, PROMPT:]).float().mean())
     PARITY[name] = {"teacher_forced": teacher, "causal": causal, "causal_cached": causal_cached,
                     "generate_agreement": agree, "generated": int(want[:, PROMPT:].numel())}
@@ -206,8 +205,11 @@ def test_every_decode_variant_exports_with_equal_logits(tmp_path, data_root, cfg
         if model.routers:
             assert torch.equal(out.depths, ref.routing.depths())
         torch.testing.assert_close(hf(x, routing="topk").logits, model(x).logits, rtol=1e-5, atol=1e-5)
+        if cfg.num_recursions > 1 and cfg.variant != "vanilla":  # test-time depth cap (§ 5.3)
+            capped = decode.full_forward_causal(model, x, max_depth=cfg.num_recursions - 1).logits
+            torch.testing.assert_close(hf(x, max_depth=cfg.num_recursions - 1).logits, capped, rtol=1e-5, atol=1e-5)
     assert torch.equal(hf.generate(x[:, :4], attention_mask=torch.ones_like(x[:, :4]), max_new_tokens=6,
-                                   min_new_tokens=6, do_sample=False), decode.generate(model, x[:, :4], 6))
+                                   do_sample=False), decode.generate(model, x[:, :4], 6))
 
 
 def test_zz_parity_figures(trained):

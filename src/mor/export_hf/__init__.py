@@ -78,7 +78,8 @@ def hf_config(model, run, routing: str) -> dict:
         "routing": routing, "max_depth": None,
         "mor": {"model": dataclasses.asdict(m), "scale": dataclasses.asdict(s), "run_id": run.run_id,
                 "grid": run.grid, "config_hash": run.config_hash},
-        "eos_token_id": 0, "bos_token_id": None, "pad_token_id": None,
+        # no eos_token_id: generate() runs max_new_tokens, as decode.generate does (model card)
+        "bos_token_id": None, "pad_token_id": None,
     }
 
 
@@ -145,7 +146,8 @@ tok = AutoTokenizer.from_pretrained("<this folder>", trust_remote_code=True)
 
 {how}
 `generate()` recomputes the whole prefix each step (no KV cache) and gives the same tokens
-as mor-repro's cached greedy `decode.generate`.
+as mor-repro's cached greedy `decode.generate`. Like it, it does not stop at `<|endoftext|>`
+unless asked: `model.generate(ids, max_new_tokens=n, eos_token_id=tok.eos_token_id)`.
 
 ## Training config
 
@@ -203,7 +205,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, data_root: str | Path =
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(hf_config(model, run, routing), indent=2) + "\n")
         (tmp / "generation_config.json").write_text(json.dumps(
-            {"do_sample": False, "eos_token_id": 0, "use_cache": False}, indent=2) + "\n")
+            {"do_sample": False, "use_cache": False}, indent=2) + "\n")
         shutil.copy2(MODELING_FILE, tmp / MODELING_FILE.name)
         write_tokenizer(data_paths(run.data, Path(data_root)).tokenizer, tmp)
         (tmp / "README.md").write_text(model_card(run, meta, summary, nll, routing))
