@@ -1,6 +1,7 @@
 # Tables and figures, redrawn from a grid's parquet alone; the claims table; the `paper`
 # target. Every artifact is flagged for Snakemake's report (`--report report.html`), under
 # its paper section, with a caption (workflows/report/artifact.rst -> mor.reports.captions).
+from mor.claims import SPEC_FILE
 from mor.reports.captions import Captions, section
 
 # read when the report is rendered (claims verdicts, run counts, commits): never a param
@@ -89,7 +90,7 @@ rule curves:
 rule claims:
     input:
         claims_inputs,
-        design="grids/claims/claims.yaml",  # pre-registered margins, looks and spending (mor.claims)
+        design=str(SPEC_FILE),  # grids/claims/claims.yaml: pre-registered margins, looks, spending
     output:
         report(directory("tables/claims"), patterns=["{file}.html"], caption=CAPTION,
                category=section("tables/claims"), subcategory="tables/claims"),
