@@ -221,3 +221,15 @@ def test_zz_parity_figures(trained):
     for name, f in PARITY.items():
         print(f"  {name:20s} {f['teacher_forced']:.2e} / {f['causal']:.2e} / {f['causal_cached']:.2e}; "
               f"{f['generate_agreement']:.0%} of {f['generated']} tokens")
+
+
+def test_cli_exports_and_refuses(trained, data_root, tmp_path, capsys):
+    from mor.cli import main
+
+    run, run_dir, _ = trained["mor-token-choice"]
+    assert main(["export-hf", str(run_dir), str(tmp_path / "hf"), "--data-root", str(data_root)]) == 0
+    assert (tmp_path / "hf" / "modeling_mor.py").exists() and "exported" in capsys.readouterr().out
+    lora = fake_run(tmp_path / "lora", tiny_run("recursive", tying="cycle", nr=2, relaxation="lora",
+                                                relaxation_rank=2).model)
+    assert main(["export-hf", str(lora), str(tmp_path / "hf2"), "--data-root", str(data_root)]) == 2
+    assert "model.relaxation='lora'" in capsys.readouterr().err and not (tmp_path / "hf2").exists()

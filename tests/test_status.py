@@ -22,7 +22,7 @@ GRIDS = REPO / "grids"
 
 
 class FakeState:
-    def __init__(self, state):
+    def __init__(self, state):  # what mor.launch.slurm.slurm_state returns, reduced to .state
         self.state = state
 
 
@@ -126,3 +126,11 @@ def test_log_tail_reads_only_the_end(tmp_path):
     tail = log_tail(tmp_path / "train_log.jsonl", max_bytes=4096)
     assert tail[-1]["step"] == 5000 and 10 < len(tail) < 100
     assert log_tail(tmp_path / "missing.jsonl") == []
+
+
+def test_cli_prints_the_table(tmp_path, capsys):
+    from mor.cli import main
+
+    assert main(["status", "tables/table10", "figures/fig6", "--root", str(tmp_path), "--grids-dir", str(GRIDS)]) == 0
+    out = capsys.readouterr().out
+    assert "table10: 22 runs: 22 not started; steps 0/2816" in out and not list(tmp_path.iterdir())

@@ -3,6 +3,8 @@
     runs     list a grid's runs (ids, labels) for a mode; --check validates every grid
     collect  merge per-run parquet             report   render a table or figure from parquet
     claims   check the paper's claims against the results (tables/claims)
+    status   where every run the targets need stands (--watch refreshes)
+    export-hf  a finished run as a transformers folder (AutoModelForCausalLM, trust_remote_code)
 
 Job kinds and the launcher's verbs are one code path: ``python -m mor train ...`` (likewise
 eval, lmeval, analysis, throughput, data and plan) is ``python -m mor.launch train ...``,
@@ -57,6 +59,24 @@ def _claims(a) -> int:
     return 0
 
 
+def _status(a) -> int:
+    from mor.status import main as status_main
+
+    return status_main(a)
+
+
+def _export_hf(a) -> int:
+    from mor.export_hf import ExportError, export_run
+
+    try:
+        out = export_run(a.run_dir, a.out_dir, a.data_root, a.results, a.routing)
+    except ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported {a.run_dir} -> {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] in LAUNCH_VERBS:
@@ -96,6 +116,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="tables/claims")
     p.add_argument("--mode", default="local")
     p.set_defaults(fn=_claims)
+
+    from mor.status import add_arguments as status_arguments
+
+    p = sub.add_parser("status", help="where every run the targets need stands (read only)")
+    status_arguments(p)
+    p.set_defaults(fn=_status)
+
+    p = sub.add_parser("export-hf", help="a finished run as a transformers folder")
+    p.add_argument("run_dir", help="runs/<grid>/<run_id>")
+    p.add_argument("out_dir")
+    p.add_argument("--data-root", default="data", help="where the run's tokenizer is")
+    p.add_argument("--results", default="results", help="results folder (the model card's validation NLL)")
+    p.add_argument("--routing", default="causal", choices=("causal", "topk"),
+                   help="expert-choice routing the exported forward uses by default (causal: generation)")
+    p.set_defaults(fn=_export_hf)
 
     a = ap.parse_args(args)
     try:
