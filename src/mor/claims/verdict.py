@@ -126,7 +126,8 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
 
 def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
     """Holm over the tested claims; then the MDE and seeds needed of every undecided one, at
-    the level Holm would ask of it next: alpha x (its last look's weight) / (claims left)."""
+    the level Holm would ask of it next: alpha x (its last look's weight, or the first's
+    below it) / (the undecided claims of the family, itself included)."""
     if tested:
         adjusted, code = stats.verdicts(np.array([rows[i]["_p_hold"] for i in tested]),
                                         np.array([rows[i]["_p_contra"] for i in tested]), design.alpha)
@@ -142,7 +143,7 @@ def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
         if r["verdict"] != "inconclusive" or "_sd" not in r:
             continue
         k = max(len(design.looks_within(r["n seeds"])), 1) - 1
-        level = design.alpha * w[k] / max(left, 1)
+        level = design.alpha * w[k] / (left + ("_p_hold" not in r))  # an untested claim would join the family
         if r["_equivalence"]:
             level *= 2  # TOST: one-sided at the level on each side
         r["MDE"] = _round(stats.mde(r["_sd"], r["n seeds"], level, design.power))
