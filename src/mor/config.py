@@ -178,7 +178,6 @@ class ModelConfig:
     relaxation_rank: int = 0  # LoRA/DoRA rank or prefix length
     tied_init: TiedInit = "random"
     init_checkpoint: str = ""  # up-training: SmolLM-format safetensors folder
-    attention: Literal["auto", "sdpa", "flash"] = "auto"
     # Depth the tying plan is built from, instead of the scale's `layers` (0 = the scale's).
     # Recursive / MoR pad it like the scale's (tying.effective_depth), so Cycle Nr=3 with
     # layers: 30 has 10 unique layers per block (Table 11); a vanilla with layers: 34 is
@@ -202,8 +201,6 @@ class ModelConfig:
         if self.reduced and self.layers:
             raise ConfigError("model.layers cannot be combined with model.reduced (the reduced depth is derived "
                               "from the scale's layers); set model.layers to the depth you want instead")
-        if self.attention not in ("auto", "sdpa", "flash"):
-            raise ConfigError(f"model.attention={self.attention!r}; choose one of ['auto', 'sdpa', 'flash']")
         if self.variant == "vanilla":
             # vanilla KV sharing reads num_recursions as the size of a KV-sharing group
             if self.num_recursions != 1 and not self.reduced and self.kv == "recursion_wise":
@@ -281,7 +278,11 @@ class TrainConfig:
     tokens: int = 1_000_000  # total training tokens; steps = tokens / (global_batch * seq_len)
     seq_len: int = 128
     global_batch: int = 16  # sequences per optimizer step, whatever the device count
-    micro_batch: int = 16  # sequences per forward pass; accumulation fills the gap
+    # The sampler's draw size: each rank draws its sequences of a step in draws of this many
+    # (mor.data.sampler keys a draw by (seed, step, draw, rank)), so it decides WHICH sequences
+    # a step trains on and stays in the run identity. How many go through one forward pass is
+    # execution.micro_batch (ExecConfig): a site's memory setting that renames nothing.
+    micro_batch: int = 16
     lr: float = 3e-3
     min_lr_ratio: float = 0.0
     warmup_frac: float = 0.05
@@ -358,6 +359,57 @@ class EvalConfig:
         return self.lm_eval_limits.get(task, self.lm_eval_limit)
 
 
+# --------------------------------------------------------------------------------------
+# Execution: how a run computes, not what it trains
+# --------------------------------------------------------------------------------------
+Attention = Literal["auto", "sdpa", "flash"]
+FusedOptimizer = Literal["auto", "on", "off"]
+
+
+@dataclass(frozen=True)
+class ExecConfig:
+    """Settings that change how fast and in how much memory a run trains, never its result
+    (beyond float summation order). They come from the presets / site profile per scale and
+    GPU (``slurm/presets.yaml``: ``scales.<scale>.train.execution``), are recorded in the run's
+    ``config.json`` next to the config, and are no part of ``config_hash``: a site that needs a
+    smaller micro-batch, checkpointing or flash-attn trains the same run under the same id.
+    """
+
+    # Sequences per forward/backward pass on one rank; the step's per-rank sequences are
+    # accumulated over passes of this size. 0 = the draw size (train.micro_batch, capped at
+    # the per-rank batch); "auto" = the largest divisor of the per-rank batch that the memory
+    # model (mor.memory) fits into the GPU's memory. Must divide the per-rank batch.
+    micro_batch: int | str = 0
+    activation_checkpointing: bool = False  # recompute each block's activations in backward
+    compile: bool = False  # torch.compile the training forward/backward
+    attention: Attention = "auto"  # auto: flash-attn when installed on a CUDA device, else SDPA
+    fused_optimizer: FusedOptimizer = "auto"  # fused AdamW kernel; auto: on CUDA only
+    # Tokens per cross-entropy chunk: the head and the loss run on this many positions at a
+    # time, so the fp32 logits of a whole micro-batch never exist at once. 0 = all at once.
+    loss_chunk: int = 0
+
+    def __post_init__(self) -> None:
+        own = "execution"
+        mb = self.micro_batch
+        if not (mb == "auto" or (isinstance(mb, int) and not isinstance(mb, bool) and mb >= 0)):
+            raise ConfigError(f"{own}.micro_batch={mb!r}: expected an integer >= 0 (0 = train.micro_batch) or 'auto'")
+        for name in ("activation_checkpointing", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{own}.{name}={getattr(self, name)!r}: expected true/false")
+        _check_choice(own, "attention", self.attention, Attention)
+        _check_choice(own, "fused_optimizer", self.fused_optimizer, FusedOptimizer)
+        _check_positive(own, "loss_chunk", self.loss_chunk, allow_zero=True)
+
+
+def exec_config(raw: dict[str, Any] | None, where: str = "execution") -> ExecConfig:
+    """Validate an ``execution`` mapping (a preset entry's, or a test's) into an ExecConfig."""
+    data = dict(raw or {})
+    mb = data.get("micro_batch")
+    if isinstance(mb, str) and mb != "auto":  # YAML gives 1e1 as a string: numbers are coerced
+        data["micro_batch"] = _coerce_scalar(int, mb, f"{where}.micro_batch")
+    return from_dict(ExecConfig, data, where=where)
+
+
 # The run-identity rule. Fields that change what training computes make the run id; fields
 # that only change what the eval job measures re-run that job alone; presentation fields
 # (label, paper_scale's wording in tables, reference rows, artifacts) change neither. The
@@ -369,6 +421,11 @@ EVAL_FIELDS = ("eval",)
 # (model.weight_init: its default "crn" is hashed, so every run got a new id when common
 # random numbers became the default; "global_rng" gives back the ids of the runs before.)
 LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0, ("model", "weight_init"): "global_rng"}
+# Fields that left the identity for ExecConfig: a stored config (config.json, a results row)
+# may still carry them and parses (the value is dropped), and the hash keeps them at the one
+# value every shipped grid had, so no existing run id changes. A run that had set another
+# value (none of the shipped grids did) now shares the id of its "auto" twin: it trains the same.
+RETIRED_FIELDS = {("model", "attention"): "auto"}
 
 
 def _digest(obj: Any) -> str:
@@ -399,6 +456,8 @@ class RunConfig:
         for (section, name), default in LATER_FIELDS.items():
             if out[section].get(name) == default:
                 out[section] = {k: v for k, v in out[section].items() if k != name}
+        for (section, name), value in RETIRED_FIELDS.items():
+            out[section] = {**out[section], name: value}
         return out
 
     def eval_dict(self) -> dict[str, Any]:
@@ -497,6 +556,13 @@ def _coerce_scalar(hint: Any, value: Any, where: str) -> Any:
 
 
 def run_config_from_dict(data: dict[str, Any], where: str = "run") -> RunConfig:
+    data = dict(data)
+    for (section, name), value in RETIRED_FIELDS.items():  # e.g. a stored config's model.attention
+        if isinstance(data.get(section), dict) and name in data[section]:
+            if data[section][name] != value:
+                raise ConfigError(f"{where}.{section}.{name}={data[section][name]!r}: this setting moved out of the "
+                                  f"run identity to the presets' execution.{name} (ExecConfig); remove it here")
+            data[section] = {k: v for k, v in data[section].items() if k != name}
     return from_dict(RunConfig, data, where=where)
 
 

@@ -20,6 +20,7 @@ its last checkpoint but before its summary writes the same summary an undisturbe
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import shutil
@@ -31,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mor.atomic import atomic_path, sha256_file, write_json_atomic
-from mor.config import RunConfig, model_shape
+from mor.config import ExecConfig, RunConfig, model_shape
 from mor.flops import train_flops
 from mor.data.sampler import TokenSampler, load_tokens
 from mor.model.transformer import MoRTransformer, build_model
@@ -103,7 +104,15 @@ def make_model(run: RunConfig, vocab_size: int, device: torch.device, load_init:
     return model
 
 
-def make_optimizer(model: torch.nn.Module, run: RunConfig) -> torch.optim.AdamW:
+def use_fused_adamw(setting: str, device: torch.device) -> bool:
+    """execution.fused_optimizer: the fused AdamW kernel on CUDA ('auto', 'on'), never on CPU
+    (the same update up to float rounding; one kernel per step instead of one per tensor)."""
+    if setting == "on" and device.type != "cuda":
+        raise ValueError(f"execution.fused_optimizer='on' needs a CUDA device, got {device}")
+    return setting != "off" and device.type == "cuda"
+
+
+def make_optimizer(model: torch.nn.Module, run: RunConfig, fused: bool = False) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (norms and gains are not decayed)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -112,8 +121,27 @@ def make_optimizer(model: torch.nn.Module, run: RunConfig) -> torch.optim.AdamW:
         [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=t.lr,
         betas=(t.beta1, t.beta2),
-        fused=False,
+        fused=fused,
     )
+
+
+def resolve_micro_batch(execution: ExecConfig, run: RunConfig, per_rank: int, draw: int, vocab: int,
+                        world: int, parallel: str, device: torch.device) -> int:
+    """The sequences of one forward pass: execution.micro_batch, the draw size (0), or the
+    memory model's largest fit into this GPU's memory ('auto'; the draw size on CPU)."""
+    mb = execution.micro_batch
+    if mb == "auto":
+        if device.type != "cuda":
+            return draw
+        from mor.memory import pick_micro_batch
+
+        gpu_bytes = torch.cuda.get_device_properties(device).total_memory
+        return pick_micro_batch(run, vocab, gpu_bytes, world=world, parallel=parallel, execution=execution).micro_batch
+    mb = mb or draw
+    if per_rank % mb:
+        raise ValueError(f"execution.micro_batch={mb} does not divide the per-rank batch {per_rank} "
+                         f"(train.global_batch={run.train.global_batch} over {world} rank(s))")
+    return mb
 
 
 class Trainer:
@@ -128,10 +156,15 @@ class Trainer:
         progress: bool = True,
         threads: int = 0,
         peak_tflops: float = 0.0,
+        execution: ExecConfig | None = None,
+        parallel: str = "ddp",
     ):
+        """``execution`` (ExecConfig, from the presets): how the run computes, never what it
+        trains; ``parallel`` only sizes the 'auto' micro-batch (the wrapper is the subclass's)."""
         self.run, self.run_dir = run, Path(run_dir)
         self.dist = dist or DistInfo()
         self.device = pick_device(device)
+        self.execution = execution or ExecConfig()
         t = run.train
         if threads and self.device.type == "cpu":  # a resource, not part of the run's identity
             torch.set_num_threads(threads)
@@ -142,17 +175,25 @@ class Trainer:
         # and the devices' peak FLOP/s for MFU (presets' peak_tflops_per_gpu; 0 = unknown: null)
         self.step_flops = train_flops(run.model, self.model.shape, self.vocab_size, t.seq_len, t.tokens_per_step)
         self.peak_flops = peak_tflops * 1e12 * self.dist.world_size
-        self.optimizer = make_optimizer(self.model, run)
+        self.model.set_execution(self.execution.attention, self.execution.activation_checkpointing,
+                                 self.execution.loss_chunk)
+        self.optimizer = make_optimizer(self.model, run, use_fused_adamw(self.execution.fused_optimizer, self.device))
         # shard digests are checked by one rank per job (hashing 40 GB of FineWeb-Edu once per
         # job start costs ~1 min; per rank it would be that times the rank count); sizes by all
         self.sampler = TokenSampler(load_tokens(train_tokens, checksum=self.dist.is_main), t.seq_len, t.seed)
         per_rank = t.global_batch // self.dist.world_size
         if t.global_batch % self.dist.world_size:
             raise ValueError(f"train.global_batch={t.global_batch} is not divisible by {self.dist.world_size} ranks")
-        self.micro = min(t.micro_batch, per_rank)
-        if per_rank % self.micro:
-            raise ValueError(f"per-rank batch {per_rank} is not a multiple of train.micro_batch={self.micro}")
+        # The step's sequences are drawn in draws of train.micro_batch (the data: identity) and
+        # run through the model in passes of execution.micro_batch (the memory: execution).
+        self.draw = min(t.micro_batch, per_rank)
+        if per_rank % self.draw:
+            raise ValueError(f"per-rank batch {per_rank} is not a multiple of train.micro_batch={self.draw}")
+        self.draws = per_rank // self.draw
+        self.micro = resolve_micro_batch(self.execution, run, per_rank, self.draw, self.vocab_size,
+                                         self.dist.world_size, parallel, self.device)
         self.accum = per_rank // self.micro  # gradient accumulation keeps the global batch fixed
+        self.compiled = None  # execution.compile: the compiled training module, built at the first step
         self.amp = autocast_dtype(t.precision, self.device)
         self.step, self.tokens_seen = 0, 0
         self.train_time_s = 0.0  # summed over every session of this run, up to the last checkpoint
@@ -248,9 +289,11 @@ class Trainer:
             group["lr"] = lr
         warm = self.run.model.router.capacity_warmup_steps
         self.model.capacity_scale = min(1.0, self.step / warm) if warm else 1.0
+        if self.execution.compile:
+            self.compiled = self.compiled or torch.compile(model)
+            model = self.compiled
         lm_total, aux_total = 0.0, 0.0
-        for micro in range(self.accum):
-            x, y = self.sampler.batch(self.step, micro, self.dist.rank, self.micro)
+        for micro, (x, y) in enumerate(self.micro_batches()):
             x, y = x.to(self.device), y.to(self.device)
             with grad_sync(model, micro == self.accum - 1):  # DDP/FSDP reduce gradients once per step
                 with torch.autocast(self.device.type, dtype=self.amp, enabled=self.amp is not None):
@@ -274,6 +317,19 @@ class Trainer:
         self.tokens_seen += t.tokens_per_step
         return {"step": self.step, "loss": lm_total, "aux_loss": aux_total, "lr": lr, "grad_norm": float(grad_norm)}
 
+    def micro_batches(self):
+        """This rank's sequences of the current step, ``accum`` pairs (x, y) of (micro, T) each.
+
+        Drawn as ``draws`` draws of ``draw`` sequences (what decides the data), then cut into
+        passes of ``micro`` (what decides the memory): the same sequences whatever the micro-batch."""
+        if self.micro == self.draw:  # one draw per pass: no copy
+            for d in range(self.draws):
+                yield self.sampler.batch(self.step, d, self.dist.rank, self.draw)
+            return
+        xs, ys = zip(*(self.sampler.batch(self.step, d, self.dist.rank, self.draw) for d in range(self.draws)))
+        x, y = torch.cat(xs), torch.cat(ys)  # (per_rank, T) each
+        yield from zip(x.split(self.micro), y.split(self.micro))  # accum x (micro, T)
+
     def fit(self) -> dict:
         """Train to ``train.steps``, checkpointing periodically; returns the summary."""
         t = self.run.train
@@ -285,6 +341,9 @@ class Trainer:
             write_json_atomic(self.run_dir / "config.json", {
                 "run_id": self.run.run_id, "config_hash": self.run.config_hash, "git_commit": git_commit(),
                 "vocab_size": self.vocab_size, "n_params": self.model.num_params(), "config": self.run.to_dict(),
+                # how it computed (not its identity): the resolved micro-batch and the rest
+                "execution": {**dataclasses.asdict(self.execution), "micro_batch": self.micro,
+                              "accumulation": self.accum, "world_size": self.dist.world_size},
             })
         resumed_from = self.step if self.resume() else None
         if self.dist.is_main:  # one writer: ranks replacing the same file concurrently would race

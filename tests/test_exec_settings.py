@@ -1,0 +1,99 @@
+"""Execution settings (mor.config.ExecConfig) change how a run computes, never what it trains:
+the run id stays, and the trained weights agree within float tolerance."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from conftest import VOCAB, tiny_run
+from mor.config import ConfigError, ExecConfig, exec_config, run_config_from_dict
+from mor.train.trainer import Trainer
+
+# Float summation order differs between the paths; AdamW divides each gradient by its own
+# running scale, so a rarely used embedding row moves by up to ~1e-5 differently (one step
+# is lr = 3e-3): the tolerance is a small fraction of one update.
+ATOL = 5e-5
+VARIANTS = {"vanilla": dict(variant="vanilla"), "mor": dict(variant="mor", nr=3)}
+
+
+def _tokens(data_root):
+    return data_root / "tokens" / f"train-bpe-{VOCAB}.npy"
+
+
+def _train(data_root, path, run, execution=None, steps=2):
+    tr = Trainer(run, path, _tokens(data_root), VOCAB, progress=False, execution=execution)
+    losses = [tr.train_step()["loss"] for _ in range(steps)]
+    return tr, losses
+
+
+def test_execution_is_validated_and_names_the_key():
+    assert exec_config({"micro_batch": "auto", "loss_chunk": 256}).micro_batch == "auto"
+    assert exec_config({"micro_batch": "4"}).micro_batch == 4
+    for raw, msg in (({"micro_batch": -1}, "execution.micro_batch=-1"),
+                     ({"attention": "xformers"}, "execution.attention='xformers' is not allowed"),
+                     ({"fused_optimizer": True}, "execution.fused_optimizer"),
+                     ({"micro": 4}, "unknown key(s) ['micro']")):
+        with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+            exec_config(raw)
+
+
+def test_attention_left_the_identity_and_stored_configs_still_parse():
+    """model.attention moved to execution.attention; a stored config carrying its old value
+    ('auto', what every run had) parses to the same run id, any other value is refused."""
+    run = tiny_run()
+    stored = run.to_dict()
+    stored["model"]["attention"] = "auto"
+    assert run_config_from_dict(stored).run_id == run.run_id
+    stored["model"]["attention"] = "flash"
+    with pytest.raises(ConfigError, match="moved out of the run identity"):
+        run_config_from_dict(stored)
+    # the hash keeps the retired key at its old value: ids computed before the move stay
+    assert run.training_dict()["model"]["attention"] == "auto"
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_micro_batch_changes_nothing_but_the_passes(data_root, tmp_path, variant):
+    """The same 8 sequences per step (drawn in draws of train.micro_batch=8) through passes of
+    8, 4 and 2: same run id, same sequences, same weights up to float summation order."""
+    kw = VARIANTS[variant]
+    run = tiny_run(steps=4, batch=8, seq_len=32, variant=kw["variant"], nr=kw.get("nr", 1))
+    ref, ref_losses = _train(data_root, tmp_path / "ref", run)
+    assert (ref.micro, ref.accum) == (8, 1)
+    for micro in (4, 2):
+        tr, losses = _train(data_root, tmp_path / f"m{micro}", run, ExecConfig(micro_batch=micro))
+        assert (tr.micro, tr.accum) == (micro, 8 // micro) and tr.run.run_id == ref.run.run_id
+        assert losses == pytest.approx(ref_losses, rel=1e-5)
+        for (n, p), q in zip(ref.model.named_parameters(), tr.model.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=ATOL, msg=n)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_checkpointing_and_chunked_loss_train_the_same_weights(data_root, tmp_path, variant):
+    """Activation checkpointing per layer call and the chunked loss (3 chunks of 40 tokens for
+    4 x 32 positions, the last one short) give the plain path's losses and weights."""
+    kw = VARIANTS[variant]
+    run = tiny_run(steps=4, batch=4, seq_len=32, variant=kw["variant"], nr=kw.get("nr", 1))
+    ref, ref_losses = _train(data_root, tmp_path / "ref", run, steps=3)
+    execution = ExecConfig(micro_batch=2, activation_checkpointing=True, loss_chunk=40)
+    tr, losses = _train(data_root, tmp_path / "exec", run, execution, steps=3)
+    assert losses == pytest.approx(ref_losses, rel=1e-5)
+    for (n, p), q in zip(ref.model.named_parameters(), tr.model.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=ATOL, msg=n)
+
+
+def test_a_micro_batch_that_does_not_divide_the_rank_batch_is_refused(data_root, tmp_path):
+    run = tiny_run(batch=8)
+    with pytest.raises(ValueError, match="execution.micro_batch=3 does not divide the per-rank batch 8"):
+        Trainer(run, tmp_path / "r", _tokens(data_root), VOCAB, progress=False, execution=ExecConfig(micro_batch=3))
+
+
+def test_fit_records_the_resolved_execution_next_to_the_config(data_root, tmp_path):
+    run = dataclasses.replace(tiny_run(steps=2, batch=4), train=dataclasses.replace(tiny_run().train, tokens=2 * 4 * 32))
+    tr = Trainer(run, tmp_path / "r", _tokens(data_root), VOCAB, progress=False,
+                 execution=ExecConfig(micro_batch="auto"))  # on CPU 'auto' keeps the draw size
+    tr.fit()
+    meta = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert meta["execution"]["micro_batch"] == 4 and meta["execution"]["accumulation"] == 1
+    assert meta["config_hash"] == run.config_hash and "execution" not in meta["config"]
