@@ -167,7 +167,8 @@ def test_preempted_job_requeues_and_resumes_to_the_uninterrupted_result(slurm_cl
     run's last checkpoint and ends with the loss and weights of an uninterrupted run.
 
     Mid-training by construction, not by timing: the job is frozen (SUSPENDED) once its first
-    checkpoint shows, then resumed and signalled at once, with most of its steps ahead."""
+    checkpoint shows, then resumed and signalled as soon as it trains again, with nearly all
+    of its steps ahead."""
     grid = write_grid(tmp_path / "grids", "rq", steps=PREEMPT_STEPS, tying=False, checkpoint_every=10)
     run = load_grid(grid, "local").runs[0].config
     launcher = launch("train", grid, run.run_id, tmp_path, data_root, "--launcher", "slurm",
@@ -181,7 +182,12 @@ def test_preempted_job_requeues_and_resumes_to_the_uninterrupted_result(slurm_cl
         subprocess.run(["scontrol", "suspend", jid], check=True, timeout=30)
         wait_for(lambda: squeue_state(jid) == "SUSPENDED", "the job to be suspended", 60)
         assert not (run_dir / "train_summary.json").exists()  # frozen before the end
+        steps_done = len((run_dir / "train_log.jsonl").read_text().splitlines())
         subprocess.run(["scontrol", "resume", jid], check=True, timeout=30)
+        # slurmd resumes the step a moment after squeue says RUNNING, and a suspended step drops
+        # signals: wait until the job trains again (its log grows)
+        wait_for(lambda: len((run_dir / "train_log.jsonl").read_text().splitlines()) > steps_done,
+                 "the job to train again", 60, every_s=0.02)
         subprocess.run(["scancel", "--signal=USR2", jid], check=True, timeout=30)  # as submitit's job._interrupt()
         wait_for(lambda: squeue_state(jid) == "PENDING", "the requeued job to pend", 60)
         subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True, timeout=30)
