@@ -1,29 +1,38 @@
-"""Benchmark: decoding throughput of MoR relative to Vanilla through the engine, measured vs
-FLOPs-predicted, in one process.
+"""Benchmark: continuous depth-wise batching (App. E) against the lockstep policy, and MoR's
+decoding speed-up over the same-depth Vanilla, measured vs FLOPs-predicted, in one process.
 
-Models (random weights, fp32, CPU): Vanilla, MoR-2/3/4 Middle-Cycle expert-choice with
-recursion-wise caching, and the Vanilla of MoR-4's effective depth (App. E's 34-layer
-baseline; here 10 layers), at the ``engine`` CPU scale (grids/scales.yaml: d=512, 8
-layers; a 32-token step is compute-bound there, where ``small`` / ``medium`` are bound by
-the Python per stage). The request set follows workflows/throughput.yaml's local protocol.
+Models (random weights, CPU by default): MoR-2/3/4 Middle-Cycle expert-choice with
+recursion-wise caching, and for each the Vanilla of its effective depth (App. E's baseline;
+``mor.engine.job.baseline``). Untrained routers do not keep the capacities trained ones
+learn, so each router's causal decision is steered to the design capacities: its logit is
+shifted by a constant so that the share of tokens continuing is c_r / c_{r-1} on a
+calibration batch (a bias on the router head, added here only).
 
-Untrained routers do not keep the capacities trained ones learn, so the causal decision is
-steered to the design capacities: every router's logit is shifted by a per-recursion
-constant so that the share of tokens continuing is c_r / c_{r-1} on a calibration batch
-(a bias on the router head, added here only). The FLOPs-predicted ratio is
-``mor.flops.decode_flops_per_token`` (vanilla / model) for the capacities the engine
-actually realised (counted from its per-stage rows), beside the design-capacity ratio.
+Part 1, policies (``--policy-scale``, default ``small``: passes are bound by per-pass
+overhead, a stand-in for a GPU's weight-read-bound decoding passes). The same request set
+through the engine twice per model, in one process, alternating order per round:
 
-Rounds: every round runs each model once in a shuffled order at the fixed batch (32) and
-at the relative maximum batch (mor.flops.max_batch in the protocol's stated memory); each
-ratio is taken within its round, the table gives medians.
+    old  'lockstep': B live sequences, one depth per pass, the head when all have exited
+    new  'depthwise': up to ``--live`` live sequences, B rows per shared-block pass from any
+         depth (deepest first), exits refilled at once
 
-    .venv/bin/python benchmarks/bench_engine.py [--rounds 3] [--threads 1] [--scale engine]
+  passes/token   shared-block passes per generated token; bound Σ c_r / B (every pass full,
+                 realised capacities), lockstep needs about Nr / B
+  fill           mean rows per shared-block pass / B while the queue is non-empty
+  tok/s new/old  wall-clock tokens per second, new over old (median over rounds)
 
-On a GPU, App. E's own setting (360M, bf16, the cluster protocol, the device's memory):
+Part 2, speed-up (``--scale``, default ``engine``: a 32-row pass is compute-bound on a CPU
+core). Each MoR model and its same-depth Vanilla through the new policy at batch B:
+measured = MoR tokens/s over Vanilla's (forward time); predicted = the FLOPs ratio
+(mor.flops.decode_flops_per_token) at the capacities the routers realised in that run,
+beside the design one; the table gives measured / realised-predicted.
 
-    .venv/bin/python benchmarks/bench_engine.py --scale 360M --protocol cluster --device cuda \
-        --dtype bfloat16 --memory-gib 0 --requests 256 --rounds 1
+    .venv/bin/python benchmarks/bench_engine.py [--rounds 3] [--threads 1]
+
+On a GPU, App. E's own setting (360M, bf16, the cluster protocol):
+
+    .venv/bin/python benchmarks/bench_engine.py --scale 360M --policy-scale 360M --protocol cluster \
+        --device cuda --dtype bfloat16 --requests 256 --rounds 1
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from mor.config import ModelConfig, RouterConfig, capacities, load_scales
 from mor.cpu_allocator import tune_cpu_allocator
 from mor.engine import Engine, Request
 from mor.engine.job import baseline, load_protocol
-from mor.flops import decode_flops_per_token, max_batch, relative_max_batch_exact
+from mor.flops import decode_flops_per_token
 from mor.model.transformer import build_model
 
 V = 4096
@@ -47,13 +56,13 @@ V = 4096
 
 def configs(scale: str) -> dict[str, ModelConfig]:
     router = RouterConfig(type="expert_choice", func="sigmoid", alpha=0.1, arch="linear", aux="aux_loss")
-    out = {"Vanilla": ModelConfig(scale=scale, variant="vanilla")}
-    for nr in (2, 3, 4):
-        out[f"MoR-{nr}"] = ModelConfig(scale=scale, variant="mor", tying="middle_cycle", num_recursions=nr, router=router)
-    deep = baseline(out["MoR-4"])
-    if deep != out["Vanilla"]:
-        out["Vanilla (MoR-4 depth)"] = deep
-    return out
+    return {f"MoR-{nr}": ModelConfig(scale=scale, variant="mor", tying="middle_cycle", num_recursions=nr, router=router)
+            for nr in (2, 3, 4)}
+
+
+def shape_of(cfg: ModelConfig):
+    s = load_scales()[cfg.scale]
+    return dataclasses.replace(s, layers=cfg.layers or s.layers)
 
 
 def steer_routers(model, calib: torch.Tensor) -> None:
@@ -83,96 +92,120 @@ def steer_routers(model, calib: torch.Tensor) -> None:
                 h = model.run_layer(layer_id, h, pos, r)
 
 
-def realised_capacity(res, nr: int) -> tuple[float, ...]:
-    """Share of the tokens that ran each recursion in an engine run (its per-stage counts)."""
-    ran = [0] * nr
-    for stage, n in zip(res.stages, res.ran):
-        if stage.startswith("depth"):
-            ran[int(stage[5:])] += n
-    return tuple(c / ran[0] for c in ran)
+def build(cfg: ModelConfig, calib, dev, dtype):
+    torch.manual_seed(0)
+    m = build_model(cfg, shape_of(cfg), V).eval()
+    steer_routers(m, calib)
+    return m.to(device=dev, dtype=dtype)
+
+
+def realised(res) -> tuple[float, ...]:
+    ran = res.recursion_tokens()
+    return tuple(n / ran[0] for n in ran)
+
+
+def steady(res) -> tuple[float, float]:
+    """(shared-block passes per generated token, mean row fill) while the queue is non-empty."""
+    passes = sum(k == "block" and w > 0 for k, w in zip(res.kinds, res.waiting))
+    tokens = sum(n for k, n, w in zip(res.kinds, res.rows, res.waiting) if k == "head" and w > 0)
+    return passes / max(1, tokens), res.row_fill(while_waiting=True)
+
+
+def make_requests(p: dict, n: int, seed: int) -> list[Request]:
+    rnd = random.Random(seed)
+    return [Request(i, [rnd.randrange(V)], max(1, min(p["gen_max"], round(rnd.gauss(p["gen_mean"], p["gen_std"])))))
+            for i in range(n)]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--scale", default="engine")
+    ap.add_argument("--scale", default="engine", help="part 2 (speed-up vs Vanilla)")
+    ap.add_argument("--policy-scale", default="small", help="part 1 (policies; overhead-bound)")
     ap.add_argument("--requests", type=int, default=0, help="override the protocol's request count")
+    ap.add_argument("--policy-requests", type=int, default=384)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--live", type=int, default=0, help="live sequences of the new policy (default 2 x batch)")
     ap.add_argument("--protocol", default="local", help="section of workflows/throughput.yaml")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--memory-gib", type=float, default=0.5,
-                    help="memory the maximum batches fill (the protocol's 0.05 GiB is sized for `medium`; the "
-                         "engine scale's fp32 parameters alone take 0.1 GiB); 0 = the GPU's memory")
+    ap.add_argument("--skip", default="", help="'policy' or 'speedup' to run one part only")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     tune_cpu_allocator()
     p = load_protocol(a.protocol)
     dev, dtype = torch.device(a.device), getattr(torch, a.dtype)
-    elem = torch.tensor([], dtype=dtype).element_size()
-    if a.requests:
-        p["requests"] = a.requests
-    shapes = load_scales()
+    B, live = a.batch, a.live or 2 * a.batch
     global V
-    V = shapes[a.scale].vocab or V  # the paper scales' SmolLM vocabulary; CPU scales: 4096
-    cfgs = configs(a.scale)
-    rnd = random.Random(p["seed"])
-    reqs = [Request(i, [rnd.randrange(V)], max(1, min(p["gen_max"], round(rnd.gauss(p["gen_mean"], p["gen_std"])))))
-            for i in range(p["requests"])]
+    V = load_scales()[a.scale].vocab or V
     max_len = p["gen_max"] + 1
-    memory = a.memory_gib * 2**30 if a.memory_gib else torch.cuda.get_device_properties(dev).total_memory
     torch.manual_seed(0)
     calib = torch.randint(0, V, (8, 64))
-    models, batches, predicted = {}, {}, {}
-    for name, cfg in cfgs.items():
-        s = dataclasses.replace(shapes[cfg.scale], layers=cfg.layers or shapes[cfg.scale].layers)
-        torch.manual_seed(0)
-        m = build_model(cfg, s, V).eval()
-        steer_routers(m, calib)
-        m.to(device=dev, dtype=dtype)
-        models[name] = m
-        van = baseline(cfg)
-        vs = dataclasses.replace(shapes[van.scale], layers=van.layers or shapes[van.scale].layers)
-        batches[name] = {"fixed": p["fixed_batch"],
-                         "max": max(1, int(relative_max_batch_exact(cfg, van, s, V, max_len, memory, p["base_batch"], elem)))}
-        predicted[name] = decode_flops_per_token(van, vs, V, p["gen_mean"] / 2) / decode_flops_per_token(cfg, s, V, p["gen_mean"] / 2)
-        print(f"{name}: max batch {max_batch(cfg, s, V, max_len, memory, elem)}, relative max batch {batches[name]['max']}, "
-              f"FLOPs-predicted speedup (design capacities) {predicted[name]:.3f}")
-    base_of = {name: ("Vanilla (MoR-4 depth)" if baseline(cfg) != cfgs["Vanilla"] else "Vanilla") for name, cfg in cfgs.items()}
-    tps = {(n, k): [] for n in cfgs for k in ("fixed", "max")}
-    fwd = {(n, k): [] for n in cfgs for k in ("fixed", "max")}
-    real: dict[str, tuple] = {}
-    order = list(cfgs)
-    for rd in range(a.rounds):
-        rnd.shuffle(order)
-        for name in order:
-            for k in ("fixed", "max"):
-                eng = Engine(models[name], capacity=batches[name][k], max_len=max_len, device=dev, dtype=dtype)
-                eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(batches[name][k])])  # warm-up
-                res = eng.run(reqs)
-                tps[name, k].append(res.tokens / res.wall_s)
-                fwd[name, k].append(res.tokens / res.forward_s)
-                if k == "fixed":
-                    real[name] = realised_capacity(res, cfgs[name].num_recursions)
-        print(f"round {rd + 1}/{a.rounds} done")
-    print()
-    print(f"scale {a.scale}, {p['requests']} requests, gen ~ N({p['gen_mean']}, {p['gen_std']}), {a.threads} thread(s), {a.device} {a.dtype}")
-    print("model                  setting  batch  tok/s(fwd)  measured(fwd)  measured(wall)  predicted(realised)  "
-          "predicted(design)  measured/predicted")
-    for name, cfg in cfgs.items():
-        van = baseline(cfg)
-        vs = dataclasses.replace(shapes[van.scale], layers=van.layers or shapes[van.scale].layers)
-        s = dataclasses.replace(shapes[cfg.scale], layers=cfg.layers or shapes[cfg.scale].layers)
-        rc = dataclasses.replace(cfg, router=dataclasses.replace(cfg.router, capacity=real[name])) if cfg.variant == "mor" else cfg
-        pred_real = decode_flops_per_token(van, vs, V, p["gen_mean"] / 2) / decode_flops_per_token(rc, s, V, p["gen_mean"] / 2)
-        b = base_of[name]
-        for k in ("fixed", "max"):
-            rel = statistics.median(f / g for f, g in zip(fwd[name, k], fwd[b, k]))
-            rel_wall = statistics.median(f / g for f, g in zip(tps[name, k], tps[b, k]))
-            print(f"{name:22s} {k:7s}  {batches[name][k]:5d}  {statistics.median(fwd[name, k]):10.0f}  {rel:13.3f}  "
-                  f"{rel_wall:14.3f}  {pred_real:19.3f}  {predicted[name]:17.3f}  {rel / pred_real:18.3f}")
-        if cfg.variant == "mor":
-            print(f"{'':22s} realised capacities {tuple(round(c, 3) for c in real[name])}")
+    print(f"batch {B}, new policy live sequences {live}, {a.threads} thread(s), {a.device} {a.dtype}, "
+          f"gen ~ N({p['gen_mean']}, {p['gen_std']})")
+
+    if a.skip != "policy":
+        reqs = make_requests(p, a.policy_requests, p["seed"])
+        print(f"\n## policies at scale {a.policy_scale}, {len(reqs)} requests")
+        print("model   passes/token new  old    bound Σc/B  Nr/B    new/bound  fill new  fill old  tok/s new/old")
+        for name, cfg in configs(a.policy_scale).items():
+            m = build(cfg, calib, dev, dtype)
+            engines = {"new": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, max_live=live),
+                       "old": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, policy="lockstep")}
+            for eng in engines.values():  # warm-up
+                eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(B)])
+            tps, res = {k: [] for k in engines}, {}
+            for rd in range(a.rounds):
+                for k in (("new", "old") if rd % 2 == 0 else ("old", "new")):
+                    res[k] = engines[k].run(reqs)
+                    tps[k].append(res[k].tokens / res[k].wall_s)
+            assert res["new"].outputs == res["old"].outputs, "the policies must generate the same tokens"
+            caps = realised(res["new"])
+            bound = sum(caps) / B
+            ppt_new, fill_new = steady(res["new"])
+            ppt_old, fill_old = steady(res["old"])
+            ratio = statistics.median(n / o for n, o in zip(tps["new"], tps["old"]))
+            print(f"{name:7s} {ppt_new:16.4f}  {ppt_old:.4f} {bound:10.4f}  {cfg.num_recursions / B:.4f}  "
+                  f"{ppt_new / bound:9.3f}  {fill_new:8.3f}  {fill_old:8.3f}  {ratio:13.3f}")
+            print(f"{'':7s} realised capacities {tuple(round(c, 3) for c in caps)}; whole run: passes/token "
+                  f"new {res['new'].passes_per_token():.4f} old {res['old'].passes_per_token():.4f}, "
+                  f"mixed-depth passes {res['new'].mixed_passes()} of {res['new'].block_passes}")
+
+    if a.skip != "speedup":
+        reqs = make_requests(p, a.requests or p["requests"], p["seed"])
+        cfgs = configs(a.scale)
+        names = list(cfgs) + sorted({f"Vanilla-{baseline(c).layers or shape_of(baseline(c)).layers}" for c in cfgs.values()})
+        allc = dict(cfgs)
+        for c in cfgs.values():
+            van = baseline(c)
+            allc[f"Vanilla-{van.layers or shape_of(van).layers}"] = van
+        models = {n: build(allc[n], calib, dev, dtype) for n in names}
+        engines = {n: Engine(models[n], batch=B, max_len=max_len, device=dev, dtype=dtype, max_live=live) for n in names}
+        for eng in engines.values():
+            eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(B)])
+        fwd = {n: [] for n in names}
+        last = {}
+        rnd = random.Random(1)
+        order = list(names)
+        for rd in range(a.rounds):
+            rnd.shuffle(order)
+            for n in order:
+                last[n] = engines[n].run(reqs)
+                fwd[n].append(last[n].tokens / last[n].forward_s)
+        print(f"\n## speed-up over the same-depth Vanilla at scale {a.scale}, {len(reqs)} requests, {a.rounds} rounds")
+        print("model   vs          measured  predicted(realised)  predicted(design)  measured/realised  fill")
+        for name, cfg in cfgs.items():
+            van = baseline(cfg)
+            vname = f"Vanilla-{van.layers or shape_of(van).layers}"
+            s, vs, ctx = shape_of(cfg), shape_of(van), p["gen_mean"] / 2
+            rc = dataclasses.replace(cfg, router=dataclasses.replace(cfg.router, capacity=realised(last[name])))
+            pred_real = decode_flops_per_token(van, vs, V, ctx) / decode_flops_per_token(rc, s, V, ctx)
+            pred = decode_flops_per_token(van, vs, V, ctx) / decode_flops_per_token(cfg, s, V, ctx)
+            meas = statistics.median(f / g for f, g in zip(fwd[name], fwd[vname]))
+            print(f"{name:7s} {vname:10s}  {meas:8.3f}  {pred_real:19.3f}  {pred:17.3f}  {meas / pred_real:17.3f}  "
+                  f"{last[name].row_fill(True):.3f}")
+            print(f"{'':7s} realised capacities {tuple(round(c, 3) for c in realised(last[name]))}")
 
 
 if __name__ == "__main__":

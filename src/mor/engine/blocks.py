@@ -50,6 +50,12 @@ class BlockManager:
             if s.kind == "dagger":
                 mirrors.setdefault(s.source, []).append(e)
         self.mirrors = {e: [int(self.col[d]) for d in ds] for e, ds in mirrors.items()}
+        self.kind = np.array([("own", "shared", "dagger").index(s.kind) for s in specs])
+        width = max((len(v) for v in self.mirrors.values()), default=0)
+        self.mirror_cols = np.full((len(specs), max(width, 1)), -1, dtype=np.int64)  # (E_eff, W - 1)
+        for e, cs in self.mirrors.items():
+            self.mirror_cols[e, : len(cs)] = cs
+        self.n_mirrors = (self.mirror_cols >= 0).sum(1)
         self.max_blocks = math.ceil(max_len / block_size)
         self.max_seqs = max_seqs
         self.table = np.full((max_seqs + 1, E, self.max_blocks), self.trash, dtype=np.int32)
@@ -66,11 +72,13 @@ class BlockManager:
 
     def needed(self, writes: list[tuple[int, list[int]]]) -> int:
         """New blocks that appending one entry at each (slot, columns) would take."""
-        n = 0
+        ss, cc = [], []
         for s, cols in writes:
-            if cols:
-                n += int((self.length[s, cols] == self.nblocks[s, cols] * self.bs).sum())
-        return n
+            ss += [s] * len(cols)
+            cc += cols
+        if not ss:
+            return 0
+        return int((self.length[ss, cc] == self.nblocks[ss, cc] * self.bs).sum())
 
     def worst_case(self, tokens: int) -> int:
         """Blocks a sequence of ``tokens`` fed tokens takes if every token reaches every layer."""
@@ -92,26 +100,43 @@ class BlockManager:
         self.length[s, c] = n + 1
         return int(self.table[s, c, n // self.bs]) * self.bs + n % self.bs
 
+    def _append_many(self, seqs: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Append one entry at (seqs[i], cols[i]) for every i (pairs distinct): flat slots."""
+        n = self.length[seqs, cols]
+        for i in np.flatnonzero(n == self.nblocks[seqs, cols] * self.bs):  # a new block (1 in bs appends)
+            s, c = seqs[i], cols[i]
+            if not self.free:
+                raise OutOfBlocks(f"sequence slot {s}")
+            self.table[s, c, self.nblocks[s, c]] = self.free.popleft()
+            self.nblocks[s, c] += 1
+        self.peak = max(self.peak, self.used)
+        self.length[seqs, cols] = n + 1
+        return self.table[seqs, cols, n // self.bs].astype(np.int64) * self.bs + n % self.bs
+
     def plan_layer(self, seqs: list[int], layers: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Row i (sequence slot seqs[i]) runs effective layer layers[i] on one token: take its
         entries and say where it reads. Returns write slots (W, n) (-1: no write; row 0 the
         layer's own entry or a dagger's refreshed one, rows 1.. the dagger mirrors of a
         producer), read columns (n,) and read lengths (n,) after the writes."""
-        n = len(seqs)
-        W = 1 + max((len(self.mirrors.get(e, ())) for e in layers), default=0)
-        out = np.full((W, n), -1, dtype=np.int64)
-        for i, (s, e) in enumerate(zip(seqs, layers)):
-            spec = self.specs[e]
-            if spec.kind == "own":
-                out[0, i] = self._append(s, int(self.col[e]))
-                for w, c in enumerate(self.mirrors.get(e, ()), start=1):
-                    out[w, i] = self._append(s, c)
-            elif spec.kind == "dagger":  # the token's entry, mirrored when its producer ran
-                c = int(self.col[e])
-                n_e = int(self.length[s, c]) - 1
-                out[0, i] = int(self.table[s, c, n_e // self.bs]) * self.bs + n_e % self.bs
-        cols = self.read_col[layers]
-        return out, cols, self.length[seqs, cols]
+        s, e = np.asarray(seqs, dtype=np.int64), np.asarray(layers, dtype=np.int64)
+        kind = self.kind[e]  # 0 own, 1 shared, 2 dagger
+        W = 1 + int(self.n_mirrors[e].max(initial=0))
+        out = np.full((W, len(seqs)), -1, dtype=np.int64)
+        own = np.flatnonzero(kind == 0)
+        if own.size:
+            out[0, own] = self._append_many(s[own], self.col[e[own]])
+            for w in range(1, W):
+                mc = self.mirror_cols[e[own], w - 1]
+                m = own[mc >= 0]
+                if m.size:
+                    out[w, m] = self._append_many(s[m], mc[mc >= 0])
+        dag = np.flatnonzero(kind == 2)
+        if dag.size:  # the token's entry, mirrored when its producer ran
+            c = self.col[e[dag]]
+            n = self.length[s[dag], c] - 1
+            out[0, dag] = self.table[s[dag], c, n // self.bs].astype(np.int64) * self.bs + n % self.bs
+        cols = self.read_col[e]
+        return out, cols, self.length[s, cols]
 
     def fill(self, s: int, c: int, n: int) -> np.ndarray:
         """Take entries 0..n-1 of column c of a new sequence (a prefilled prompt): their slots."""

@@ -318,7 +318,7 @@ class Engine:
                 else:
                     sched.exited.append(q.slot)
 
-        def admit() -> None:
+        def admit() -> list[Sequence]:
             from mor.model.decode import prefill
 
             new: list[Sequence] = []
@@ -340,19 +340,36 @@ class Engine:
                             self.cache.k.view(-1, *self.cache.k.shape[2:]).index_copy_(0, flat, slot.k[0, :, :n].transpose(0, 1))
                             self.cache.v.view(-1, *self.cache.v.shape[2:]).index_copy_(0, flat, slot.v[0, :, :n].transpose(0, 1))
                 new.append(seq)
-            if new:
-                stage = {q.slot: "enter" for q in new}
-                ensure(stage)
-                new = [q for q in new if q.slot in stage]
-            for i in range(0, len(new), self.batch):  # B rows per pass
-                chunk = new[i: i + self.batch]
-                slots = [q.slot for q in chunk]
-                toks = torch.tensor([q.request.prompt[-1] for q in chunk], device=self.device)
-                out = timed(st.enter, slots, toks, [q.position for q in chunk])
+            return new
+
+        def enter(seqs: list[Sequence], dev_tokens: torch.Tensor | None) -> None:
+            """Enter the in-flight tokens of seqs (the first len(dev_tokens) given on the device,
+            the rest from their prompts), B rows per pass."""
+            if not seqs:
+                return
+            stage = {q.slot: "enter" for q in seqs}
+            ensure(stage)
+            n_dev = 0 if dev_tokens is None else dev_tokens.shape[0]
+            kept = [i for i, q in enumerate(seqs) if q.slot in stage]
+            host = [seqs[i].request.prompt[-1] for i in kept if i >= n_dev]
+            parts = []
+            if n_dev:
+                k_dev = [i for i in kept if i < n_dev]
+                parts.append(dev_tokens[: len(k_dev)] if k_dev == list(range(len(k_dev)))
+                             else dev_tokens[torch.tensor(k_dev, dtype=torch.long, device=dev_tokens.device)])
+            if host:
+                parts.append(torch.tensor(host, device=self.device))
+            seqs = [seqs[i] for i in kept]
+            if not seqs:
+                return
+            toks = torch.cat(parts) if len(parts) > 1 else parts[0]
+            for i in range(0, len(seqs), self.batch):
+                chunk = seqs[i: i + self.batch]
+                out = timed(st.enter, [q.slot for q in chunk], toks[i: i + self.batch], [q.position for q in chunk])
                 record("enter", len(chunk))
                 route_entered(chunk, out)
 
-        admit()
+        enter(admit(), None)
         while (nxt := sched.next_pass()) is not None:
             kind, rows = nxt
             if kind == "block":
@@ -396,17 +413,8 @@ class Engine:
                     bm.release(q.slot)
                 else:
                     cont.append(q)
-            if cont:
-                stage = {q.slot: "enter" for q in cont}
-                ensure(stage)
-                kept = [i for i, q in enumerate(cont) if q.slot in stage]
-                cont = [cont[i] for i in kept]
-            if cont:
-                t = tok[: len(cont)] if kept == list(range(len(kept))) else tok[torch.tensor(kept, device=tok.device)]
-                out = timed(st.enter, [q.slot for q in cont], t, [q.position for q in cont])
-                record("enter", len(cont))
-                route_entered(cont, out)
-            admit()
+            # the continuing sequences' next tokens (on the device) and new sequences' first ones
+            enter(cont + admit(), tok[: len(cont)])
         toks = generated_tokens()
         for r in requests:
             if r.id not in res.outputs and r.id not in res.rejected:
