@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import tiny_run
+from conftest import png_size, tiny_run
 from mor.analysis.sidecar import sidecar_path, write_sidecar
 from mor.config import RouterConfig
 from mor.data.tokenizer import load_tokenizer
@@ -62,7 +62,7 @@ def test_fig5c_refuses_an_analysis_file_of_another_training(tmp_path, monkeypatc
         render("figures/fig5c", str(tmp_path / "results" / "g.parquet"), str(grid_file(tmp_path)))
 
 
-def test_fig5b_draws_the_stored_histograms(tmp_path, monkeypatch):
+def test_fig5b_draws_the_stored_histograms(tmp_path, monkeypatch, drawn_figures):
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(0)
     hists = []
@@ -78,7 +78,18 @@ def test_fig5b_draws_the_stored_histograms(tmp_path, monkeypatch):
         assert sub["selected"].tolist() == pytest.approx(h["selected"])
         assert sub["unselected"].tolist() == pytest.approx(h["unselected"])
         assert sub["selected"].iloc[:2].sum() == 0 and sub["unselected"].iloc[2:].sum() == 0  # g > 0.5 = selected
-    assert (tmp_path / "figures" / "fig5b" / "fig5b.png").stat().st_size > 10_000
+    # the figure: one panel per recursion, its two bar series at the histogram's values
+    [fig] = drawn_figures
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
+    assert [ax.get_title() for ax in panels] == ["recursion 1", "recursion 2", "recursion 3"]
+    for ax, h in zip(panels, hists):
+        selected, unselected = ax.containers
+        assert [b.get_height() for b in selected] == pytest.approx(h["selected"])
+        assert [b.get_height() for b in unselected] == pytest.approx(h["unselected"])
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+            f"selected (n={h['n_selected']})", f"unselected (n={h['n_unselected']})"]
+    w, h = fig.get_size_inches() * 150
+    assert png_size(tmp_path / "figures" / "fig5b" / "fig5b.png") == pytest.approx((w, h), abs=1)
 
 
 def test_fig7_and_fig8_draw_the_stored_kv_arrays(tmp_path, monkeypatch):
@@ -103,7 +114,7 @@ def test_fig7_and_fig8_draw_the_stored_kv_arrays(tmp_path, monkeypatch):
     assert (tmp_path / "figures" / "fig8" / "fig8.pdf").read_bytes()[:4] == b"%PDF"
 
 
-def test_table17_and_fig1_decode_tokens_with_the_runs_tokenizer(tmp_path, monkeypatch, data_root):
+def test_table17_and_fig1_decode_tokens_with_the_runs_tokenizer(tmp_path, monkeypatch, data_root, drawn_figures):
     monkeypatch.chdir(tmp_path)
     tok = load_tokenizer(data_root / "tokenizer" / "bpe-4096.json")
     ids = tok.encode("The model routes each token. The model routes | each token.")
@@ -127,4 +138,14 @@ def test_table17_and_fig1_decode_tokens_with_the_runs_tokenizer(tmp_path, monkey
     f1 = pd.read_csv(tmp_path / "figures" / "fig1" / "fig1.csv", keep_default_na=False)
     assert f1["depth"].tolist() == depths[:seq]  # the first window
     assert "".join(f1["token"]) == tok.decode(ids[:seq])
-    assert (tmp_path / "figures" / "fig1" / "fig1.png").stat().st_size > 10_000
+    # the figure shows those tokens, in order, each on its depth's colour (one panel: the MoR run)
+    [fig] = drawn_figures
+    [ax] = fig.axes
+    # (a token that starts a wrapped line loses its leading space)
+    assert [t.get_text().lstrip() for t in ax.texts] == [tok.lstrip() for tok in f1["token"]]
+    colors = {d: {t.get_bbox_patch().get_facecolor() for t, dd in zip(ax.texts, f1["depth"]) if dd == d}
+              for d in (1, 2, 3)}
+    assert all(len(c) == 1 for c in colors.values()) and len(set().union(*colors.values())) == 3
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["depth 1", "depth 2", "depth 3"]
+    w, h = fig.get_size_inches() * 170
+    assert png_size(tmp_path / "figures" / "fig1" / "fig1.png") == pytest.approx((w, h), abs=1)

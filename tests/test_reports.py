@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import pytest
 
+from conftest import bar_heights, png_size
 from mor.config import ModelConfig, RouterConfig, RunConfig
 from mor.reports import RENDERERS, render
 from mor.reports.ablation import varying_axes
@@ -47,7 +48,7 @@ def test_table13_renders_router_metrics(tmp_path, monkeypatch):
     assert "reaches 66.7%; here the largest is 50.0%." in files[2].read_text()
 
 
-def test_table10_puts_paper_numbers_beside_reproduced(tmp_path, monkeypatch):
+def test_table10_puts_paper_numbers_beside_reproduced(tmp_path, monkeypatch, drawn_figures):
     monkeypatch.chdir(tmp_path)
     mk = lambda **kw: RunConfig(grid="table10", paper_scale="135M", model=ModelConfig(scale="small", **kw))  # noqa: E731
     runs = [mk(), mk(variant="vanilla", reduced=True, num_recursions=2),
@@ -61,8 +62,26 @@ def test_table10_puts_paper_numbers_beside_reproduced(tmp_path, monkeypatch):
     assert list(csv["Model"]) == ["Vanilla", "Vanilla (reduced)", "Cycle", "Middle-Cycle"]
     assert csv.loc[csv["Model"] == "Cycle", "Paper NLL"].item() == 3.0071
     assert csv.loc[csv["Model"] == "Middle-Cycle", "dNLL vs reduced"].item() == pytest.approx(-0.3)
-    fig = render("figures/fig6", str(tmp_path / "r.parquet"), str(grid))
-    assert {f.suffix for f in fig} == {".png", ".pdf"}
+    files = render("figures/fig6", str(tmp_path / "r.parquet"), str(grid))
+    assert {f.suffix for f in files} == {".png", ".pdf"}
+    # what the figure shows: one panel for the one scale, a bar per recursive scheme at its NLL,
+    # a line per vanilla run at its NLL, the paper's number over the bar it belongs to
+    [fig] = drawn_figures
+    [ax] = fig.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["Cycle", "Middle-Cycle"]
+    assert bar_heights(ax) == pytest.approx([5.2, 5.1])
+    lines = {ln.get_label(): ln.get_ydata()[0] for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+    assert lines == pytest.approx({"Vanilla": 5.0, "Vanilla reduced Nr=2": 5.4})
+    assert ax.get_ylabel() == "validation NLL" and ax.get_title() == "135M (run at small, mode local)"
+    lo, hi = ax.get_ylim()
+    assert lo < 5.0 and hi > 5.4  # every series inside the axes
+    notes = [t for t in ax.texts if t.get_text().startswith("paper")]
+    assert [n.get_text() for n in notes] == ["paper\n3.007"] and notes[0].xy[1] == pytest.approx(5.2)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert set(legend) == {"Nr=2", "Vanilla", "Vanilla reduced Nr=2"}
+    png = next(f for f in files if f.suffix == ".png")
+    w, h = fig.get_size_inches() * 150
+    assert png_size(png) == pytest.approx((w, h), abs=1)  # the PNG is this figure at 150 dpi
 
 
 def test_every_grid_artifact_has_a_renderer():
