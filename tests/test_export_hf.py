@@ -168,11 +168,21 @@ def fake_run(tmp_path, model_cfg, model=None, vocab=VOCAB) -> Path:
     return run_dir
 
 
-@pytest.mark.parametrize("relaxation, rank", [("lora", 2), ("dora", 2), ("prefix", 2), ("recursion_pe", 0)])
-def test_relaxed_runs_are_refused_before_anything_is_written(tmp_path, data_root, relaxation, rank):
-    cfg = tiny_run("recursive", tying="cycle", nr=2, relaxation=relaxation, relaxation_rank=rank).model
+def test_an_option_the_modeling_file_lacks_is_refused_before_anything_is_written(tmp_path, data_root, monkeypatch):
+    import mor.export_hf as ex
+
+    cfg = tiny_run("recursive", tying="cycle", nr=2, relaxation="prefix", relaxation_rank=2).model
     run_dir = fake_run(tmp_path, cfg)
-    with pytest.raises(ExportError, match=f"model.relaxation='{relaxation}'.*not in the exported modeling file"):
+    orig = dict(ex.SUPPORTED)
+    monkeypatch.setitem(ex.SUPPORTED, "relaxation", ("none", "lora"))
+    with pytest.raises(ExportError, match=r"model\.relaxation='prefix' is not in the exported modeling file"):
+        export_run(run_dir, tmp_path / "hf", data_root=data_root)
+    monkeypatch.setattr(ex, "SUPPORTED", {k: v for k, v in orig.items() if k != "tying"})
+    with pytest.raises(ExportError, match=r"model\.tying is not known to the exporter"):
+        export_run(run_dir, tmp_path / "hf", data_root=data_root)
+    router = {k: v for k, v in orig["router"].items() if k != "z_loss_coeff"}
+    monkeypatch.setattr(ex, "SUPPORTED", {**orig, "router": router})
+    with pytest.raises(ExportError, match=r"model\.router\.z_loss_coeff is not known"):
         export_run(run_dir, tmp_path / "hf", data_root=data_root)
     assert not (tmp_path / "hf").exists() and not list(tmp_path.glob(".hf*"))
 
@@ -212,6 +222,33 @@ def test_every_decode_variant_exports_with_equal_logits(tmp_path, data_root, cfg
                                    do_sample=False), decode.generate(model, x[:, :4], 6))
 
 
+RELAXED = [
+    dict(variant="recursive", tying="cycle", num_recursions=2, kv="shared"),
+    dict(variant="mor", tying="middle_cycle", num_recursions=3, kv="shared_dagger", router=RouterConfig(aux="aux_router")),
+    dict(variant="mor", tying="sequence", num_recursions=2, router=RouterConfig(type="token_choice", func="softmax")),
+]
+
+
+@pytest.mark.parametrize("relaxation, rank", [("lora", 2), ("dora", 2), ("prefix", 3), ("recursion_pe", 0)])
+@pytest.mark.parametrize("model_kw", RELAXED, ids=lambda kw: f"{kw['variant']}-{kw['tying']}-{kw['kv'] if 'kv' in kw else 'rw'}")
+def test_relaxed_models_export_with_equal_logits(tmp_path, data_root, relaxation, rank, model_kw):
+    """Relaxation parameters away from their identity init (LoRA B = 0, gains 1), so each counts."""
+    from mor.config import ModelConfig
+    from test_decode import V, make
+
+    cfg = ModelConfig(scale="tiny", relaxation=relaxation, relaxation_rank=rank, **model_kw)
+    model, x = make(cfg)
+    with torch.no_grad():
+        for p in model.relax.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    hf = load_hf(export_run(fake_run(tmp_path, cfg, model, vocab=V), tmp_path / "hf", data_root=data_root))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(x).logits, decode.full_forward_causal(model, x).logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(hf(x, routing="topk").logits, model(x).logits, rtol=1e-5, atol=1e-5)
+    assert torch.equal(hf.generate(x[:, :4], attention_mask=torch.ones_like(x[:, :4]), max_new_tokens=6,
+                                   do_sample=False), decode.generate(model, x[:, :4], 6))
+
+
 def test_zz_parity_figures(trained):
     """The figures of the trained exports (run with -s to see them)."""
     if not PARITY:
@@ -229,7 +266,7 @@ def test_cli_exports_and_refuses(trained, data_root, tmp_path, capsys):
     run, run_dir, _ = trained["mor-token-choice"]
     assert main(["export-hf", str(run_dir), str(tmp_path / "hf"), "--data-root", str(data_root)]) == 0
     assert (tmp_path / "hf" / "modeling_mor.py").exists() and "exported" in capsys.readouterr().out
-    lora = fake_run(tmp_path / "lora", tiny_run("recursive", tying="cycle", nr=2, relaxation="lora",
-                                                relaxation_rank=2).model)
-    assert main(["export-hf", str(lora), str(tmp_path / "hf2"), "--data-root", str(data_root)]) == 2
-    assert "model.relaxation='lora'" in capsys.readouterr().err and not (tmp_path / "hf2").exists()
+    unfinished = fake_run(tmp_path / "unfinished", tiny_run().model)
+    (unfinished / "train_summary.json").unlink()
+    assert main(["export-hf", str(unfinished), str(tmp_path / "hf2"), "--data-root", str(data_root)]) == 2
+    assert "the run has not finished" in capsys.readouterr().err and not (tmp_path / "hf2").exists()

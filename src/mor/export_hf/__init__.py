@@ -12,11 +12,12 @@
       tokenizer.json, tokenizer_config.json, special_tokens_map.json
       README.md                model card: training config, grid, commit, val NLL, routing
 
-``AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True)`` loads it. What the
-modeling file cannot express is refused before anything is written (``ExportError``): a
-run that has not finished, and relaxations (LoRA / DoRA / prefix / recursion PE), which
-hook into every layer call. A vanilla export keeps the Llama names and shape fields, so
-``mor.model.init_from_hf`` (up-training) reads it back.
+``AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True)`` loads it. Every
+variant, tying scheme, KV strategy, router and relaxation (LoRA / DoRA / prefix / recursion
+PE) of ``mor.config`` is in the modeling file; what it cannot express is refused before
+anything is written (``ExportError``): a run that has not finished, and any config field or
+value missing from ``SUPPORTED`` (an option added after the exporter). A vanilla export keeps
+the Llama names and shape fields, so ``mor.model.init_from_hf`` (up-training) reads it back.
 """
 
 from __future__ import annotations
@@ -40,17 +41,47 @@ class ExportError(ValueError):
     """A run cannot be exported as it is; the message says why and what would work."""
 
 
-def refusal(model_cfg) -> str | None:
+# What modeling_mor.py implements, per field of mor.config.ModelConfig / RouterConfig: the
+# values it computes with (None: any value; the field is copied into config.json, or does not
+# change inference). A field or value not listed here is refused, so a config option added
+# later is never exported as a silently different model.
+SUPPORTED = {
+    "scale": None, "layers": None, "reduced": None, "tying": None, "num_recursions": None,
+    "variant": ("vanilla", "recursive", "mor"), "kv": ("recursion_wise", "shared", "shared_dagger"),
+    "relaxation": ("none", "lora", "dora", "prefix", "recursion_pe"), "relaxation_rank": None,
+    "tied_init": None, "init_checkpoint": None, "weight_init": None, "attention": None,  # training-time / same math
+    "router": {
+        "type": ("expert_choice", "token_choice"), "func": ("sigmoid", "tanh", "softmax", "none"), "alpha": None,
+        "temperature": None, "arch": ("linear", "mlp", "wide_mlp"), "gating": ("weighted", "additive"),
+        "capacity": None, "aux": ("aux_loss", "aux_router"), "balancing": ("loss", "loss_free"),
+        # training losses and schedules only
+        "aux_coeff": None, "capacity_warmup_steps": None, "balance_coeff": None, "bias_update_rate": None,
+        "z_loss_coeff": None,
+    },
+}
+
+
+def refusal(model_cfg, supported: dict | None = None, where: str = "model") -> str | None:
     """Why the modeling file cannot express this model config, or None when it can."""
-    if model_cfg.relaxation != "none":
-        return (f"model.relaxation={model_cfg.relaxation!r}: relaxations (per-recursion LoRA/DoRA deltas, prefixes, "
-                "recursion position encodings) are not in the exported modeling file; only relaxation 'none' exports")
+    supported = SUPPORTED if supported is None else supported
+    for f in dataclasses.fields(model_cfg):
+        value = getattr(model_cfg, f.name)
+        if f.name not in supported:
+            return (f"{where}.{f.name} is not known to the exporter (a newer config option): "
+                    "modeling_mor.py would ignore it")
+        allowed = supported[f.name]
+        if isinstance(allowed, dict):
+            why = refusal(value, allowed, f"{where}.{f.name}")
+            if why:
+                return why
+        elif allowed is not None and value not in allowed:
+            return f"{where}.{f.name}={value!r} is not in the exported modeling file (it has {list(allowed)})"
     return None
 
 
 def hf_tensor_name(name: str) -> str:
     """Our parameter name -> the exported one."""
-    for ours, theirs in (("unique_layers.", "model.layers."), ("routers.", "model.routers.")):
+    for ours, theirs in (("unique_layers.", "model.layers."), ("routers.", "model.routers."), ("relax.", "model.relax.")):
         if name.startswith(ours):
             return theirs + name[len(ours):]
     return {"embed_tokens.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}[name]
@@ -75,7 +106,7 @@ def hf_config(model, run, routing: str) -> dict:
         "kv_producers": list(kv_producers(plan, m.kv, m.variant, m.tying, m.num_recursions)),
         "router": dataclasses.asdict(m.router) if m.variant == "mor" else {},
         "router_capacities": capacities(m.num_recursions, m.router.capacity) if m.variant == "mor" else [],
-        "routing": routing, "max_depth": None,
+        "routing": routing, "max_depth": None, "relaxation": m.relaxation, "relaxation_rank": m.relaxation_rank,
         "mor": {"model": dataclasses.asdict(m), "scale": dataclasses.asdict(s), "run_id": run.run_id,
                 "grid": run.grid, "config_hash": run.config_hash},
         # no eos_token_id: generate() runs max_new_tokens, as decode.generate does (model card)

@@ -52,7 +52,8 @@ class MoRConfig(PretrainedConfig):
                  initializer_range: float = 0.02, variant: str = "vanilla", num_recursions: int = 1,
                  kv: str = "recursion_wise", layer_plan: dict | None = None, kv_producers: list | None = None,
                  router: dict | None = None, router_capacities: list | None = None, routing: str = "causal",
-                 max_depth: int | None = None, mor: dict | None = None, tie_word_embeddings: bool = True, **kwargs):
+                 max_depth: int | None = None, relaxation: str = "none", relaxation_rank: int = 0,
+                 mor: dict | None = None, tie_word_embeddings: bool = True, **kwargs):
         self.vocab_size, self.hidden_size, self.intermediate_size = vocab_size, hidden_size, intermediate_size
         self.num_hidden_layers = num_hidden_layers  # unique layers (the weights stored)
         self.num_attention_heads, self.num_key_value_heads = num_attention_heads, num_key_value_heads
@@ -70,6 +71,7 @@ class MoRConfig(PretrainedConfig):
         if routing not in ("causal", "topk"):
             raise ValueError(f"routing={routing!r}; choose 'causal' or 'topk'")
         self.routing, self.max_depth = routing, max_depth
+        self.relaxation, self.relaxation_rank = relaxation, relaxation_rank
         self.mor = dict(mor or {})
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
 
@@ -106,6 +108,12 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos + torch.cat((x2, x1), dim=-1) * sin
 
 
+def project(lin: nn.Linear, name: str, x: torch.Tensor, slot) -> torch.Tensor:
+    """lin(x), plus the relaxation slot's low-rank delta for projection ``name`` (LoRA/DoRA)."""
+    out = lin(x)
+    return out if slot is None else slot[name](x, out, lin.weight)
+
+
 class Attention(nn.Module):
     """Grouped-query attention over keys/values given from outside, under a boolean mask."""
 
@@ -118,19 +126,21 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(C, self.kv_heads * hd, bias=False)
         self.o_proj = nn.Linear(self.heads * hd, C, bias=False)
 
-    def project_kv(self, x: torch.Tensor, rot) -> tuple[torch.Tensor, torch.Tensor]:
+    def project_kv(self, x: torch.Tensor, rot, slot=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys (rotated) and values of x (B, T, C): (B, Hkv, T, hd) each."""
         B, T, _ = x.shape  # batch, tokens, channels
-        k = self.k_proj(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        v = self.v_proj(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        return apply_rotary(k, *rot), v
+        k = project(self.k_proj, "k_proj", x, slot).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = project(self.v_proj, "v_proj", x, slot).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rotary(k, *rot), v  # (B, Hkv, T, hd) each
 
-    def forward(self, x: torch.Tensor, rot, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x: (B, T, C); k, v: (B, Hkv, T, hd); mask (B, 1, T, T) bool, True = may attend."""
+    def forward(self, x: torch.Tensor, rot, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                slot=None) -> torch.Tensor:
+        """x: (B, T, C); k, v: (B, Hkv, S, hd); mask (B, 1, T, S) bool, True = may attend."""
         B, T, C = x.shape  # batch, tokens, channels
-        q = apply_rotary(self.q_proj(x).view(B, T, self.heads, self.head_dim).transpose(1, 2), *rot)  # (B, H, T, hd)
+        q = project(self.q_proj, "q_proj", x, slot).view(B, T, self.heads, self.head_dim).transpose(1, 2)
+        q = apply_rotary(q, *rot)  # (B, H, T, hd)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.kv_heads != self.heads)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))  # (B, H, T, hd) -> (B, T, C)
+        return project(self.o_proj, "o_proj", y.transpose(1, 2).reshape(B, T, C), slot)  # (B, T, C)
 
 
 class SwiGLU(nn.Module):
@@ -140,8 +150,9 @@ class SwiGLU(nn.Module):
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x: torch.Tensor, slot=None) -> torch.Tensor:
+        gate = F.silu(project(self.gate_proj, "gate_proj", x, slot))
+        return project(self.down_proj, "down_proj", gate * project(self.up_proj, "up_proj", x, slot), slot)
 
 
 class Block(nn.Module):
@@ -154,12 +165,95 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = SwiGLU(cfg)
 
-    def project_kv(self, x, rot):
-        return self.self_attn.project_kv(self.input_layernorm(x), rot)
+    def project_kv(self, x, rot, slot=None):
+        return self.self_attn.project_kv(self.input_layernorm(x), rot, slot)
 
-    def forward(self, x, rot, k, v, mask):
-        x = x + self.self_attn(self.input_layernorm(x), rot, k, v, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, rot, k, v, mask, slot=None):
+        x = x + self.self_attn(self.input_layernorm(x), rot, k, v, mask, slot)
+        return x + self.mlp(self.post_attention_layernorm(x), slot)
+
+
+# --------------------------------------------------------------------------------------
+# Relaxations (mor/model/relax.py): per (unique layer, recursion) slot, or per recursion
+# --------------------------------------------------------------------------------------
+LORA_TARGETS = {"q_proj": "self_attn.q_proj", "k_proj": "self_attn.k_proj", "v_proj": "self_attn.v_proj",
+                "o_proj": "self_attn.o_proj", "gate_proj": "mlp.gate_proj", "up_proj": "mlp.up_proj",
+                "down_proj": "mlp.down_proj"}
+
+
+def relaxed_slots(plan: dict) -> list[tuple[int, int]]:
+    """(unique layer, recursion) pairs the recursions run, each once, in run order."""
+    return list(dict.fromkeys((u, r) for r, rec in enumerate(plan["recursions"]) for u in rec))
+
+
+def slot_name(u: int, r: int) -> str:
+    return f"layer{u}_rec{r}"
+
+
+class LowRankDelta(nn.Module):
+    """LoRA: W x + s B A x (s = 2); DoRA: that times magnitude / row norm of W + s B A."""
+
+    def __init__(self, in_features: int, out_features: int, rank: int, dora: bool):
+        super().__init__()
+        self.scale = 2.0  # alpha / rank with alpha = 2 * rank
+        self.A = nn.Parameter(torch.zeros(rank, in_features))
+        self.B = nn.Parameter(torch.zeros(out_features, rank))
+        self.magnitude = nn.Parameter(torch.ones(out_features)) if dora else None
+
+    def row_norm(self, weight: torch.Tensor) -> torch.Tensor:
+        """||W + s B A|| of each output row (out,), fp32, without forming the merged matrix."""
+        W, A, B = weight.float(), self.A.float(), self.B.float()
+        wa = W @ A.T  # (out, rank)
+        sq = W.pow(2).sum(1) + 2 * self.scale * (wa * B).sum(1) + self.scale**2 * ((B @ (A @ A.T)) * B).sum(1)
+        return sq.clamp_min(1e-12).sqrt()
+
+    def forward(self, x: torch.Tensor, base_out: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        out = base_out + self.scale * F.linear(F.linear(x, self.A.to(x.dtype)), self.B.to(x.dtype))
+        if self.magnitude is None:
+            return out
+        return out * (self.magnitude / self.row_norm(weight)).to(out.dtype)
+
+
+class Relaxation(nn.Module):
+    """lora / dora: ``slots[layer{u}_rec{r}][proj]``; prefix: ``slots[layer{u}_rec{r}]`` (2, Hkv, P, hd)
+    learned keys/values every query sees; recursion_pe: ``gains[r]`` (C,) multiplied into
+    the output of recursion r."""
+
+    def __init__(self, cfg: MoRConfig):
+        super().__init__()
+        self.kind, rank = cfg.relaxation, cfg.relaxation_rank
+        slots = relaxed_slots(cfg.layer_plan)
+        if self.kind in ("lora", "dora"):
+            C, M, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+            shapes = {"q_proj": (C, cfg.num_attention_heads * hd), "k_proj": (C, cfg.num_key_value_heads * hd),
+                      "v_proj": (C, cfg.num_key_value_heads * hd), "o_proj": (cfg.num_attention_heads * hd, C),
+                      "gate_proj": (C, M), "up_proj": (C, M), "down_proj": (M, C)}
+            self.slots = nn.ModuleDict({slot_name(u, r): nn.ModuleDict(
+                {n: LowRankDelta(*shapes[n], rank, self.kind == "dora") for n in LORA_TARGETS}) for u, r in slots})
+        elif self.kind == "prefix":
+            self.slots = nn.ParameterDict({slot_name(u, r): nn.Parameter(
+                torch.zeros(2, cfg.num_key_value_heads, rank, cfg.head_dim)) for u, r in slots})
+        elif self.kind == "recursion_pe":
+            self.gains = nn.ParameterList(nn.Parameter(torch.ones(cfg.hidden_size))
+                                          for _ in cfg.layer_plan["recursions"])
+        else:
+            raise ValueError(f"unknown relaxation {self.kind!r}")
+
+    def deltas(self, u: int, r: int | None):
+        """The LoRA/DoRA deltas of slot (u, r); None for other relaxations and unshared layers."""
+        return self.slots[slot_name(u, r)] if self.kind in ("lora", "dora") and r is not None else None
+
+    def prefix(self, u: int, r: int | None, k, v, mask):
+        """Prefix: the slot's keys/values in front of k, v (B, Hkv, S, hd), all visible."""
+        if self.kind != "prefix" or r is None:
+            return k, v, mask
+        B = k.shape[0]
+        pk, pv = self.slots[slot_name(u, r)].to(k.dtype).unsqueeze(1).expand(-1, B, -1, -1, -1)  # (B, Hkv, P, hd)
+        see = mask.new_ones((*mask.shape[:-1], pk.shape[2]))  # (B, 1, T, P)
+        return torch.cat([pk, k], 2), torch.cat([pv, v], 2), torch.cat([see, mask], -1)
+
+    def end_recursion(self, r: int, h: torch.Tensor) -> torch.Tensor:
+        return h * self.gains[r].to(h.dtype) if self.kind == "recursion_pe" else h
 
 
 # --------------------------------------------------------------------------------------
@@ -244,6 +338,7 @@ class MoRModel(MoRPreTrainedModel):
             self.routers.append(Router(config, config.num_recursions))
         elif config.variant == "mor":
             self.routers.extend(Router(config, 1) for _ in range(config.num_recursions))
+        self.relax = Relaxation(config) if config.relaxation != "none" else None
         self.post_init()
 
     def get_input_embeddings(self):
@@ -315,20 +410,25 @@ class MoRModel(MoRPreTrainedModel):
         everyone = torch.ones(B, T, dtype=torch.bool, device=dev)  # (B, T)
         store: dict = {}  # producer effective layer -> (k, v, tokens its KV holds (B, T))
 
-        def layer(e: int, u: int, x, keep):
+        def layer(e: int, u: int, x, keep, r: int | None = None):
+            """Effective layer e (unique layer u, recursion r or None) on all T tokens; its keys
+            restricted to the tokens its keys/values hold."""
+            slot = self.relax.deltas(u, r) if self.relax is not None else None
             p = cfg.kv_producers[e]
             if p == e:
-                k, v = self.layers[u].project_kv(x, rot)  # (B, Hkv, T, hd) each
+                k, v = self.layers[u].project_kv(x, rot, slot)  # (B, Hkv, T, hd) each
                 held = keep
                 store[e] = (k, v, keep)
             else:
                 k, v, held = store[p]
                 if cfg.kv == "shared_dagger":  # the tokens that reached e refresh their entries
-                    fk, fv = self.layers[u].project_kv(x, rot)
+                    fk, fv = self.layers[u].project_kv(x, rot, slot)
                     fresh = keep[:, None, :, None]  # (B, 1, T, 1)
                     k, v = torch.where(fresh, fk, k), torch.where(fresh, fv, v)
             mask = ((causal & held.unsqueeze(1)) | eye).unsqueeze(1)  # (B, 1, T, T)
-            return self.layers[u](x, rot, k, v, mask)
+            if self.relax is not None:
+                k, v, mask = self.relax.prefix(u, r, k, v, mask)  # (B, Hkv, P+T, hd), (B, 1, T, P+T)
+            return self.layers[u](x, rot, k, v, mask, slot)
 
         h = self.embed_tokens(input_ids)  # (B, T, C)
         e = 0
@@ -348,8 +448,10 @@ class MoRModel(MoRPreTrainedModel):
                 keep, g = everyone, None
             out = h
             for u in rec:
-                out = layer(e, u, out, keep)
+                out = layer(e, u, out, keep, r)
                 e += 1
+            if self.relax is not None:
+                out = self.relax.end_recursion(r, out)
             new = self.gate(h, out, g) if self.routers else out
             h = torch.where(keep.unsqueeze(-1), new, h)  # (B, T, C)
             if ran is not None:
