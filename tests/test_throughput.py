@@ -40,9 +40,10 @@ def test_baseline_is_the_vanilla_of_the_same_effective_depth():
 
 def _measurement(run_id, tps_fixed, tps_max, batch_max=32):
     setting = lambda tps, b: {"batch": b, "tokens": 100, "steps": 10, "forward_s": 100 / tps,  # noqa: E731
-                              "wall_s": 110 / tps, "tokens_per_s": tps, "tokens_per_s_wall": tps / 1.1, "occupancy": 0.9}
-    return {"run_id": run_id, "max_batch": 400, "flops_speedup": 1.5,
-            "settings": {"fixed": setting(tps_fixed, 32), "max": setting(tps_max, batch_max)}}
+                              "wall_s": 110 / tps, "tokens_per_s": tps, "tokens_per_s_wall": tps / 1.1, "occupancy": 0.9,
+                              "row_fill": 0.97, "passes_per_token": 2.1 / b}
+    return {"run_id": run_id, "max_batch": 400, "flops_speedup": 1.5, "flops_speedup_realised": 1.9,
+            "baseline_layers": 34, "settings": {"fixed": setting(tps_fixed, 32), "max": setting(tps_max, batch_max)}}
 
 
 def test_throughput_columns_read_the_job_file(tmp_path):
@@ -53,6 +54,8 @@ def test_throughput_columns_read_the_job_file(tmp_path):
     cols = throughput_columns(f, "r")
     assert cols["decode_tokens_per_s_fixed"] == 100.0 and cols["decode_batch_max"] == 45
     assert cols["decode_tokens_per_s_wall_max"] == pytest.approx(150 / 1.1) and cols["decode_flops_speedup"] == 1.5
+    assert cols["decode_flops_speedup_realised"] == 1.9 and cols["decode_baseline_layers"] == 34  # same-depth Vanilla
+    assert cols["decode_row_fill_fixed"] == 0.97 and cols["decode_passes_per_token_max"] == pytest.approx(2.1 / 45)
     with pytest.raises(ValueError, match="belongs to run"):
         throughput_columns(f, "other")
 
@@ -76,12 +79,16 @@ def _fig4a_rows():
     ]
     rows = []
     for run, layers, nll, f, m, b in spec:
+        van = run.model.variant == "vanilla"
         cols = {f"decode_{k}": v for k, v in dict(
-            max_batch=b * 10, batch_max=b, flops_speedup=1.0 if run.model.variant == "vanilla" else 1.5,
+            max_batch=b * 10, batch_max=b, flops_speedup=1.0 if van else 1.5,
+            flops_speedup_realised=1.0 if van else 1.6, baseline_layers=layers,
             tokens_per_s_fixed=f, tokens_per_s_wall_fixed=f / 2, occupancy_fixed=0.95,
+            row_fill_fixed=0.97, passes_per_token_fixed=0.06,
             tokens_per_s_max=m, tokens_per_s_wall_max=m / 2, occupancy_max=0.9).items()}
-        label = "Vanilla" if run.model.variant == "vanilla" else f"MoR-{run.model.num_recursions}"
-        rows.append({**_row(run, val_nll=nll, label=label, **cols), "effective_layers": layers})
+        label = "Vanilla" if van else f"MoR-{run.model.num_recursions}"
+        causal = nll if van else nll + 0.1  # causal routing scores worse than the top-k it was trained with
+        rows.append({**_row(run, val_nll=nll, val_nll_causal=causal, label=label, **cols), "effective_layers": layers})
     return rows
 
 
@@ -96,7 +103,10 @@ def test_fig4a_normalises_each_model_to_the_vanilla_of_its_depth(tmp_path, monke
     assert t.loc["MoR-2", "rel_fixed"] == pytest.approx(1.2) and t.loc["MoR-3", "rel_max"] == pytest.approx(1.8)
     assert t.loc["MoR-4", "rel_fixed"] == pytest.approx(2.0)  # against the 10-layer Vanilla (80 tok/s), not 100
     assert t.loc["MoR-4", "rel_wall_max"] == pytest.approx(2.5)
-    assert t.loc["MoR-4", "measured_over_predicted"] == pytest.approx(2.0 / 1.5)
+    assert t.loc["MoR-4", "measured_over_predicted"] == pytest.approx(2.0 / 1.6)  # against the kept shares' prediction
+    assert t.loc["MoR-4", "measured_over_design"] == pytest.approx(2.0 / 1.5)
+    assert t.loc["MoR-4", "val_nll_causal"] == pytest.approx(5.55) and t.loc["MoR-4", "baseline_layers"] == 10
+    assert t.loc["MoR-2", "row_fill_fixed"] == 0.97 and t.loc["MoR-2", "passes_per_token_fixed"] == 0.06
     assert list(t.loc[["MoR-2", "MoR-3", "MoR-4"], "paper_batch_max"]) == [42, 48, 51]
     assert sorted(t.loc["Vanilla", "rel_fixed"]) == [1.0, 1.0]
     assert "up to about 2x" in files[1].read_text()

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mor.atomic import atomic_path
 
-SCHEMA_VERSION = 5  # 5: decode throughput (mor.engine.job); 4: budget_flops, mfu, model_flops_per_s; 3: val_nll_causal, accuracy stderr / acc_norm maps
+SCHEMA_VERSION = 6  # 6: decode batching figures, realised speed-up, same-depth baseline; 5: decode throughput (mor.engine.job); 4: budget_flops, mfu, model_flops_per_s; 3: val_nll_causal, accuracy stderr / acc_norm maps
 
 RUN_SCHEMA = pa.schema(
     [
@@ -70,12 +70,18 @@ RUN_SCHEMA = pa.schema(
         ("decode_max_batch", pa.int64()),
         ("decode_batch_max", pa.int64()),
         ("decode_flops_speedup", pa.float64()),
+        ("decode_flops_speedup_realised", pa.float64()),  # at the recursion shares the routers kept
+        ("decode_baseline_layers", pa.int64()),  # effective depth of the same-depth Vanilla it is normalised to
         ("decode_tokens_per_s_fixed", pa.float64()),
         ("decode_tokens_per_s_wall_fixed", pa.float64()),
         ("decode_occupancy_fixed", pa.float64()),
+        ("decode_row_fill_fixed", pa.float64()),  # mean rows per shared-block pass / batch, queue non-empty
+        ("decode_passes_per_token_fixed", pa.float64()),  # shared-block passes per generated token
         ("decode_tokens_per_s_max", pa.float64()),
         ("decode_tokens_per_s_wall_max", pa.float64()),
         ("decode_occupancy_max", pa.float64()),
+        ("decode_row_fill_max", pa.float64()),
+        ("decode_passes_per_token_max", pa.float64()),
         # router metrics (App. G.2); null where they do not apply
         ("dead_token_ratio", pa.float64()),
         ("sampling_accuracy", pa.float64()),
