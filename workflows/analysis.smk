@@ -24,6 +24,6 @@ rule analysis:
     log:
         "logs/{grid}/{run_id}/analysis-{analysis}.log",
     shell:
-        "{PY}.launch analysis --analysis {wildcards.analysis} --grid {GRIDS_DIR}/{wildcards.grid}.yaml"
-        " --run-id {wildcards.run_id} --mode {params.mode} --run-dir $(dirname {input.summary}) --data-root {DATA}"
-        " --threads {threads} --out {output} {LAUNCH_ARGS} > {log} 2>&1"
+        "{PY}.launch analysis --analysis {wildcards.analysis} --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml"
+        " --run-id {wildcards.run_id} --mode {params.mode} --run-dir \"$(dirname {input.summary:q})\" --data-root {DATA:q}"
+        " --threads {threads} --out {output:q} {LAUNCH_ARGS} > {log:q} 2>&1"

@@ -1,4 +1,5 @@
 # Helpers shared by the rule files. Defines no rules.
+import shlex
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ TAGS = config["tags"] if isinstance(config["tags"], list) else [t for t in str(c
 DATA = Path(config["data_root"])
 # PY, DATA and LAUNCH_ARGS are where and how jobs run, not what they compute: they stay out
 # of `params:` so that switching interpreter or launcher (local <-> slurm) never retrains.
-PY = f"{sys.executable} -m mor"
+PY = f"{shlex.quote(sys.executable)} -m mor"  # quoted: a checkout path may hold spaces
 
 # Where train / eval jobs run: inline (local) or as Slurm jobs through submitit (slurm;
 # resources from the preset file, validated now so a bad preset fails before any job).
@@ -32,7 +33,7 @@ if LAUNCHER == "slurm":
     from mor.launch.slurm import load_presets
 
     load_presets(PRESETS)
-    LAUNCH_ARGS += f" --presets {PRESETS}"
+    LAUNCH_ARGS += f" --presets {shlex.quote(str(PRESETS))}"
 
 # Parse and validate every grid now: a malformed grid stops the workflow before any job.
 GRIDS_DIR = Path(config["grids_dir"]).absolute()

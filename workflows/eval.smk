@@ -18,9 +18,9 @@ rule eval:
     log:
         "logs/{grid}/{run_id}/eval.log",
     shell:
-        "{PY}.launch eval --grid {GRIDS_DIR}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
-        " --run-dir $(dirname {input.summary}) --data-root {DATA} --threads {threads} --out {output} {LAUNCH_ARGS}"
-        " > {log} 2>&1"
+        "{PY}.launch eval --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
+        " --run-dir \"$(dirname {input.summary:q})\" --data-root {DATA:q} --threads {threads} --out {output:q} {LAUNCH_ARGS}"
+        " > {log:q} 2>&1"
 
 
 rule collect:
@@ -31,4 +31,4 @@ rule collect:
     log:
         "logs/{grid}/collect.log",
     shell:
-        "{PY} collect --grid {wildcards.grid} --out {output} {input} > {log} 2>&1"
+        "{PY} collect --grid {wildcards.grid} --out {output:q} {input:q} > {log:q} 2>&1"

@@ -51,8 +51,8 @@ rule table:
     wildcard_constraints:
         name=r"(?!claims$)[A-Za-z0-9_-]+",  # tables/claims is rule claims
     shell:
-        "{PY} report --artifact tables/{wildcards.name} --results {input.results} --grid {input.grid}"
-        " --mode {params.mode} --data-root {DATA} > {log} 2>&1"
+        "{PY} report --artifact tables/{wildcards.name} --results {input.results:q} --grid {input.grid:q}"
+        " --mode {params.mode} --data-root {DATA:q} > {log:q} 2>&1"
 
 
 rule figure:
@@ -69,8 +69,8 @@ rule figure:
     log:
         "logs/report/figures-{name}.log",
     shell:
-        "{PY} report --artifact figures/{wildcards.name} --results {input.results} --grid {input.grid}"
-        " --mode {params.mode} --data-root {DATA} > {log} 2>&1"
+        "{PY} report --artifact figures/{wildcards.name} --results {input.results:q} --grid {input.grid:q}"
+        " --mode {params.mode} --data-root {DATA:q} > {log:q} 2>&1"
 
 
 # Training loss (and MoR router loss) against tokens for every run of a grid, from the train
@@ -84,7 +84,7 @@ rule curves:
     log:
         "logs/report/curves-{grid}.log",
     shell:
-        "{PY}.reports.curves --grid {wildcards.grid} --results {input.results} --runs runs --out {output} > {log} 2>&1"
+        "{PY}.reports.curves --grid {wildcards.grid} --results {input.results:q} --runs runs --out {output:q} > {log:q} 2>&1"
 
 
 rule claims:
@@ -99,7 +99,7 @@ rule claims:
     log:
         "logs/report/claims.log",
     shell:
-        "{PY} claims --results results --out {output} --mode {params.mode} > {log} 2>&1"
+        "{PY} claims --results results --out {output:q} --mode {params.mode} > {log:q} 2>&1"
 
 
 # Every table and figure of the paper for the active profile, and the claims checked on them.

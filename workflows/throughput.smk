@@ -23,6 +23,6 @@ rule throughput:
     log:
         "logs/{grid}/{run_id}/throughput.log",
     shell:
-        "{PY}.launch throughput --grid {GRIDS_DIR}/{wildcards.grid}.yaml --run-id {wildcards.run_id}"
-        " --mode {params.mode} --run-dir $(dirname {input.summary}) --data-root {DATA} --threads {params.torch_threads}"
-        " --out {output} {LAUNCH_ARGS} > {log} 2>&1"
+        "{PY}.launch throughput --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml --run-id {wildcards.run_id}"
+        " --mode {params.mode} --run-dir \"$(dirname {input.summary:q})\" --data-root {DATA:q} --threads {params.torch_threads}"
+        " --out {output:q} {LAUNCH_ARGS} > {log:q} 2>&1"

@@ -15,5 +15,5 @@ rule train:
     log:
         "logs/{grid}/{run_id}/train.log",
     shell:
-        "{PY}.launch train --grid {GRIDS_DIR}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
-        " --run-dir $(dirname {output.summary}) --data-root {DATA} --threads {threads} {LAUNCH_ARGS} > {log} 2>&1"
+        "{PY}.launch train --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
+        " --run-dir \"$(dirname {output.summary:q})\" --data-root {DATA:q} --threads {threads} {LAUNCH_ARGS} > {log:q} 2>&1"
