@@ -263,3 +263,42 @@ def test_corrupt_final_weights_fail_the_eval_job_naming_the_file(tmp_path, data_
     assert not out.exists()  # no row scored from broken weights
     summary = json.loads((weights.parent.parent / "train_summary.json").read_text())
     assert summary["steps"] == 4  # the training record is untouched
+
+
+# ------------------------------------------------------------------ a checkout under an awkward path
+def test_a_checkout_under_a_path_with_a_space_and_non_ascii_characters_runs_end_to_end(tmp_path, data_root):
+    """Checkout, interpreter (a venv reached through such a path), grids, data and working
+    folder all under 'mor checkout ü/...': every path a rule puts in a shell command is quoted."""
+    root = tmp_path / "mor checkout ü"
+    checkout = root / "repo ä"
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    for rel in listed:
+        if rel.split("/")[0] in ("tests", "benchmarks") or not (REPO / rel).is_file():
+            continue
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, checkout / rel)
+    venv = root / "venv é"
+    venv.symlink_to(Path(sys.prefix))  # the same environment, its interpreter at a path with a space
+    data = root / "data ø"
+    data.symlink_to(data_root)
+    grids = e2e_grids(root / "grids ß")
+    work = root / "work dir"
+    work.mkdir()
+    cmd = [str(venv / "bin" / "python"), "-m", "snakemake", "--snakefile", str(checkout / "Snakefile"),
+           "--profile", str(checkout / "local"), "tables/table10", "figures/fig6", "--directory", str(work),
+           "--config", f"grids_dir={grids}", f"data_root={data}"]
+    proc = subprocess.run(cmd, cwd=checkout, env=dict(os.environ, PYTHONPATH=str(checkout / "src")),
+                          capture_output=True, text=True, timeout=900)
+    logs = "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-1500:]}" for p in sorted((work / "logs").rglob("*.log"))
+                     ) if (work / "logs").exists() else ""
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:] + logs
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(work / "results" / "e2e.parquet").to_pylist()
+    assert sorted(r["run_id"] for r in rows) == sorted(r.run_id for r in load_grid(grids / "e2e.yaml").runs)
+    assert all(r["train_steps"] == 16 for r in rows)
+    md = (work / "tables" / "table10" / "table10.md").read_text()
+    assert all(r["run_id"] in md for r in rows)
+    assert (work / "figures" / "fig6" / "fig6.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "mor").exists()  # no path split at its space
