@@ -302,3 +302,50 @@ def test_a_checkout_under_a_path_with_a_space_and_non_ascii_characters_runs_end_
     assert all(r["run_id"] in md for r in rows)
     assert (work / "figures" / "fig6" / "fig6.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (tmp_path / "mor").exists()  # no path split at its space
+
+
+# ------------------------------------------------------------------ asked-for components fail, never skip
+def _inner_pytest(tmp_path: Path, test_file: str, env: dict, *args: str) -> subprocess.CompletedProcess:
+    counts = tmp_path / "counts.json"
+    env = {**env, "MOR_TEST_COUNTS": str(counts), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO / "src")])}
+    env.pop("MOR_SUITE_ID", None)
+    return subprocess.run([sys.executable, "-m", "pytest", str(REPO / "tests" / test_file), "-q", "-rfEs",
+                           "-m", "slow or not slow", "-p", "no:cacheprovider", *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_asked_for_slurm_tests_fail_with_the_reason_when_the_cluster_cannot_start(tmp_path):
+    """MOR_TESTS=slurm and up.sh failing (here: packages not installable): every Slurm test
+    fails naming the cause; none is skipped, so the run cannot be green without them."""
+    up = tmp_path / "up.sh"
+    up.write_text("echo '[testcluster] apt-get install failed (rc=100)' >&2\nexit 3\n")
+    (tmp_path / "broken_up.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\nimport slurm_cluster\n"
+        f"from pathlib import Path\nslurm_cluster.UP_SH = Path({str(up)!r})\n")
+    env = dict(os.environ, MOR_TESTS="slurm", MOR_SLURM_STATE=str(tmp_path / "state"))
+    proc = _inner_pytest(tmp_path, "test_slurm_cluster.py", env, "-p", "broken_up")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "2 failed" in out or "1 failed, 1 error" in out or "2 errors" in out, out[-3000:]
+    assert "skipped" not in out.splitlines()[-1], out[-3000:]
+    assert "MOR_TESTS asks for the Slurm tests, but" in out and "apt-get install failed (rc=100)" in out
+    counts = json.loads((tmp_path / "counts.json").read_text())
+    assert counts["slurm"] == {"failed": 2}, counts
+
+
+def test_asked_for_browser_test_fails_with_the_reason_when_chromium_cannot_be_had(tmp_path, data_root):
+    """MOR_TESTS=browser, no chromium on PATH and apt-get failing: the browser test fails
+    naming why, it does not skip."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    apt = bin_dir / "apt-get"
+    apt.write_text("#!/bin/sh\necho 'E: Unable to locate package chromium' >&2\nexit 100\n")
+    apt.chmod(0o755)
+    env = dict(os.environ, MOR_TESTS="browser", PATH=str(bin_dir))
+    proc = _inner_pytest(tmp_path, "test_report_browser.py", env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "1 failed" in out.splitlines()[-1] and "skipped" not in out.splitlines()[-1], out[-3000:]
+    assert "MOR_TESTS asks for the browser tests, but Chromium cannot be had" in out
+    assert "Unable to locate package chromium" in out
+    assert json.loads((tmp_path / "counts.json").read_text())["browser"] == {"failed": 1}
