@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -46,6 +47,10 @@ PHASES = {"mor.launch train": "train", "mor.launch lmeval": "lmeval", "mor.launc
           "mor collect": "collect", "mor report": "report"}  # in pipeline order
 # columns that measure the machine, not the result
 WALL_CLOCK = {"train_time_s", "train_tokens_per_s", "model_flops_per_s", "mfu", "created_at"}  # timings: never equal
+# provenance: the checkout's commit when a job ran; a commit made in a shared working tree
+# while the test runs changes it (and the table note that cites it), not the results
+PROVENANCE = {"git_commit"}
+_COMMITS = re.compile(r"commit\(s\) [0-9a-f, ]+")
 
 
 @dataclass
@@ -99,50 +104,92 @@ def _phase_of(sid: int) -> str | None:
     return None
 
 
-def _wait_gone(sid: int, timeout: float = 10.0) -> None:
+def _session_members(sid: int) -> list[int]:
+    """Live processes of session ``sid``; zombies among them are reaped (this process may be
+    their subreaper, see tests/conftest.py) and not counted."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) != sid:  # field 6 of /proc/PID/stat: the session id
+            continue
+        if fields[0] == "Z":
+            try:
+                os.waitpid(int(pid), os.WNOHANG)
+            except ChildProcessError:
+                pass
+            continue
+        out.append(int(pid))
+    return out
+
+
+def _wait_gone(sid: int, timeout: float = 60.0) -> None:
+    """Until no process of session ``sid`` is left: SIGKILL to any that left the process
+    group; raises if one survives ``timeout`` (a deadline against a hang)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = False
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                try:
-                    if os.getsid(int(pid)) == sid:
-                        alive = True
-                        break
-                except (OSError, ProcessLookupError):
-                    pass
-        if not alive:
-            return
+    while members := _session_members(sid):
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes {members} of the killed workflow (session {sid}) survive SIGKILL")
         time.sleep(0.02)
 
 
-def _attempt(cmd: list[str], target: str | None, rng: random.Random, log) -> tuple[str, int | None]:
+def _steps_logged(workdir: Path) -> int:
+    """Training steps logged so far over every run of the workflow: a train job's progress."""
+    total = 0
+    for log in workdir.glob("runs/*/*/train_log.jsonl"):
+        try:
+            total += log.read_bytes().count(b"\n")
+        except OSError:
+            continue
+    return total
+
+
+def _attempt(cmd: list[str], workdir: Path, target: str | None, rng: random.Random, log) -> tuple[str, int | None]:
     """Start the workflow; kill it in phase ``target`` ('any': at a random moment; None: never).
-    Returns (what happened, exit code): ('killed:<phase>', None) or ('exited', rc)."""
+    Returns (what happened, exit code): ('killed:<phase>', None) or ('exited', rc).
+
+    A phased kill waits for events, not for time: the phase's job (or a later one) running,
+    and for train a random number of newly logged steps, so a machine of any speed reaches
+    every kill the plan asks for. Whatever happens (a failed assertion, a test timeout),
+    the attempt's whole process group is killed before this returns."""
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), cwd=REPO, start_new_session=True)
     sid = proc.pid
-    started = time.monotonic()
-    random_at = started + rng.uniform(0.5, 8.0)
-    seen_since = None
-    # train: past the imports, into the steps and checkpoint writes; the short jobs: at once
-    delay = (rng.uniform(0.0, 4.0) if target in ("train", "lmeval")
-             else rng.uniform(0.0, 0.8 if target == "eval" else 0.2))
-    order = list(PHASES.values())
-    while proc.poll() is None:
-        now = time.monotonic()
-        phase = _phase_of(sid) if target is not None else None
-        due = target == "any" and now >= random_at
-        if target not in (None, "any") and phase is not None and order.index(phase) >= order.index(target):
-            seen_since = seen_since or now  # this phase or a later one (a short job may be missed)
-            due = now - seen_since >= delay
-        if due:
-            phase_now = _phase_of(sid) or "between jobs"
+    try:
+        random_at = time.monotonic() + rng.uniform(0.5, 8.0)  # 'any': a moment, not a phase
+        steps_needed = rng.randint(1, 12)  # train: this many new steps logged after the job shows
+        steps_at_start = None
+        order = list(PHASES.values())
+        while proc.poll() is None:
+            phase = _phase_of(sid) if target is not None else None
+            due = target == "any" and time.monotonic() >= random_at
+            if target not in (None, "any") and phase is not None and order.index(phase) >= order.index(target):
+                if phase == "train" == target:
+                    steps_at_start = _steps_logged(workdir) if steps_at_start is None else steps_at_start
+                    due = _steps_logged(workdir) - steps_at_start >= steps_needed
+                else:
+                    due = True  # the phase's job runs (or a later one's, if a short job was missed)
+            if due:
+                phase_now = _phase_of(sid) or "between jobs"
+                os.killpg(sid, signal.SIGKILL)
+                proc.wait()
+                _wait_gone(sid)
+                return f"killed:{phase_now}", None
+            time.sleep(0.01)
+        return "exited", proc.returncode
+    finally:
+        if proc.poll() is None:
             os.killpg(sid, signal.SIGKILL)
             proc.wait()
-            _wait_gone(sid)
-            return f"killed:{phase_now}", None
-        time.sleep(0.005)
-    return "exited", proc.returncode
+        _wait_gone(sid)
 
 
 def _read_back(workdir: Path) -> list[str]:
@@ -184,10 +231,11 @@ def _compare(ref: Path, got: Path) -> list[str]:
         return [f"run ids differ: {sorted(a)} vs {sorted(b)}"]
     for rid in a:
         for col in a[rid]:
-            if col not in WALL_CLOCK and a[rid][col] != b[rid][col]:
+            if col not in WALL_CLOCK | PROVENANCE and a[rid][col] != b[rid][col]:
                 out.append(f"{rid}.{col}: {a[rid][col]!r} != {b[rid][col]!r}")
     for f in ("table10.csv", "table10.md"):
-        if (ref / "tables" / "table10" / f).read_text() != (got / "tables" / "table10" / f).read_text():
+        want, have = ((d / "tables" / "table10" / f).read_text() for d in (ref, got))
+        if _COMMITS.sub("commit(s) *", want) != _COMMITS.sub("commit(s) *", have):
             out.append(f"tables/table10/{f} differs")
     return out
 
@@ -198,7 +246,7 @@ def run_chaos(root: Path, data_root: Path, kills: int = 12, seed: int = 0, max_a
     ref, hot = root / "undisturbed", root / "chaos"
     t0 = time.monotonic()
     with open(root / "undisturbed.log", "w") as log:
-        what, rc = _attempt(_command(ref, _setup(ref), data_root), None, rng, log)
+        what, rc = _attempt(_command(ref, _setup(ref), data_root), ref, None, rng, log)
     if rc != 0:
         raise RuntimeError(f"the undisturbed workflow failed (rc {rc}); see {root / 'undisturbed.log'}")
     report.undisturbed_s = time.monotonic() - t0
@@ -214,7 +262,7 @@ def run_chaos(root: Path, data_root: Path, kills: int = 12, seed: int = 0, max_a
             attempts += 1
             target = plan.pop(0) if plan else None
             print(f"--- attempt {attempts}: kill in {target or 'never'}", file=log, flush=True)
-            what, rc = _attempt(cmd, target, rng, log)
+            what, rc = _attempt(cmd, hot, target, rng, log)
             if attempts > 1:
                 report.restarts += 1
             if what.startswith("killed:"):
