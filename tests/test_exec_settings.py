@@ -6,10 +6,12 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import VOCAB, tiny_run
-from mor.config import ConfigError, ExecConfig, exec_config, run_config_from_dict
-from mor.train.trainer import Trainer
+from mor.config import ConfigError, ExecConfig, ModelConfig, RouterConfig, exec_config, load_scales, run_config_from_dict
+from mor.model.transformer import build_model, chunked_cross_entropy
+from mor.train.trainer import Trainer, make_optimizer, use_fused_adamw
 
 # Float summation order differs between the paths; AdamW divides each gradient by its own
 # running scale, so a rarely used embedding row moves by up to ~1e-5 differently (one step
@@ -97,3 +99,75 @@ def test_fit_records_the_resolved_execution_next_to_the_config(data_root, tmp_pa
     meta = json.loads((tmp_path / "r" / "config.json").read_text())
     assert meta["execution"]["micro_batch"] == 4 and meta["execution"]["accumulation"] == 1
     assert meta["config_hash"] == run.config_hash and "execution" not in meta["config"]
+
+
+# ------------------------------------------------------------------ the model's memory paths, alone
+def _grads(model, x, y):
+    model.zero_grad(set_to_none=True)
+    out = model(x, y)
+    out.loss.backward()
+    return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("model_kw", [
+    dict(variant="vanilla"),
+    dict(variant="mor", num_recursions=3),
+    dict(variant="mor", num_recursions=2, router=RouterConfig(type="token_choice")),
+    dict(variant="recursive", num_recursions=2, relaxation="lora", relaxation_rank=2),  # hooks inside run_layer
+], ids=["vanilla", "mor-ec", "mor-tc", "recursive-lora"])
+def test_checkpointed_layers_and_chunked_loss_equal_the_plain_path(model_kw):
+    """Loss and every parameter's gradient of one forward/backward, plain vs activation
+    checkpointing vs the chunked loss (chunks of 48 positions of 2 x 40, ignored targets
+    included) vs both: equal up to float summation order."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(scale="tiny", **model_kw), load_scales()["tiny"], 96)
+    model.train()
+    x, y = torch.randint(0, 96, (2, 40)), torch.randint(0, 96, (2, 40))
+    y[0, :5] = -100
+    ref_out, ref = _grads(model, x, y)
+    for ckpt, chunk in ((True, 0), (False, 48), (True, 48)):
+        model.set_execution("auto", ckpt, chunk)
+        out, got = _grads(model, x, y)
+        assert (out.logits is None) == bool(chunk)
+        torch.testing.assert_close(out.lm_loss, ref_out.lm_loss, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(out.loss, ref_out.loss, rtol=1e-6, atol=1e-6)
+        assert got.keys() == ref.keys()
+        for n in ref:
+            torch.testing.assert_close(got[n], ref[n], rtol=1e-5, atol=1e-7, msg=f"{n} ckpt={ckpt} chunk={chunk}")
+        model.set_execution()
+
+
+def test_chunked_cross_entropy_equals_cross_entropy():
+    torch.manual_seed(0)
+    h = torch.randn(37, 16, requires_grad=True)
+    w = torch.randn(50, 16, requires_grad=True)
+    t = torch.randint(0, 50, (37,))
+    t[3] = -100
+    plain = F.cross_entropy(F.linear(h, w).float(), t, ignore_index=-100)
+    gh, gw = torch.autograd.grad(plain, (h, w))
+    for chunk in (1, 5, 37, 100):
+        got = chunked_cross_entropy(h, w, t, chunk)
+        ch, cw = torch.autograd.grad(got, (h, w))
+        torch.testing.assert_close(got, plain)
+        torch.testing.assert_close(ch, gh)
+        torch.testing.assert_close(cw, gw)
+
+
+def test_fused_adamw_on_cuda_only():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert not use_fused_adamw("auto", cpu) and use_fused_adamw("auto", cuda) and not use_fused_adamw("off", cuda)
+    with pytest.raises(ValueError, match="fused_optimizer='on' needs a CUDA device"):
+        use_fused_adamw("on", cpu)
+    model = build_model(ModelConfig(scale="tiny"), load_scales()["tiny"], 32)
+    assert make_optimizer(model, tiny_run(), fused=False).defaults["fused"] is False
+
+
+def test_flash_attention_is_refused_where_flash_attn_is_missing():
+    from mor.model.layers import flash_available
+
+    model = build_model(ModelConfig(scale="tiny"), load_scales()["tiny"], 32)
+    model.set_execution("sdpa")
+    assert {b.self_attn.backend for b in model.unique_layers} == {"sdpa"}
+    if not flash_available():
+        with pytest.raises(RuntimeError, match="execution.attention='flash' but flash_attn is not installed"):
+            model.set_execution("flash")
