@@ -247,6 +247,23 @@ def test_padded_passes_equal_unpadded():
     assert a.outputs == b.outputs == {r.id: solo(model, r) for r in reqs}
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_passes_equal_decode(backend):
+    """torch.compile of the passes' device part (padded rows: a few fixed shapes) gives the same
+    tokens. 'aot_eager' checks the trace; 'inductor' (the GPU default) also generates code and
+    is skipped where no C++ compiler is found."""
+    import shutil
+
+    if backend == "inductor" and shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("inductor needs a C++ compiler on CPU")
+    torch._dynamo.reset()
+    model = make(MIXED["expert_choice"])
+    reqs = requests(5)
+    res = Engine(model, batch=4, max_len=MAX_LEN, pad=True, compile=backend).run(reqs)
+    assert res.mixed_passes() > 0
+    assert res.outputs == {r.id: solo(model, r) for r in reqs}
+
+
 @pytest.mark.parametrize("kv", ["recursion_wise", "shared", "shared_dagger"])
 def test_paged_cache_peak_is_what_the_routed_tokens_need(kv):
     """One request alone, blocks of 4 entries: the peak number of blocks equals the sum over

@@ -129,12 +129,14 @@ class Engine:
     block_size  entries per KV block (flash-attn's paged kernel needs a multiple of 256)
     policy      'depthwise' (App. E) or 'lockstep' (one depth per pass; the benchmark's old policy)
     pad         pad rows to fixed sizes (default: on a GPU)
+    compile     torch.compile the device part of each pass (True: inductor, or a backend name);
+                with ``pad`` a pass compiles once per row bucket and block-table width
     """
 
     def __init__(self, model, batch: int | None = None, max_len: int = 512, device=None, dtype=None, *,
                  capacity: int | None = None, memory_bytes: float | None = None, max_live: int | None = None,
                  num_blocks: int | None = None, block_size: int | None = None, policy: str = "depthwise",
-                 pad: bool | None = None):
+                 pad: bool | None = None, compile: bool | str = False):
         from mor.flops import max_batch, model_bytes
 
         batch = batch if batch is not None else capacity
@@ -167,7 +169,7 @@ class Engine:
         self.blocks = BlockManager(self.specs, num_blocks, bs, max_live, max_len)
         self.cache = PagedCache(num_blocks, bs, model.shape.kv_heads, model.shape.head_dim, self.dtype, self.device)
         self.stepper = Stepper(self.model, self.cache, self.blocks, max_live, batch,
-                               pad=self.device.type == "cuda" if pad is None else pad)
+                               pad=self.device.type == "cuda" if pad is None else pad, compile=compile)
         nr, per, start = self.stepper.nr, self.stepper.per, self.stepper.start
         col = self.blocks.col
 

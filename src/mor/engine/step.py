@@ -123,7 +123,8 @@ def bucket(n: int, batch: int) -> int:
 class Stepper:
     """The model's passes over rows (see the module docstring)."""
 
-    def __init__(self, model, cache: PagedCache, blocks: BlockManager, max_seqs: int, batch: int, pad: bool = False):
+    def __init__(self, model, cache: PagedCache, blocks: BlockManager, max_seqs: int, batch: int, pad: bool = False,
+                 compile: bool | str = False):
         self.model, self.cache, self.blocks = model, cache, blocks
         plan = model.plan
         self.nr = len(plan.recursions)
@@ -150,6 +151,16 @@ class Stepper:
             self.drops = [c < 1 for c in capacities(model.cfg.num_recursions, model.cfg.router.capacity)]
         else:
             self.drops = [False] * self.nr
+        # the device part of each pass, optionally compiled (a backend name, or True: inductor)
+        self.compiled = bool(compile)
+        self._enter_fn, self._block_fn, self._head_fn = self._enter, self._block, self._head
+        if compile:
+            import torch._dynamo as dynamo
+
+            dynamo.config.cache_size_limit = max(dynamo.config.cache_size_limit, 64)  # one entry per shape bucket
+            backend = compile if isinstance(compile, str) else "inductor"
+            self._enter_fn, self._block_fn, self._head_fn = (torch.compile(f, backend=backend, dynamic=False)
+                                                             for f in (self._enter, self._block, self._head))
 
     # ------------------------------------------------------------------ host -> device
     def _rows(self, slots: list[int]) -> tuple[int, int]:
@@ -186,15 +197,20 @@ class Stepper:
             out += [w, tab, ln]
         return out
 
-    def _layer(self, e_rows, lids, x, pos, rec, w, tab, ln):
-        """One layer over the rows: unique layer ``lids`` (one id, or per row), effective layers
-        e_rows (host), writes w, reads (tab, ln). x (N, 1, C)."""
+    def _needs_kv(self, e_rows) -> bool:
+        """Whether a call over effective layers e_rows writes any KV (host; compiled passes
+        always compute it, padded rows writing the trash block)."""
+        return self.compiled or any(self.blocks.specs[e].kind != "shared" for e in e_rows)
+
+    def _layer(self, need_kv: bool, lids, x, pos, rec, w, tab, ln):
+        """One layer over the rows: unique layer ``lids`` (one id, or per row), writes w, reads
+        (tab, ln). x (N, 1, C)."""
         m = self.model
         tab32, ln32 = tab.to(torch.int32), ln.to(torch.int32)
         ctx = self.relax.at(rec) if rec is not None else contextlib.nullcontext()
         with ctx:
             if isinstance(lids, int):
-                if any(self.blocks.specs[e].kind != "shared" for e in e_rows):
+                if need_kv:
                     k, v = m.layer_kv(lids, x, pos, None)  # (N, Hkv, 1, hd) each
                     self.cache.write(w, k, v)
                 return m.run_layer(lids, x, pos, None, kv=self.cache.view(tab32, ln32))  # (N, 1, C)
@@ -214,26 +230,30 @@ class Stepper:
     def enter(self, slots: list[int], tokens: torch.Tensor, pos: list[int]) -> torch.Tensor | None:
         """Tokens (n,) long on the device enter at slots: -> keep for recursion 1 (n,) bool on
         the device, or token-choice's depth - 1 (n,), or None (every row runs recursion 1)."""
-        m = self.model
         n, N = self._rows(slots)
         pre = [[e] * n for e in range(self.start)]
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n))]
         dev = self._upload(arrays + self._plan(slots, pre, N))
-        idx, p = dev[0], dev[1].unsqueeze(1)  # (N,), (N, 1)
         if N > n:
             tokens = torch.cat([tokens, tokens.new_zeros(N - n)])
+        out = self._enter_fn(dev[0], dev[1].unsqueeze(1), tokens, tuple(dev[2:]))
+        return None if out is None else out[:n]
+
+    def _enter(self, idx, p, tokens, plan):
+        """Device part of ``enter``: idx (N,), p (N, 1), tokens (N,), plan (w, tab, ln) per layer."""
+        m = self.model
         x = m.embed_tokens(tokens.unsqueeze(1))  # (N, 1, C)
         for j, layer_id in enumerate(m.plan.prefix):
-            x = self._layer(pre[j], layer_id, x, p, None, *dev[2 + 3 * j: 5 + 3 * j])
+            x = self._layer(True, layer_id, x, p, None, *plan[3 * j: 3 * j + 3])
         self.h[idx] = x
         if self.token_choice:
             d = token_depths(m, x)  # (N, 1) each
             self.h1[idx], self.depth[idx], self.tg[idx] = x, d.depth_id, d.g.to(x.dtype)
-            return d.depth_id[:n, 0]
+            return d.depth_id[:, 0]
         if self.expert_choice:
-            d = decide(m, 0, x, torch.ones(N, 1, dtype=torch.bool, device=self.dev), policy="causal")
+            d = decide(m, 0, x, torch.ones_like(p, dtype=torch.bool), policy="causal")
             self.g[idx] = d.g.to(x.dtype)
-            return d.keep[:n, 0] if self.drops[0] else None
+            return d.keep[:, 0] if self.drops[0] else None
         return None
 
     @torch.no_grad()
@@ -245,45 +265,59 @@ class Stepper:
         n, N = self._rows(slots)
         dpad = depths + [0] * (N - n)
         calls = [[self.start + r * self.per + j for r in depths] for j in range(self.per)]
-        nxt = [r + 1 for r in dpad]
-        arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n)), np.array(dpad), np.array(nxt)]
+        arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n)), np.array(dpad),
+                  np.array([r + 1 for r in dpad])]
         dev = self._upload(arrays + self._plan(slots, calls, N))
-        idx, p, rec, nxt_t = dev[0], dev[1].unsqueeze(1), dev[2], dev[3]  # (N,), (N, 1), (N,), (N,)
+        route = self.expert_choice and any(self.drops[r + 1] for r in depths if r + 1 < self.nr)
+        if self.same_layers:
+            need = tuple(self._needs_kv(c) for c in calls)
+            keep = self._block_fn(dev[0], dev[1].unsqueeze(1), dev[2], dev[3], tuple(dev[4:]), need, route)
+        else:  # Sequence tying: per-row unique layers, one call each (not compiled)
+            lids = [[m.plan.recursions[r][j] for r in dpad] for j in range(self.per)]
+            keep = self._block(dev[0], dev[1].unsqueeze(1), dev[2], dev[3], tuple(dev[4:]), (True,) * self.per, route, lids)
+        return None if keep is None else keep[:n]
+
+    def _block(self, idx, p, rec, nxt, plan, need, route: bool, lids=None):
+        """Device part of ``block``: idx, rec, nxt (N,), p (N, 1), plan (w, tab, ln) per layer."""
+        m = self.model
         x0 = self.h[idx]  # (N, 1, C)
         x = x0
         for j in range(self.per):
-            lids = m.plan.recursions[0][j] if self.same_layers else [m.plan.recursions[r][j] for r in dpad]
-            x = self._layer(calls[j], lids, x, p, rec, *dev[4 + 3 * j: 7 + 3 * j])
+            lid = m.plan.recursions[0][j] if lids is None else lids[j]
+            x = self._layer(need[j], lid, x, p, rec, *plan[3 * j: 3 * j + 3])
         x = self.relax.end_recursion(x, rec)
         if self.expert_choice:
             x = gate(m.cfg.router.gating, x0, x, self.g[idx])  # (N, 1, C)
         self.h[idx] = x
-        if not self.expert_choice or not any(self.drops[r + 1] for r in depths if r + 1 < self.nr):
+        if not route:
             return None
-        keep = torch.zeros(N, 1, dtype=torch.bool, device=self.dev)  # (N, 1)
+        keep = torch.zeros_like(p, dtype=torch.bool)  # (N, 1)
         g = self.g[idx]  # (N, 1)
-        ones = torch.ones(N, 1, dtype=torch.bool, device=self.dev)
-        for r in sorted({r + 1 for r in depths if r + 1 < self.nr}):
-            d = decide(m, r, x, ones, policy="causal")  # router r on every row, kept where it applies
-            sel = (nxt_t == r).unsqueeze(1)  # (N, 1)
-            keep = torch.where(sel, d.keep, keep)
-            g = torch.where(sel, d.g.to(g.dtype), g)
+        ones = torch.ones_like(p, dtype=torch.bool)
+        for r in range(1, self.nr):
+            if self.drops[r]:
+                d = decide(m, r, x, ones, policy="causal")  # router r on every row, kept where it applies
+                sel = (nxt == r).unsqueeze(1)  # (N, 1)
+                keep = torch.where(sel, d.keep, keep)
+                g = torch.where(sel, d.g.to(g.dtype), g)
         self.g[idx] = g
-        return keep[:n, 0]
+        return keep[:, 0]
 
     @torch.no_grad()
     def head(self, slots: list[int], pos: list[int]) -> torch.Tensor:
         """Suffix + norm + head on rows whose recursions are done -> greedy tokens (n,) on the device."""
-        m = self.model
         n, N = self._rows(slots)
-        suf = [[self.suffix_start + i] * n for i in range(len(m.plan.suffix))]
+        suf = [[self.suffix_start + i] * n for i in range(len(self.model.plan.suffix))]
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n))]
         dev = self._upload(arrays + self._plan(slots, suf, N))
-        idx, p = dev[0], dev[1].unsqueeze(1)
+        return self._head_fn(dev[0], dev[1].unsqueeze(1), tuple(dev[2:]))[:n]
+
+    def _head(self, idx, p, plan):
+        m = self.model
         x = self.h[idx]  # (N, 1, C)
         if self.token_choice:
             x = gate(m.cfg.router.gating, self.h1[idx], x, self.tg[idx], relative=False)  # (N, 1, C)
         for i, layer_id in enumerate(m.plan.suffix):
-            x = self._layer(suf[i], layer_id, x, p, None, *dev[2 + 3 * i: 5 + 3 * i])
+            x = self._layer(True, layer_id, x, p, None, *plan[3 * i: 3 * i + 3])
         logits = F.linear(m.norm(x[:, 0]), m.lm_head_weight)  # (N, V)
-        return logits.argmax(-1)[:n]
+        return logits.argmax(-1)
