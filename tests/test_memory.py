@@ -138,3 +138,83 @@ def test_mor_needs_less_activation_memory_than_vanilla_at_the_same_depth():
     van = activation_bytes(ModelConfig(scale="360M", variant="recursive", num_recursions=3), s, 49152, 2048, 16)
     mor = activation_bytes(ModelConfig(scale="360M", variant="mor", num_recursions=3), s, 49152, 2048, 16)
     assert mor["activations"] < van["activations"]
+
+
+# ------------------------------------------------------------------ site profiles and the plan
+SITES = {"a100-80gb": (312, 80), "h100-80gb": (989, 79.6), "h200": (989, 140.4)}
+
+
+@pytest.mark.parametrize("site", list(SITES))
+def test_a_site_sets_the_mfu_peak_memory_and_throughput_of_every_gpu_entry(site, monkeypatch):
+    from mor.launch.slurm import DEFAULT_PRESETS, load_presets, load_site
+
+    monkeypatch.delenv("MOR_SITE", raising=False)
+    profile = load_site(site)
+    assert profile.gpus_per_node == 8 and profile.throughput_source == "assumed until measured" and not profile.measured
+    presets = load_presets(DEFAULT_PRESETS, site=site)
+    peak, mem = SITES[site]
+    for scale in ("135M", "360M", "730M", "1.7B"):
+        for kind in ("train", "eval", "lmeval", "throughput"):
+            p = presets.get(scale, kind)
+            assert (p.peak_tflops_per_gpu, p.gpu_memory_gib) == (peak, mem)
+            assert p.tflops_per_gpu == profile.tflops_per_gpu[kind]
+    cpu = presets.get("tiny", "train")  # CPU entries keep their own numbers
+    assert cpu.peak_tflops_per_gpu == 0 and cpu.tflops_per_gpu == 0.02
+    monkeypatch.setenv("MOR_SITE", site)  # the environment wins over the file's `site:`
+    assert load_presets(DEFAULT_PRESETS).site.name == site
+
+
+def test_the_site_changes_the_plans_gpu_hours_and_micro_batch(monkeypatch):
+    from mor.grids import load_grid
+    from mor.launch.plan import format_plan, plan_grid
+    from mor.launch.slurm import DEFAULT_PRESETS, load_presets
+
+    monkeypatch.delenv("MOR_SITE", raising=False)
+    grid = load_grid("grids/table10.yaml", "cluster")
+    by_site = {}
+    for site in SITES:
+        presets = load_presets(DEFAULT_PRESETS, site=site)
+        jobs = plan_grid(grid, presets)
+        train = [j for j in jobs if j.kind == "train"]
+        assert all(j.fits and j.micro_batch >= 16 and 0 < j.memory_gib < SITES[site][1] for j in train)
+        by_site[site] = (sum(j.gpu_hours for j in train), max(j.micro_batch for j in train))
+        text = format_plan(grid, jobs, presets)
+        assert f"site: {site}" in text and "assumed until measured" in text and "GiB/GPU" in text
+    assert by_site["h100-80gb"][0] < by_site["a100-80gb"][0] / 3  # 989 vs 312 peak, 400 vs 120 assumed
+    assert by_site["h200"][1] > by_site["h100-80gb"][1]  # more memory, larger micro-batch
+
+
+def test_plan_warns_where_a_run_does_not_fit(tmp_path, monkeypatch):
+    from mor.grids import load_grid
+    from mor.launch.plan import format_plan, plan_grid
+    from mor.launch.slurm import load_presets
+
+    monkeypatch.delenv("MOR_SITE", raising=False)
+    small = tmp_path / "small-gpu.yaml"
+    small.write_text("gpu: T4\ngpu_memory_gib: 4\ngpus_per_node: 4\npeak_tflops_per_gpu: 65\n"
+                     "tflops_per_gpu: {train: 20}\nthroughput_source: assumed until measured\n")
+    presets_file = tmp_path / "presets.yaml"
+    entries = "".join(f"  {scale}:\n    train: {{gpus_per_node: 1, time_min: 600, execution: {{micro_batch: auto}}}}\n"
+                      "    eval: {gpus_per_node: 1}\n" for scale in ("135M", "360M", "730M", "1.7B"))
+    presets_file.write_text(f"site: {small}\nscales:\n{entries}")
+    presets = load_presets(presets_file)
+    grid = load_grid("grids/table10.yaml", "cluster")
+    text = format_plan(grid, plan_grid(grid, presets), presets)
+    assert "WARNING: 22 train job(s) do not fit the GPU's memory even at micro-batch 1" in text
+    assert text.count("DOES NOT FIT") == 22
+
+
+@pytest.mark.parametrize("text, message", [
+    ("site: nowhere\nscales: {135M: {train: {gpus_per_node: 1}}}", "site profile not found"),
+    ("site: h200\nscales: {135M: {train: {gpus_per_node: 16}}}", "gpus_per_node: 16 > the H200 nodes' 8"),
+    ("scales: {135M: {train: {gpus_per_node: 1, execution: {micro_batch: some}}}}", "execution.micro_batch='some'"),
+    ("scales: {135M: {train: {gpus_per_node: 1, execution: {checkpointing: true}}}}", "unknown key(s) ['checkpointing']"),
+])
+def test_bad_sites_and_execution_settings_name_the_key(tmp_path, monkeypatch, text, message):
+    from mor.launch.slurm import PresetError, load_presets
+
+    monkeypatch.delenv("MOR_SITE", raising=False)
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(PresetError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        load_presets(path)

@@ -406,7 +406,11 @@ def exec_config(raw: dict[str, Any] | None, where: str = "execution") -> ExecCon
     data = dict(raw or {})
     mb = data.get("micro_batch")
     if isinstance(mb, str) and mb != "auto":  # YAML gives 1e1 as a string: numbers are coerced
-        data["micro_batch"] = _coerce_scalar(int, mb, f"{where}.micro_batch")
+        try:
+            data["micro_batch"] = _coerce_scalar(int, mb, f"{where}.micro_batch")
+        except ConfigError:
+            raise ConfigError(f"{where}.micro_batch={mb!r}: expected an integer >= 0 (0 = train.micro_batch) "
+                              "or 'auto'") from None
     return from_dict(ExecConfig, data, where=where)
 
 

@@ -14,6 +14,12 @@ not counted). A job longer than its preset's ``time_min`` runs as several Slurm 
 "estimated" is what the run should use if the throughput assumption holds. On CPU presets
 (gpus_per_node 0) both GPU columns are 0 and the hours are per CPU task.
 
+Memory (train jobs on GPU presets): the micro-batch the job will run, from the preset's
+``execution`` (``micro_batch: auto`` = the largest that the memory model ``mor.memory``
+fits into the site's ``gpu_memory_gib``; the train job picks the same from the GPU it gets),
+and the modelled peak per GPU. A run that does not fit even at micro-batch 1 is listed
+under a warning before the table.
+
 The data job (FineWeb-Edu, one per hub tokenizer the grids use) is listed first: tokens to
 prepare (train + val of workflows/fineweb.yaml), and CPU-hours = tokens / the ``data``
 preset's ``tokens_per_s_per_cpu`` (measured by benchmarks/bench_fineweb.py), wall hours =
@@ -30,6 +36,7 @@ from pathlib import Path
 from mor.budget import run_vocab
 from mor.config import RunConfig, model_shape
 from mor.flops import forward_flops_per_token, train_flops
+from mor.memory import GiB, pick_micro_batch, training_memory
 from mor.grids import Grid
 from mor.jobs import KINDS
 from mor.launch.slurm import Preset, Presets
@@ -53,6 +60,9 @@ class JobEstimate:
     budget: float = 0.0  # train.budget_flops (0 = tokens set by hand)
     paper_scale: str = ""
     variant: str = ""
+    micro_batch: int = 0  # train on a GPU preset: sequences per forward pass (0 = not modelled)
+    memory_gib: float = 0.0  # the memory model's peak per GPU at that micro-batch
+    fits: bool = True  # False: even micro-batch 1 exceeds the GPU's usable memory
 
     @property
     def gpu_hours(self) -> float:
@@ -73,16 +83,39 @@ def job_flops(run: RunConfig, kind: str) -> float:
     raise ValueError(f"no FLOPs model for job kind {kind!r}")
 
 
+def memory_fit(run: RunConfig, preset: Preset) -> tuple[int, float, bool]:
+    """(micro-batch, modelled peak GiB per GPU, fits) of a train job on a GPU preset whose
+    site memory is known; (0, 0.0, True) where there is nothing to model."""
+    if not (preset.gpus_per_node and preset.gpu_memory_gib):
+        return 0, 0.0, True
+    execution, world, t = preset.exec_config, preset.world_size, run.train
+    vocab = run_vocab(run)
+    dtype = "fp32" if t.precision == "fp32" else "bf16"
+    if execution.micro_batch == "auto":
+        fit = pick_micro_batch(run, vocab, preset.gpu_memory_gib * GiB, world, preset.parallel, execution, dtype)
+        return fit.micro_batch, fit.estimate.total / GiB, fit.fits
+    per_rank = max(1, t.global_batch // world)
+    mb = execution.micro_batch or min(t.micro_batch, per_rank)
+    shape = model_shape(run.model)
+    est = training_memory(run.model, shape, shape.vocab or vocab, t.seq_len, mb, dtype, world, preset.parallel,
+                          execution.activation_checkpointing, execution.loss_chunk)
+    from mor.memory import usable_bytes
+
+    return mb, est.total / GiB, est.total <= usable_bytes(preset.gpu_memory_gib * GiB)
+
+
 def estimate(run: RunConfig, kind: str, preset: Preset) -> JobEstimate:
     flops = job_flops(run, kind)
     devices = preset.gpus or preset.world_size  # GPUs, or CPU tasks on a CPU preset
     hours = flops / (preset.tflops_per_gpu * 1e12 * devices) / 3600
     segments = max(1, math.ceil(hours * 60 / preset.time_min))
     t = run.train
+    micro, mem, fits = memory_fit(run, preset) if kind == "train" else (0, 0.0, True)
     return JobEstimate(run.run_id, kind, run.model.scale, preset.nodes, preset.gpus, preset.world_size,
                        preset.time_min, flops, hours, segments,
                        tokens=t.steps * t.tokens_per_step if kind == "train" else run.eval.nll_tokens,
-                       budget=t.budget_flops, paper_scale=run.paper_scale or run.model.scale, variant=run.model.variant)
+                       budget=t.budget_flops, paper_scale=run.paper_scale or run.model.scale, variant=run.model.variant,
+                       micro_batch=micro, memory_gib=mem, fits=fits)
 
 
 def plan_grid(grid: Grid, presets: Presets, tags: list[str] | None = None,
@@ -108,17 +141,29 @@ def format_plan(grid: Grid, jobs: list[JobEstimate], presets: Presets) -> str:
         f"{grid.name} ({grid.path}, mode {grid.mode}) -> {artifacts}",
         f"  runs: {len({j.run_id for j in jobs})}; jobs: " + ", ".join(f"{k} {len(v)}" for k, v in per_kind.items()),
         f"  GPU-hours for {artifacts}: {est:.1f} estimated, {req:.1f} requested ({by_kind})",
-        f"  presets: {presets.path}",
+        f"  presets: {presets.path}" + (f"; site: {_site_line(presets)}" if presets.site else ""),
     ]
     lines += format_budgets(jobs)
+    misfits = [j for j in jobs if not j.fits]
+    if misfits:
+        lines.append(f"  WARNING: {len(misfits)} train job(s) do not fit the GPU's memory even at micro-batch 1 "
+                     "(turn on execution.activation_checkpointing / loss_chunk, or parallel: fsdp, in the preset):")
+        lines += [f"    {j.run_id}: {j.memory_gib:.1f} GiB per GPU" for j in misfits]
     lines.append(f"  {'run id':<44} {'kind':<5} {'scale':<6} {'nodes x GPUs':>12} {'limit':>6} {'tokens':>8} "
-                 f"{'PFLOP':>10} {'est. h':>8} {'jobs':>4} {'GPU-h est':>9} {'GPU-h req':>9}")
+                 f"{'PFLOP':>10} {'est. h':>8} {'jobs':>4} {'GPU-h est':>9} {'GPU-h req':>9} {'micro':>5} {'GiB/GPU':>7}")
     for j in jobs:
+        mem = f"{j.micro_batch:>5} {j.memory_gib:>7.1f}" if j.micro_batch else f"{'':>5} {'':>7}"
         lines.append(
             f"  {j.run_id:<44} {j.kind:<5} {j.scale:<6} {f'{j.nodes} x {j.gpus // j.nodes}':>12} "
             f"{_hm(j.time_min):>6} {_tokens(j.tokens):>8} {j.flops / 1e15:>10.3g} {j.hours:>8.2f} {j.segments:>4} "
-            f"{j.gpu_hours:>9.1f} {j.gpu_hours_requested:>9.1f}")
+            f"{j.gpu_hours:>9.1f} {j.gpu_hours_requested:>9.1f} {mem}{'' if j.fits else '  DOES NOT FIT'}")
     return "\n".join(lines)
+
+
+def _site_line(presets: Presets) -> str:
+    s = presets.site
+    return (f"{s.name} ({s.gpu}, {s.gpu_memory_gib:g} GiB, {s.gpus_per_node} per node, peak {s.peak_tflops_per_gpu:g} "
+            f"TFLOP/s bf16; throughput {s.throughput_source})")
 
 
 def _tokens(n: int) -> str:

@@ -30,10 +30,12 @@ from typing import Any, Callable
 
 
 from mor.atomic import write_json_atomic
-from mor.config import load_scales, read_yaml_mapping
+from mor.config import ConfigError, ExecConfig, exec_config, load_scales, read_yaml_mapping
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_PRESETS = REPO / "slurm" / "presets.yaml"
+SITES_DIR = REPO / "slurm" / "sites"
+SITE_ENV = "MOR_SITE"  # a site profile name (slurm/sites/<name>.yaml) or path; wins over the file's `site:`
 KINDS = ("train", "eval", "lmeval", "throughput")  # per scale (lmeval: mor.lm_eval.job)
 DATA_KIND = "data"  # the FineWeb-Edu preparation: one entry, top-level key `data`, CPUs only
 PARALLEL = ("ddp", "fsdp")
@@ -76,6 +78,13 @@ class Preset:
     tflops_per_gpu: float = 100.0  # sustained model TFLOP/s per GPU (per task on CPU): plan estimates only
     peak_tflops_per_gpu: float = 0.0  # the GPU's peak dense bf16 TFLOP/s: MFU in the train log (0 = unknown)
     tokens_per_s_per_cpu: float = 350_000.0  # data job: tokenizer throughput per core, plan estimates only
+    gpu_memory_gib: float = 0.0  # memory of one GPU (the site's): sizes execution.micro_batch 'auto' (0 = unknown)
+    execution: dict = field(default_factory=dict)  # ExecConfig keys for the train job (how it computes)
+
+    @property
+    def exec_config(self) -> ExecConfig:
+        """The train job's execution settings (mor.config.ExecConfig); validated on load."""
+        return exec_config(self.execution)
 
     @property
     def tasks(self) -> int:
@@ -107,7 +116,7 @@ class Preset:
 
 
 _FIELDS = {f.name: f for f in fields(Preset)}
-_NON_NEGATIVE = ("peak_tflops_per_gpu",)
+_NON_NEGATIVE = ("peak_tflops_per_gpu", "gpu_memory_gib")
 _INT_MIN = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 0, "cpus_per_task": 1, "time_min": 1,
             "signal_delay_s": 0, "max_timeouts": 0}
 _POSITIVE = ("mem_gb", "tflops_per_gpu", "tokens_per_s_per_cpu")
@@ -141,6 +150,12 @@ def _check_value(where: str, key: str, value: Any) -> Any:
         if value not in PARALLEL:
             raise PresetError(f"{where}.{key}: {value!r} is not allowed; choose one of {list(PARALLEL)}")
         return value
+    if key == "execution":
+        try:
+            exec_config(value or {}, where=f"{where}.{key}")
+        except ConfigError as e:
+            raise PresetError(str(e)) from None
+        return dict(value or {})
     if key == "sbatch":
         if value is None:
             return {}
@@ -186,6 +201,7 @@ class Presets:
     path: Path
     entries: dict[tuple[str, str], Preset]  # (scale, kind) -> preset
     data_entry: Preset | None = None  # the top-level `data:` entry
+    site: Site | None = None  # the site profile the GPU entries started from
 
     @property
     def data(self) -> Preset:
@@ -206,14 +222,89 @@ class Presets:
                           f"the file has {known}")
 
 
-def load_presets(path: str | Path = DEFAULT_PRESETS) -> Presets:
-    """Parse and validate a preset file; every error names the file and the key."""
+# --------------------------------------------------------------------------------------
+# Site profiles: what a site's GPUs are (slurm/sites/<name>.yaml)
+# --------------------------------------------------------------------------------------
+SITE_KEYS = {"gpu", "gpu_memory_gib", "gpus_per_node", "peak_tflops_per_gpu", "tflops_per_gpu", "throughput_source"}
+
+
+@dataclass(frozen=True)
+class Site:
+    """One GPU type as a site has it: selecting it sets the MFU peak, the plan's throughput
+    (per job kind; 'assumed until measured' until benchmarks/device_check.py has run on it),
+    the GPU memory the micro-batch is fitted to, and the node size the presets must fit in."""
+
+    name: str
+    gpu: str
+    gpu_memory_gib: float
+    gpus_per_node: int
+    peak_tflops_per_gpu: float
+    tflops_per_gpu: dict  # job kind -> sustained model TFLOP/s per GPU, for the plan's hours
+    throughput_source: str  # "assumed until measured", or where the figure was measured
+
+    @property
+    def measured(self) -> bool:
+        return self.throughput_source != "assumed until measured"
+
+
+def site_path(name: str | Path) -> Path:
+    """``h100-80gb`` -> slurm/sites/h100-80gb.yaml; a path is taken as it is."""
+    p = Path(name)
+    return p if p.suffix in (".yaml", ".yml") else SITES_DIR / f"{name}.yaml"
+
+
+def known_sites() -> list[str]:
+    return sorted(p.stem for p in SITES_DIR.glob("*.yaml"))
+
+
+def load_site(name: str | Path) -> Site:
+    """Parse and validate a site profile; errors name the file and the key."""
+    path = site_path(name)
+    raw = read_yaml_mapping(path, PresetError, "site profile", missing_hint=f" (known sites: {known_sites()})")
+    where = f"{path}"
+    unknown = sorted(set(raw) - SITE_KEYS)
+    missing = sorted(SITE_KEYS - set(raw))
+    if unknown or missing:
+        raise PresetError(f"{where}: unknown key(s) {unknown} / missing key(s) {missing}; a site has {sorted(SITE_KEYS)}")
+    for key in ("gpu_memory_gib", "peak_tflops_per_gpu"):
+        if isinstance(raw[key], bool) or not isinstance(raw[key], (int, float)) or raw[key] <= 0:
+            raise PresetError(f"{where}: {key}: expected a number > 0, got {raw[key]!r}")
+    if isinstance(raw["gpus_per_node"], bool) or not isinstance(raw["gpus_per_node"], int) or raw["gpus_per_node"] < 1:
+        raise PresetError(f"{where}: gpus_per_node: expected an integer >= 1, got {raw['gpus_per_node']!r}")
+    tput = raw["tflops_per_gpu"]
+    if not isinstance(tput, dict) or set(tput) - set(KINDS) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in tput.values()):
+        raise PresetError(f"{where}: tflops_per_gpu: expected a mapping job kind ({list(KINDS)}) -> TFLOP/s > 0, "
+                          f"got {tput!r}")
+    return Site(path.stem, str(raw["gpu"]), float(raw["gpu_memory_gib"]), raw["gpus_per_node"],
+                float(raw["peak_tflops_per_gpu"]), {k: float(v) for k, v in tput.items()}, str(raw["throughput_source"]))
+
+
+def _site_values(site: Site | None, kind: str) -> dict:
+    """What a site sets in every entry of a GPU job kind (before the file's defaults and entry)."""
+    if site is None:
+        return {}
+    out = {"peak_tflops_per_gpu": site.peak_tflops_per_gpu, "gpu_memory_gib": site.gpu_memory_gib}
+    if kind in site.tflops_per_gpu:
+        out["tflops_per_gpu"] = site.tflops_per_gpu[kind]
+    return out
+
+
+def load_presets(path: str | Path = DEFAULT_PRESETS, site: str | Path | None = None) -> Presets:
+    """Parse and validate a preset file; every error names the file and the key.
+
+    The site profile is ``site`` if given, else ``$MOR_SITE``, else the file's ``site:`` key
+    (none: the entries' own numbers). Each GPU entry starts from the site's values, then
+    the file's ``defaults``, then the entry itself: what the file sets explicitly wins."""
     path = Path(path)
     raw = read_yaml_mapping(path, PresetError, "preset file",
                             missing_hint=" (set --config presets=/path/to/presets.yaml)")
-    unknown = sorted(set(raw) - {"defaults", "scales", DATA_KIND})
+    unknown = sorted(set(raw) - {"defaults", "scales", DATA_KIND, "site"})
     if unknown:
-        raise PresetError(f"{path}: unknown top-level key(s) {unknown}; allowed keys are ['data', 'defaults', 'scales']")
+        raise PresetError(f"{path}: unknown top-level key(s) {unknown}; allowed keys are "
+                          "['data', 'defaults', 'scales', 'site']")
+    chosen = site or os.environ.get(SITE_ENV) or raw.get("site")
+    site_profile = load_site(chosen) if chosen else None
     defaults = _check_entry(f"{path}: defaults", raw.get("defaults"))
     scales_raw = raw.get("scales")
     if not isinstance(scales_raw, dict) or not scales_raw:
@@ -232,11 +323,16 @@ def load_presets(path: str | Path = DEFAULT_PRESETS) -> Presets:
             raise PresetError(f"{where}: unknown job kind(s) {bad}; allowed kinds are {list(KINDS)}")
         for kind, entry in kinds.items():
             values = {**defaults, **_check_entry(f"{where}.{kind}", entry)}
-            entries[(scale, kind)] = _build(f"{where}.{kind}", kind, values)
+            if values.get("gpus_per_node"):
+                values = {**_site_values(site_profile, kind), **values}
+            p = entries[(scale, kind)] = _build(f"{where}.{kind}", kind, values)
+            if site_profile and p.gpus_per_node > site_profile.gpus_per_node:
+                raise PresetError(f"{where}.{kind}.gpus_per_node: {p.gpus_per_node} > the {site_profile.gpu} nodes' "
+                                  f"{site_profile.gpus_per_node} (site {site_profile.name})")
     data = None
     if DATA_KIND in raw:
         data = _build(f"{path}: {DATA_KIND}", DATA_KIND, {**defaults, **_check_entry(f"{path}: {DATA_KIND}", raw[DATA_KIND])})
-    return Presets(path, entries, data)
+    return Presets(path, entries, data, site_profile)
 
 
 # --------------------------------------------------------------------------------------
