@@ -5,6 +5,9 @@ MoR whose log carries its router loss. The CSV must hold exactly what the figure
 """
 
 import json
+import os
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -92,3 +95,50 @@ def test_a_run_without_log_names_its_file(grid_files):
     (grid_files / "runs" / "g" / "small-vanilla" / "train_log.jsonl").unlink()
     with pytest.raises(TrainLogError, match=r"small-vanilla/train_log\.jsonl: no train log"):
         render_curves(grid_files / "results" / "g.parquet", grid_files / "runs", "g", grid_files / "out")
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_curves_are_in_the_report_under_the_grids_section(tmp_path, data_root):
+    """table10's workflow (tiny runs, two seeds) with --report: Chromium opens the grid's
+    section, then figures/curves/table10, and decodes curves.png at its own width."""
+    import struct
+
+    from browser import Browser
+    from test_report_browser import CLICK, DECODED_PNGS, GRID, LINK, ROW, SHARING, VIEW, chromium
+    from test_workflow import snakemake
+
+    browser = chromium()
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    (grids / "table10.yaml").write_text(GRID)
+    report = tmp_path / "report.html"
+    snakemake("tables/table10", "--report", str(report), "--report-after-run", "--directory", str(tmp_path),
+              "--config", f"grids_dir={grids}", f"data_root={data_root}")
+    png = (tmp_path / "figures" / "curves" / "table10" / "curves.png").read_bytes()
+    drawn = pd.read_csv(tmp_path / "figures" / "curves" / "table10" / "curves.csv")
+    assert set(drawn["metric"]) == {"loss", "val_nll"} and drawn["n_seeds"].max() == 2
+    shot = tmp_path / "curves-shot.png"
+
+    async def read_report(page):
+        results, curves = LINK.replace("NAME", "Results"), LINK.replace("NAME", "figures/curves/table10")
+        await page.open(report.as_uri(), ready=f"typeof categories == 'object' && {results}")
+        assert await page.js("JSON.stringify(Object.keys(categories))") == f'["{SHARING}"]'
+        await page.js(CLICK.replace("NAME", "Results"))  # one section: the menu opens it at once
+        await page.wait_for(f"{LINK.replace('NAME', SHARING)} && {curves}")
+        await page.js(CLICK.replace("NAME", "figures/curves/table10"))
+        await page.wait_for(ROW.replace("NAME", "curves.png"))
+        await page.js(VIEW.replace("NAME", "curves.png"))
+        await page.wait_for(DECODED_PNGS + ".length > 0")
+        widths = await page.js(DECODED_PNGS + ".map(i => i.naturalWidth)")
+        await page.screenshot(shot)
+        return widths
+
+    with Browser(browser) as b:
+        widths = b.run(read_report)
+    assert "training curves of every run of grids/table10.yaml" in report.read_text()  # the caption
+    assert widths == [struct.unpack(">I", png[16:20])[0]]
+    assert shot.stat().st_size > 20_000
+    if os.environ.get("MOR_REPORT_SHOT"):
+        Path(os.environ["MOR_REPORT_SHOT"]).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(os.environ["MOR_REPORT_SHOT"]) / shot.name)
