@@ -134,3 +134,25 @@ def test_cli_prints_the_table(tmp_path, capsys):
     assert main(["status", "tables/table10", "figures/fig6", "--root", str(tmp_path), "--grids-dir", str(GRIDS)]) == 0
     out = capsys.readouterr().out
     assert "table10: 22 runs: 22 not started; steps 0/2816" in out and not list(tmp_path.iterdir())
+
+
+def test_watch_refreshes_until_interrupted(workspace, tmp_path, monkeypatch, capsys):
+    """--watch redraws from the files each period (sleep replaced: the second wake-up is ^C)."""
+    import mor.status as status
+    from mor.cli import main
+
+    grid, ids, paths, query = workspace
+    wakes = []
+
+    def sleep(s):
+        wakes.append(s)
+        if len(wakes) == 1:  # between two refreshes a run finishes its training
+            (paths.run_dir("table10", ids[2]) / "train_summary.json").write_text("{}")
+        else:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(status.time, "sleep", sleep)
+    monkeypatch.setattr(status, "slurm_job_state", lambda record, query=None: None)
+    assert main(["status", "table10", "--root", str(tmp_path), "--grids-dir", str(GRIDS), "--watch", "2"]) == 0
+    assert wakes == [2.0, 2.0]
+    assert "2 trained" in capsys.readouterr().out
