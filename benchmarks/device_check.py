@@ -12,6 +12,15 @@ attention calls went to flash-attn. Two equivalence checks run on the device in 
     python benchmarks/device_check.py                       # cuda if present, 135M, bf16
     python benchmarks/device_check.py --device cpu --scale tiny --seq 64 --batch 2 --dtype float32
 
+Memory: each run reports the peak ``torch.cuda.max_memory_allocated`` next to the memory
+model's (``mor.memory.training_memory``, one GPU, the run's dtype, checkpointing and loss
+chunk) and their ratio. ``--fit`` adds, per variant, a run at the micro-batch the memory
+model picks for this GPU (largest divisor of ``--fit-batch`` sequences that fits); a run that
+runs out of memory is reported as such, not fatal. The paper's setting and the presets' are
+
+    python benchmarks/device_check.py --scale 360M --batch 16 --fit            # plain path
+    python benchmarks/device_check.py --scale 360M --batch 16 --fit --loss-chunk 4096 --checkpointing
+
 Writes ``device_check.json`` into ``$OUT`` (or ``--out``) when given. Exit status 1 when a
 loss is not finite or an equivalence check fails.
 
@@ -35,7 +44,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mor.config import ModelConfig, RouterConfig, load_scales
+from mor.config import ExecConfig, ModelConfig, RouterConfig, RunConfig, TrainConfig, load_scales
+from mor.memory import GiB, pick_micro_batch, training_memory
 from mor.model import layers
 from mor.model.transformer import build_model
 
@@ -70,14 +80,45 @@ def count_flash_calls() -> None:
     layers._flash_attn_func = counted
 
 
-def train_variant(name: str, kw: dict, a, device: torch.device, dtype) -> dict:
+def modelled_gib(cfg: ModelConfig, a, batch: int) -> float:
+    """The memory model's peak for this run on one GPU."""
+    shape = load_scales()[a.scale]
+    est = training_memory(cfg, shape, shape.vocab or VOCAB, a.seq, batch, "fp32" if a.dtype == "float32" else "bf16",
+                          checkpointing=a.checkpointing, loss_chunk=a.loss_chunk)
+    return est.total / GiB
+
+
+def fitted_batch(cfg: ModelConfig, a, device: torch.device) -> int:
+    """The micro-batch the memory model fits into this device's memory (``--fit-batch`` sequences a step)."""
+    memory = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else a.cpu_memory_gib * GiB
+    run = RunConfig(grid="device-check", model=cfg, train=TrainConfig(tokens=a.fit_batch * a.seq, seq_len=a.seq,
+                                                                      global_batch=a.fit_batch, micro_batch=a.fit_batch))
+    execution = ExecConfig(activation_checkpointing=a.checkpointing, loss_chunk=a.loss_chunk)
+    return pick_micro_batch(run, VOCAB, memory, execution=execution,
+                            dtype="fp32" if a.dtype == "float32" else "bf16").micro_batch
+
+
+def train_variant(name: str, kw: dict, a, device: torch.device, dtype, batch: int | None = None) -> dict:
     """``a.steps`` optimizer steps at ``a.scale``; loss, speed and memory of the last ones."""
     shape = load_scales()[a.scale]
     vocab = VOCAB if shape.vocab == 0 else shape.vocab
+    batch = batch or a.batch
+    cfg = ModelConfig(scale=a.scale, **kw)
+    try:
+        return _train(name, cfg, shape, vocab, a, device, dtype, batch)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return {"variant": name, "batch": batch, "oom": True, "finite": True, "loss": float("nan"),
+                "tokens_per_s": 0.0, "peak_mem_gib": None, "model_mem_gib": modelled_gib(cfg, a, batch),
+                "flash_calls": 0, "params": None}
+
+
+def _train(name, cfg, shape, vocab, a, device, dtype, batch) -> dict:
     torch.manual_seed(0)
-    model = build_model(ModelConfig(scale=a.scale, **kw), shape, vocab, device=device).train()
+    model = build_model(cfg, shape, vocab, device=device).train()
+    model.set_execution("auto", a.checkpointing, a.loss_chunk)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
-    x = torch.randint(0, vocab, (a.batch, a.seq), device=device)
+    x = torch.randint(0, vocab, (batch, a.seq), device=device)
     FLASH_CALLS[0] = 0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -95,12 +136,20 @@ def train_variant(name: str, kw: dict, a, device: torch.device, dtype) -> dict:
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
     steady = times[1:] or times  # the first step includes allocation and kernel selection
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    modelled = modelled_gib(cfg, a, batch)
+    del model, opt
     return {
-        "variant": name, "loss": losses[-1], "finite": all(math.isfinite(v) for v in losses),
-        "tokens_per_s": a.batch * a.seq / (sum(steady) / len(steady)),
-        "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
-        "flash_calls": FLASH_CALLS[0], "params": model.num_params(),
+        "variant": name, "batch": batch, "oom": False, "loss": losses[-1],
+        "finite": all(math.isfinite(v) for v in losses), "tokens_per_s": batch * a.seq / (sum(steady) / len(steady)),
+        "peak_mem_gib": peak, "model_mem_gib": modelled, "model_over_measured": modelled / peak if peak else None,
+        "flash_calls": FLASH_CALLS[0], "params": sum(p.numel() for p in build_params(cfg, shape, vocab)),
     }
+
+
+def build_params(cfg, shape, vocab):
+    """The model's parameters on the meta device (a count without memory)."""
+    return build_model(cfg, shape, vocab, device="meta").parameters()
 
 
 def device_matches_cpu(kw: dict, device: torch.device) -> float:
@@ -135,6 +184,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--only", nargs="*", help="variant names to run (default: all)")
+    ap.add_argument("--checkpointing", action="store_true", help="activation checkpointing per layer call")
+    ap.add_argument("--loss-chunk", type=int, default=0, help="tokens per cross-entropy chunk (0 = all at once)")
+    ap.add_argument("--fit", action="store_true", help="also run each variant at the memory model's micro-batch")
+    ap.add_argument("--fit-batch", type=int, default=128, help="sequences per GPU and step that --fit divides")
+    ap.add_argument("--cpu-memory-gib", type=float, default=2.0, help="--fit on CPU: the memory to fit into")
     ap.add_argument("--out", default=os.environ.get("OUT"), help="folder for device_check.json")
     a = ap.parse_args(argv)
     device, dtype = torch.device(a.device), getattr(torch, a.dtype)
@@ -142,14 +196,23 @@ def main(argv: list[str] | None = None) -> dict:
     chosen = {n: kw for n, kw in variants().items() if not a.only or n in a.only}
     report = {"device": str(device), "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "flash_attn": layers.flash_available(), "dtype": a.dtype,
-              "scale": a.scale, "batch": a.batch, "seq": a.seq, "runs": [], "checks": {}}
+              "scale": a.scale, "batch": a.batch, "seq": a.seq, "checkpointing": a.checkpointing,
+              "loss_chunk": a.loss_chunk, "runs": [], "checks": {}}
     report["checks"]["chunked_attention_max_err"] = chunked_attention_error(device)
+    print(f"{'variant':24s} {'batch':>5} {'loss':>8} {'tok/s':>10} {'flash':>5} {'peak GiB':>8} {'model GiB':>9}",
+          flush=True)
     for name, kw in chosen.items():
         report["checks"][f"{name} device_vs_cpu_max_err"] = device_matches_cpu(kw, device)
-        report["runs"].append(train_variant(name, kw, a, device, dtype))
-        r = report["runs"][-1]
-        print(f"{name:24s} loss {r['loss']:8.4f} {r['tokens_per_s']:10.0f} tok/s  flash calls {r['flash_calls']:4d}  "
-              f"peak {r['peak_mem_gib'] or 0:6.2f} GiB", flush=True)
+        batches = [a.batch]
+        if a.fit:
+            fit = fitted_batch(ModelConfig(scale=a.scale, **kw), a, device)
+            batches += [fit] if fit != a.batch else []
+        for batch in batches:
+            report["runs"].append(train_variant(name, kw, a, device, dtype, batch))
+            r = report["runs"][-1]
+            peak = "OOM" if r["oom"] else f"{r['peak_mem_gib'] or 0:.2f}"
+            print(f"{name:24s} {batch:>5} {r['loss']:8.4f} {r['tokens_per_s']:10.0f} {r['flash_calls']:5d} {peak:>8} "
+                  f"{r['model_mem_gib']:9.2f}", flush=True)
     ok = all(r["finite"] for r in report["runs"]) and all(v < 1e-3 for v in report["checks"].values())
     report["ok"] = ok
     print(json.dumps(report["checks"], indent=1))
