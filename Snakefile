@@ -19,6 +19,7 @@ validate(config, "workflows/schemas/config.schema.yaml")
 
 
 include: "workflows/common.smk"
+include: "workflows/hub.smk"
 include: "workflows/data.smk"
 include: "workflows/train.smk"
 include: "workflows/eval.smk"

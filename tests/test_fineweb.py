@@ -378,3 +378,32 @@ def test_hub_tokenizer_batch_encoding_matches_encode(tokenizer, dataset):
     hf = TokenizerWrapper(PreTrainedTokenizerFast(tokenizer_file=str(tokenizer), eos_token="<|endoftext|>"), "hf")
     docs = dataset[1][0][:50]
     assert hf.encode_batch(docs) == [hf.encode(d) for d in docs] == load_tokenizer(tokenizer).encode_batch(docs)
+
+
+def _readme_source_block() -> str:
+    """The `source:` line of the README's pre-downloaded-copy recipe, as the README prints it."""
+    text = (REPO / "README.md").read_text()
+    return next(line for line in text.splitlines() if line.startswith("source: {path: /scratch/smollm-corpus"))
+
+
+def test_readme_snapshot_recipe_reads_a_local_copy_of_the_hub_layout(tmp_path, data_root):
+    """`hf download ... --include 'fineweb-edu-dedup/*' --local-dir X` writes X/fineweb-edu-dedup/*.parquet;
+    the README's settings read that layout in file order, and the old `name: fineweb-edu-dedup`
+    fails with an error that says what to write instead."""
+    import yaml
+
+    from mor.data.source import SourceError, SourceSpec, read_batches, resolve
+
+    snap = tmp_path / "smollm-corpus"
+    _, per_file = write_dataset(snap / "fineweb-edu-dedup", documents(data_root)[:300], 2)
+    (snap / "cosmopedia-v2").mkdir()  # another subset of the repository, left out by data_files
+    pq.write_table(pa.table({"text": ["not fineweb"]}), snap / "cosmopedia-v2" / "train-00000-of-00001.parquet")
+    readme = yaml.safe_load(_readme_source_block().replace("/scratch/smollm-corpus", str(snap)))["source"]
+    assert readme["name"] is None and "hf download" in (REPO / "README.md").read_text()
+    src = resolve(SourceSpec(**readme))
+    assert [Path(f.split("::")[-1]).name for f in src.files] == ["train-00000-of-00002.parquet",
+                                                                  "train-00001-of-00002.parquet"]
+    first = next(read_batches(src, Position(0, 0, 0), 1, batch_docs=8))[1]
+    assert first == per_file[0][:8]
+    with pytest.raises(SourceError, match="set name: null and data_files: 'fineweb-edu-dedup/\\*.parquet'"):
+        resolve(SourceSpec(path=str(snap), name="fineweb-edu-dedup"))

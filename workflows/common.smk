@@ -175,3 +175,17 @@ def claims_inputs(wildcards):
         files += [f"results/runs/fig5c/{r.run_id}.depth_cap.npz" for r in GRIDS["fig5c"].select(TAGS)
                   if applies("depth_cap", r.config)]
     return files
+
+
+# The hub cache (workflows/hub.smk): what the grids need from the Hugging Face hub.
+HUB_TOKENIZERS = sorted({r.config.data.tokenizer for g in GRIDS.values() for r in g.select(TAGS)
+                         if not r.config.data.bpe_vocab})
+HUB_TASKS = sorted({t for g in GRIDS.values() for r in g.select(TAGS) for t in r.config.eval.lm_eval_tasks
+                    if not is_local_task(t)})
+HUB_MANIFEST = f"{DATA}/hub/manifest.json"
+
+
+def hub_cache_inputs(wildcards):
+    """Jobs that read the hub cache (the data job's tokenizer, an lmeval job's tokenizer and
+    task datasets) wait for it, when the grids need anything from the hub."""
+    return [HUB_MANIFEST] if HUB_TOKENIZERS or HUB_TASKS else []

@@ -15,6 +15,7 @@ Snakemake parsing the rules) stays light.
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -30,7 +31,9 @@ class JobKind:
     """One kind of job.
 
     function  the domain job, called with keyword arguments that are paths, strings and numbers
-    preset    the presets.yaml entry (per scale, or top-level ``data``) its Slurm resources come from
+    preset    the presets.yaml entry (per scale, or top-level ``data``) its Slurm resources come
+              from; None: never submitted, it runs where the workflow runs (the login or
+              transfer node, which reaches the hub)
     outputs   the files it writes, as Snakemake patterns (the rules' ``output:``)
     summary   formats the one line a finished job prints, from what ``function`` returned
     settings  (run config, mode, wildcards) -> dict: what decides its output besides its inputs
@@ -39,24 +42,31 @@ class JobKind:
               "one": a single process
     returns   the keys of its result a Slurm job sends back to the launcher (empty = all)
     planned   the plan estimates its GPU-hours (it has a FLOPs model)
+    online    it may reach the Hugging Face hub; every other kind runs with the hub and
+              ``datasets`` offline (``environment``), reading only the shared cache that the
+              ``hub`` job filled, so a compute node without internet never waits on a download
     """
 
     name: str
     function: str
-    preset: str
+    preset: str | None
     outputs: tuple[str, ...]
     summary: str
     settings: str | None = None
     ranks: str = "one"
     returns: tuple[str, ...] = ()
     planned: bool = False
+    online: bool = False
 
     def __post_init__(self):
         if self.ranks not in ("one", "all"):
             raise ValueError(f"job kind {self.name}: ranks={self.ranks!r}; choose 'one' or 'all'")
 
     def run(self, **kwargs) -> dict:
-        """Call the domain function in this process."""
+        """Call the domain function in this process, in the kind's environment (what the user
+        set explicitly wins: ``HF_HUB_OFFLINE=0`` lets a job reach the hub)."""
+        for key, value in self.environment().items():
+            os.environ.setdefault(key, value)
         return resolve(self.function)(**kwargs)
 
     def result(self, r: Mapping[str, Any]) -> dict:
@@ -66,6 +76,10 @@ class JobKind:
     def summarise(self, r: Mapping[str, Any]) -> str:
         return resolve(self.summary)(r)
 
+    def environment(self) -> dict[str, str]:
+        """Variables a job of this kind runs with (the launchers set them unless the user did)."""
+        return {} if self.online else {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
     def settings_of(self, run, mode: str, wildcards: Mapping[str, str] | None = None) -> dict:
         """The job's own settings for ``run`` (empty when the kind has none)."""
         return resolve(self.settings)(run, mode, dict(wildcards or {})) if self.settings else {}
@@ -73,9 +87,11 @@ class JobKind:
 
 RUN = "runs/{grid}/{run_id}"
 KINDS: dict[str, JobKind] = {k.name: k for k in (
+    JobKind("hub", "mor.lm_eval.hub_cache:fill_hub_cache", preset=None, outputs=("{out}",),
+            summary="mor.lm_eval.hub_cache:summary", online=True),
     JobKind("data", "mor.data.fineweb:prepare_job", preset="data",
             outputs=("{out}/train/manifest.json", "{out}/val/manifest.json"),
-            summary="mor.data.fineweb:summary"),
+            summary="mor.data.fineweb:summary", online=True),
     JobKind("train", "mor.train.job:train_job", preset="train",
             outputs=(f"{RUN}/train_summary.json",), summary="mor.train.job:summary", ranks="all", planned=True),
     JobKind("eval", "mor.eval.job:eval_job", preset="eval",
@@ -91,7 +107,7 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
             outputs=(f"{RUN}/throughput.json",), summary="mor.engine.job:summary",
             settings="mor.engine.job:job_settings"),
 )}
-RUN_KINDS = tuple(k for k in KINDS if k != "data")  # one job per run of a grid
+RUN_KINDS = tuple(k for k in KINDS if k not in ("hub", "data"))  # one job per run of a grid
 
 
 def kind(name: str) -> JobKind:

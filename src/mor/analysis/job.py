@@ -31,7 +31,7 @@ def analysis_job(analysis: str, grid: str, run_id: str, mode: str, run_dir: str,
     from mor.cpu_allocator import tune_cpu_allocator
     from mor.data.paths import data_paths
     from mor.data.sampler import load_tokens
-    from mor.data.tokenizer import load_tokenizer
+    from mor.data.tokenizer import vocab_size
     from mor.grids import load_grid
     from mor.train.checkpoint import CheckpointError, load_model_weights
     from mor.train.trainer import make_model, pick_device
@@ -49,7 +49,7 @@ def analysis_job(analysis: str, grid: str, run_id: str, mode: str, run_dir: str,
         raise FileNotFoundError(f"{Path(run_dir) / 'train_summary.json'} missing: run {run_id} has not finished training")
     paths = data_paths(run.data, Path(data_root))
     dev = pick_device(device)
-    model = make_model(run, load_tokenizer(paths.tokenizer).vocab_size, dev, load_init=False)
+    model = make_model(run, vocab_size(paths), dev, load_init=False)
     try:
         load_model_weights(final, model)
     except CheckpointError as e:

@@ -60,8 +60,12 @@ def resolve(spec: SourceSpec) -> ResolvedSource:
     try:
         builder = load_dataset_builder(path, spec.name, revision=spec.revision, data_files=spec.data_files)
     except Exception as e:  # datasets raises many kinds (FileNotFoundError, DatasetNotFoundError, ValueError)
+        hint = ""
+        if Path(spec.path).exists() and spec.name:  # a downloaded snapshot is a plain folder: it has no configs
+            hint = (f"; a local copy has no dataset configs: set name: null and data_files: '{spec.name}/*.parquet' "
+                    "(the folder `hf download ... --include '<subset>/*' --local-dir` writes)")
         raise SourceError(f"dataset {spec.path!r} (config {spec.name!r}, revision {spec.revision!r}) cannot be "
-                          f"resolved: {type(e).__name__}: {e}") from None
+                          f"resolved: {type(e).__name__}: {e}{hint}") from None
     module = type(builder).__module__
     if not module.startswith("datasets.packaged_modules."):
         raise SourceError(f"dataset {spec.path!r} needs a loading script ({module}); only file-based datasets "

@@ -74,9 +74,10 @@ class TokenizerWrapper:
 
 
 def load_tokenizer(spec: str | Path) -> TokenizerWrapper:
-    """Load a tokenizer.json path (CPU scales) or a HF hub name (cluster, needs transformers)."""
+    """Load a tokenizer.json path (CPU scales), or a HF hub name or a local folder laid out as the
+    hub's (cluster, needs transformers)."""
     path = Path(spec)
-    if path.suffix == ".json" or path.exists():
+    if path.suffix == ".json" or path.is_file():
         from tokenizers import Tokenizer
 
         if not path.is_file():
@@ -91,9 +92,24 @@ def load_tokenizer(spec: str | Path) -> TokenizerWrapper:
     return TokenizerWrapper(AutoTokenizer.from_pretrained(str(spec)), "hf")
 
 
-def tokenizer_vocab(spec: str | Path) -> int:
-    """The vocabulary size a model built for ``spec``'s tokenizer needs (the jobs size the embedding with it)."""
-    return load_tokenizer(spec).vocab_size
+def vocab_size(paths) -> int:
+    """The vocabulary a model's embedding needs for the data at ``paths`` (``mor.data.paths.DataPaths``),
+    with no hub call, so a GPU job never loads a tokenizer just for its size:
+
+    - a local tokenizer file (the CPU scales' BPE): the file's own size;
+    - a hub tokenizer (the cluster's SmolLM): the size the data job recorded in the prepared
+      corpus's manifest, i.e. of the tokenizer that made the tokens the run reads.
+    """
+    if str(paths.tokenizer).endswith(".json"):
+        return load_tokenizer(paths.tokenizer).vocab_size
+    from mor.data.shards import read_manifest
+
+    manifest = read_manifest(Path(paths.train_tokens))
+    recorded = manifest.get("tokenizer", {})
+    if recorded.get("name") != str(paths.tokenizer) or not recorded.get("vocab_size"):
+        raise ValueError(f"token manifest {paths.train_tokens} records tokenizer {recorded!r}, not "
+                         f"{paths.tokenizer!r} with a vocabulary size; run the data rule again for this tokenizer")
+    return int(recorded["vocab_size"])
 
 
 def main(argv: list[str] | None = None) -> None:

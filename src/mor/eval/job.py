@@ -19,7 +19,7 @@ from mor.config import model_shape
 from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
 from mor.data.sampler import load_tokens
-from mor.data.tokenizer import tokenizer_vocab
+from mor.data.tokenizer import vocab_size
 from mor.engine.job import THROUGHPUT_FILE, throughput_columns
 from mor.flops import plan_for, train_flops
 from mor.grids import load_grid
@@ -61,7 +61,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
                               f"{summary_file}); {redo}")
     paths = data_paths(run.data, Path(data_root))
     dev = pick_device(device)
-    model = make_model(run, tokenizer_vocab(paths.tokenizer), dev, load_init=False)  # final weights follow
+    model = make_model(run, vocab_size(paths), dev, load_init=False)  # final weights follow
     try:
         load_model_weights(final, model)
     except CheckpointError as e:

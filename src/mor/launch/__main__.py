@@ -9,6 +9,8 @@
                    generic wrapper ``mor.launch.checkpointable.Job``
     data           prepare FineWeb-Edu (``mor.data.fineweb``): inline on every CPU here, or as a
                    CPU Slurm job with the preset file's ``data`` entry
+    hub            fill the shared Hugging Face cache (hub tokenizers, lm-eval datasets) on this
+                   node, which must reach the hub; every other kind runs offline
     plan           dry run: the data job (tokens, CPU-hours), jobs per kind, GPU-hours per
                    table, run ids (nothing submitted)
 
@@ -30,6 +32,7 @@ from mor.data.fineweb import SettingsError
 from mor.grids import GridError, load_grid
 from mor.jobs import KINDS, RUN_KINDS
 from mor.launch.slurm import DEFAULT_PRESETS, LaunchError, PresetError, load_presets
+from mor.lm_eval.hub_cache import HubCacheError
 
 
 def log_dir(root: str, grid_name: str, run_id: str, kind: str) -> Path:
@@ -68,8 +71,7 @@ def job_kwargs(a, threads: int, preset=None) -> dict:
     if a.kind == "lmeval":
         kw["tasks_dir"] = str(Path(a.tasks_dir).absolute()) if a.tasks_dir else None
     if a.kind == "train" and preset is not None:
-        kw.update(parallel=preset.parallel, peak_tflops=preset.peak_tflops_per_gpu if preset.gpus_per_node else 0.0,
-                  execution=dict(preset.execution))  # how it computes (mor.config.ExecConfig), not its identity
+        kw.update(parallel=preset.parallel, peak_tflops=preset.peak_tflops_per_gpu if preset.gpus_per_node else 0.0)
     return kw
 
 
@@ -134,6 +136,13 @@ def _data(a) -> int:
     return 0
 
 
+def _hub(a) -> int:
+    """Fill the shared hub cache here (never on Slurm: it runs where the hub can be reached)."""
+    spec = KINDS["hub"]
+    print(spec.summarise(spec.run(out=str(Path(a.out).absolute()), tokenizers=a.tokenizer or [], tasks=a.task or [])))
+    return 0
+
+
 def _plan(a) -> int:
     from mor.data.fineweb import DEFAULT_SETTINGS
     from mor.launch.plan import format_data_plan, format_plan, plan_grid
@@ -182,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-root", default="logs/slurm", help="submitit folder: <root>/data/<out folder name>")
     p.set_defaults(fn=_data)
 
+    p = sub.add_parser("hub", help="fill the shared Hugging Face cache (tokenizers, lm-eval datasets) on this node")
+    p.add_argument("--out", required=True, help="the manifest to write once everything is cached")
+    p.add_argument("--tokenizer", action="append", help="hub tokenizer name (repeatable)")
+    p.add_argument("--task", action="append", help="lm-eval task whose dataset to cache (repeatable)")
+    p.set_defaults(fn=_hub)
+
     p = sub.add_parser("plan", help="dry run: jobs, GPU-hours and run ids per grid")
     p.add_argument("--grid", required=True, action="append", help="grid file (repeatable)")
     p.add_argument("--mode", default="cluster")
@@ -194,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         return a.fn(a)
-    except (GridError, PresetError, SettingsError) as e:
+    except (GridError, PresetError, SettingsError, HubCacheError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except LaunchError as e:

@@ -10,21 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mor.config import exec_config
 from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
-from mor.data.tokenizer import tokenizer_vocab
+from mor.data.tokenizer import vocab_size
 from mor.grids import load_grid
 from mor.train.trainer import DistInfo, Trainer
 
 
 def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = "data",
               device: str = "auto", dist: DistInfo | None = None, threads: int = 0, parallel: str = "ddp",
-              peak_tflops: float = 0.0, execution: dict | None = None) -> dict:
+              peak_tflops: float = 0.0) -> dict:
     """Train (or resume) one run of a grid; returns the training summary.
-
-    ``execution`` (the preset's ExecConfig keys: micro-batch, checkpointing, loss chunk, ...)
-    changes how the run computes, never its id or what it trains.
 
     With ``dist.world_size > 1`` (torch.distributed already initialised by
     ``mor.launch.distributed``) the model is wrapped for ``parallel`` ('ddp' or 'fsdp').
@@ -37,8 +33,8 @@ def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = 
         from mor.train.parallel import trainer_class
 
         cls = trainer_class(parallel)
-    trainer = cls(run, Path(run_dir), paths.train_tokens, tokenizer_vocab(paths.tokenizer), device=device, dist=dist,
-                  threads=threads, peak_tflops=peak_tflops, execution=exec_config(execution), parallel=parallel)
+    trainer = cls(run, Path(run_dir), paths.train_tokens, vocab_size(paths), device=device, dist=dist,
+                  threads=threads, peak_tflops=peak_tflops)
     return trainer.fit()
 
 
