@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 PROTOCOL_FILE = Path(__file__).resolve().parents[3] / "workflows" / "throughput.yaml"
-VERSION = 2  # bump when the job measures something else: its files are then remade
+VERSION = 3  # 3: continuous depth-wise batching engine, row fill, passes/token; bump when the job measures something else: its files are then remade
 THROUGHPUT_FILE = "throughput.json"  # runs/<grid>/<run_id>/throughput.json
 ARTIFACTS = ("figures/fig4a", "tables/fig4a")  # grids listing one of these get a throughput job per run
 KEYS = ("requests", "gen_mean", "gen_std", "gen_max", "warmup_tokens", "fixed_batch", "base_batch",
@@ -74,21 +74,26 @@ def requests_from(val_tokens, p: dict):
 
 
 def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, dtype) -> dict:
-    """Warm up, then run ``reqs`` with ``batch`` slots; the timings of the timed run."""
+    """Warm up, then run ``reqs`` through the engine with ``batch`` rows per pass (continuous
+    depth-wise batching, 2 x batch live sequences); the timings and batching of the timed run.
+
+    row_fill          mean rows per shared-block pass / batch while requests wait
+    passes_per_token  shared-block passes per generated token (Σ c_r / batch when passes are full)
+    occupancy         mean live sequences / the engine's admission limit
+    recursion_share   tokens that ran each recursion / those that ran the first"""
     from mor.engine import Engine, Request
 
-    engine = Engine(model, capacity=batch, max_len=max_len, device=device, dtype=dtype)
+    engine = Engine(model, batch=batch, max_len=max_len, device=device, dtype=dtype)
     if warmup_tokens:
         engine.run([Request(-1 - i, reqs[i % len(reqs)].prompt, warmup_tokens) for i in range(batch)])
     res = engine.run(reqs)
     tokens = res.tokens
-    ran = [0] * len(model.plan.recursions)  # tokens that ran each recursion
-    for stage, n in zip(res.stages, res.ran):
-        if stage.startswith("depth"):
-            ran[int(stage[len("depth"):])] += n
+    ran = res.recursion_tokens()  # tokens that ran each recursion
     return {"batch": batch, "tokens": tokens, "steps": res.steps, "forward_s": res.forward_s, "wall_s": res.wall_s,
             "tokens_per_s": tokens / res.forward_s, "tokens_per_s_wall": tokens / res.wall_s,
-            "occupancy": sum(res.occupancy) / len(res.occupancy),
+            "occupancy": sum(res.occupancy) / len(res.occupancy), "max_live": res.max_live,
+            "row_fill": res.row_fill(while_waiting=any(res.waiting)), "passes_per_token": res.passes_per_token(),
+            "block_passes": res.block_passes, "mixed_depth_passes": res.mixed_passes(),
             "recursion_share": [n / ran[0] if ran[0] else 0.0 for n in ran]}
 
 
@@ -150,31 +155,48 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
 
 
 def throughput_columns(path: str | Path | None, run_id: str) -> dict:
-    """The result-row columns from a run's throughput.json (all null without one)."""
-    cols = {f"decode_{k}": None for k in ("max_batch", "batch_max", "flops_speedup", "tokens_per_s_fixed",
-                                          "tokens_per_s_wall_fixed", "occupancy_fixed", "tokens_per_s_max",
-                                          "tokens_per_s_wall_max", "occupancy_max")}
+    """The result-row columns from a run's throughput.json (all null without one).
+
+    decode_baseline_layers           effective depth of the same-depth Vanilla this run's speed
+                                     is normalised to (its row: variant 'vanilla' with these
+                                     effective_layers)
+    decode_flops_speedup             FLOPs-predicted speed-up over it at the design capacities
+    decode_flops_speedup_realised    ... at the recursion shares the routers kept in the run
+    decode_row_fill_*                mean rows per shared-block pass / batch (queue non-empty)
+    decode_passes_per_token_*        shared-block passes per generated token"""
+    cols = {f"decode_{k}": None for k in ("max_batch", "batch_max", "flops_speedup", "flops_speedup_realised",
+                                          "baseline_layers", "tokens_per_s_fixed", "tokens_per_s_wall_fixed",
+                                          "occupancy_fixed", "row_fill_fixed", "passes_per_token_fixed",
+                                          "tokens_per_s_max", "tokens_per_s_wall_max", "occupancy_max",
+                                          "row_fill_max", "passes_per_token_max")}
     if path is None or not Path(path).exists():
         return cols
     r = json.loads(Path(path).read_text())
     if r.get("run_id") != run_id:
         raise ValueError(f"{path} belongs to run {r.get('run_id')!r}, not {run_id!r}")
     cols.update(decode_max_batch=r["max_batch"], decode_batch_max=r["settings"]["max"]["batch"],
-                decode_flops_speedup=r["flops_speedup"])
+                decode_flops_speedup=r["flops_speedup"],
+                decode_flops_speedup_realised=r.get("flops_speedup_realised", r["flops_speedup"]),
+                decode_baseline_layers=r.get("baseline_layers"))
     for name in ("fixed", "max"):
         m = r["settings"][name]
         cols[f"decode_tokens_per_s_{name}"] = m["tokens_per_s"]
         cols[f"decode_tokens_per_s_wall_{name}"] = m["tokens_per_s_wall"]
         cols[f"decode_occupancy_{name}"] = m["occupancy"]
+        cols[f"decode_row_fill_{name}"] = m.get("row_fill")
+        cols[f"decode_passes_per_token_{name}"] = m.get("passes_per_token")
     return cols
 
 
 def summary(r: dict) -> str:
     f, m = r["settings"]["fixed"], r["settings"]["max"]
-    return (f"throughput {r['run_id']}: batch {f['batch']}: {f['tokens_per_s']:.0f} tok/s (wall {f['tokens_per_s_wall']:.0f}); "
-            f"batch {m['batch']}: {m['tokens_per_s']:.0f} tok/s (wall {m['tokens_per_s_wall']:.0f}); "
-            f"FLOPs-predicted speedup {r['flops_speedup']:.2f} (at the capacities the router kept: "
-            f"{r.get('flops_speedup_realised', r['flops_speedup']):.2f}, shares {r['settings']['fixed']['recursion_share']})")
+    fill = lambda x: (f", rows/pass {x['row_fill']:.2f} of the batch, {x['passes_per_token']:.4f} block passes/token"  # noqa: E731
+                      if "row_fill" in x else "")
+    return (f"throughput {r['run_id']}: batch {f['batch']}: {f['tokens_per_s']:.0f} tok/s (wall {f['tokens_per_s_wall']:.0f}){fill(f)}; "
+            f"batch {m['batch']}: {m['tokens_per_s']:.0f} tok/s (wall {m['tokens_per_s_wall']:.0f}){fill(m)}; "
+            f"FLOPs-predicted speedup over the same-depth Vanilla {r['flops_speedup']:.2f} at the design capacities, "
+            f"{r.get('flops_speedup_realised', r['flops_speedup']):.2f} at those the routers kept "
+            f"(shares {[round(x, 3) for x in f['recursion_share']]})")
 
 
 def job_settings(run, mode: str, wildcards: dict) -> dict:
