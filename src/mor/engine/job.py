@@ -57,7 +57,7 @@ def baseline(cfg):
     from mor.flops import plan_for
 
     depth = len(plan_for(cfg, model_shape(cfg)).order)
-    base = ModelConfig(scale=cfg.scale, variant="vanilla", attention=cfg.attention)
+    base = ModelConfig(scale=cfg.scale, variant="vanilla")  # execution.attention is not part of the model
     return base if depth == model_shape(base).layers else dataclasses.replace(base, layers=depth)
 
 
