@@ -142,3 +142,22 @@ def test_curves_are_in_the_report_under_the_grids_section(tmp_path, data_root):
     if os.environ.get("MOR_REPORT_SHOT"):
         Path(os.environ["MOR_REPORT_SHOT"]).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(os.environ["MOR_REPORT_SHOT"]) / shot.name)
+
+
+@pytest.mark.parametrize("router, key", [(None, None), ("expert_choice", "sampling_accuracy"),
+                                         ("token_choice", "max_vio")])
+def test_training_logs_router_statistics_per_step(data_root, tmp_path, router, key):
+    from conftest import VOCAB, tiny_run
+    from mor.config import RouterConfig
+    from mor.train.trainer import Trainer
+
+    kw = dict(variant="mor", nr=2, router=RouterConfig(type=router)) if router else {}
+    Trainer(tiny_run(steps=3, **kw), tmp_path / "r", data_root / "tokens" / f"train-bpe-{VOCAB}.npy", VOCAB,
+            progress=False).fit()
+    log = read_train_log(tmp_path / "r" / "train_log.jsonl")
+    stats = {k for k in ("sampling_accuracy", "max_vio") if k in log and log[k].notna().all()}
+    assert stats == ({key} if key else set())
+    if key == "sampling_accuracy":
+        assert log[key].between(0, 1).all()
+    if key == "max_vio":
+        assert (log[key] >= 0).all()

@@ -5,7 +5,9 @@ The trainer (``mor.train.trainer``) appends one JSON object per logged step:
     step, loss (LM loss), aux_loss (weighted router losses), lr, grad_norm,
     tokens_per_s, model_flops_per_s, mfu, tokens_seen
 
-and may add router statistics (any of ``ROUTER_KEYS``). A run resumed from a checkpoint
+and, for MoR runs, a router statistic of the step (``max_vio`` for token-choice,
+``sampling_accuracy`` for expert-choice: ``mor.train.trainer.router_stats``; any of
+``ROUTER_KEYS`` is drawn). A run resumed from a checkpoint
 trims its log to the checkpoint's step before appending, so a step appears once; a torn
 last line (a job killed mid-write) is skipped here, as the trainer drops it on resume.
 Reports draw training curves from this reader and never import the trainer.

@@ -39,6 +39,7 @@ from mor.model.transformer import MoRTransformer, build_model
 from mor.provenance import git_commit
 from mor.train.checkpoint import apply_checkpoint, load_latest, save_checkpoint
 from mor.train.schedule import wsd_lr
+from mor.train.stop import Preempted, StopRequest
 
 
 @dataclass
@@ -52,6 +53,21 @@ class DistInfo:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def router_stats(model: MoRTransformer, trace) -> dict:
+    """Router statistics of a step's last micro-batch for the train log (training curves):
+    MaxVio of token-choice, sampling accuracy of expert-choice (causal decision vs top-k over
+    each recursion's candidates, as the eval job counts it); App. G.2, mor.metrics.routing."""
+    if trace is None or not trace.selected:
+        return {}
+    from mor.metrics import routing as rm
+
+    if trace.assignment is not None:
+        return {"max_vio": rm.max_vio(trace.assignment, model.cfg.num_recursions)}
+    causal = torch.cat([c[m] for c, m in zip(trace.causal_keep, trace.candidates)])  # (candidates,)
+    topk = torch.cat([s[m] for s, m in zip(trace.selected, trace.candidates)])  # (candidates,)
+    return {"sampling_accuracy": rm.sampling_accuracy(causal, topk)}
 
 
 @contextlib.contextmanager
@@ -145,6 +161,10 @@ def resolve_micro_batch(execution: ExecConfig, run: RunConfig, per_rank: int, dr
 
 
 class Trainer:
+    # set by the train job (mor.train.job): a signal asks the loop to checkpoint and stop at the
+    # end of the step in progress (mor.train.stop); None = no preemption handling
+    stop: StopRequest | None = None
+
     def __init__(
         self,
         run: RunConfig,
@@ -315,7 +335,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens_seen += t.tokens_per_step
-        return {"step": self.step, "loss": lm_total, "aux_loss": aux_total, "lr": lr, "grad_norm": float(grad_norm)}
+        return {"step": self.step, "loss": lm_total, "aux_loss": aux_total, "lr": lr, "grad_norm": float(grad_norm),
+                **router_stats(self.model, out.routing)}
 
     def micro_batches(self):
         """This rank's sequences of the current step, ``accum`` pairs (x, y) of (micro, T) each.
@@ -367,8 +388,13 @@ class Trainer:
                     log.flush()
                 bar.update(1)
                 bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:.0f}")
-                if self.step % t.checkpoint_every == 0 and self.step < t.steps:
+                saved = self.step % t.checkpoint_every == 0 and self.step < t.steps
+                if saved:
                     self.save()
+                if self.stop is not None and self.step < t.steps and self.stop.requested(self.dist.world_size):
+                    if not saved:
+                        self.save()  # every rank joins: FSDP gathers the full tensors
+                    raise Preempted(self.step, self.stop.signum, self.ckpt_dir)
         finally:
             bar.close()
             if log:
