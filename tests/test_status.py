@@ -59,8 +59,10 @@ def workspace(tmp_path):
     err = paths.rule_log("table10", ids[3], "train")
     err.parent.mkdir(parents=True)
     err.write_text("Traceback (most recent call last):\n  ...\nFloatingPointError: run x: loss is nan at step 9\n")
-    # 4: stopped (killed workflow): stale log, no error
+    # 4: stopped (killed workflow): stale log, no error, checkpoints at 8 (the newest)
     write_log(run(4), 16, age_s=3600)
+    for step in (4, 8):
+        (run(4) / "checkpoints" / f"step-{step:06d}").mkdir(parents=True)
     # 5 / 6: queued / running on Slurm
     answers = {"111": "PENDING", "222": "RUNNING"}
     for i, job in ((5, "111"), (6, "222")):
@@ -88,7 +90,8 @@ def test_every_state_progress_eta_and_hours(workspace, tmp_path):
     assert running.step == 32 and running.steps == 128 and running.loss == pytest.approx(7.68)
     assert running.tokens_per_s == 2048.0 and running.eta_s == pytest.approx(96 * 2048 / 2048.0)
     assert 0 < running.hours_spent < running.hours_total
-    assert by[ids[3]].note == "FloatingPointError: run x: loss is nan at step 9"
+    assert by[ids[3]].note == "FloatingPointError: run x: loss is nan at step 9; restarts from step 0 (no checkpoint yet)"
+    assert by[ids[4]].note == "resumes at step 8 (checkpoint)"
     assert by[ids[5]].note == "Slurm job 111 PENDING" and by[ids[5]].estimated
     assert by[ids[7]].estimated and by[ids[7]].eta_s > 0 and by[ids[7]].hours_spent == 0
     assert gs.counts() == {"done": 1, "trained": 1, "running": 2, "queued": 1, "failed": 1, "stopped": 1,

@@ -9,6 +9,7 @@ One table per grid, one row per run, then a summary line per grid and the device
                 failed        Slurm says it ended without the run finishing, or the rule's log
                               (logs/<grid>/<id>/train.log) ends in an error: its last error line
                 stopped       part-trained, nothing writing: the next workflow run resumes it
+                              (at the newest checkpoints/step-N, shown)
                 not started   nothing on disk yet
     progress    step / total steps (train_log.jsonl, whose last line is the last logged step)
     tok/s, ETA  mean tokens/s of the last logged steps; ETA = steps left at that speed. Runs
@@ -177,6 +178,18 @@ def slurm_job_state(record: Path, query=None) -> tuple[str, str] | None:
     return query(job_id).state, job_id
 
 
+def checkpoint_step(run_dir: Path) -> int | None:
+    """The step of the run's newest checkpoint (``checkpoints/step-NNNNNN``), where a restarted
+    job resumes; None without one."""
+    steps = []
+    for d in (run_dir / "checkpoints").glob("step-*"):
+        try:
+            steps.append(int(d.name.removeprefix("step-")))
+        except ValueError:
+            continue
+    return max(steps, default=None)
+
+
 def read_val_nll(path: Path) -> float | None:
     from mor.results import ResultsError, read_rows
 
@@ -224,12 +237,14 @@ def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None) -> R
     if tail:
         step_s = cfg.train.tokens_per_step / st.tokens_per_s if st.tokens_per_s else 0.0
         fresh = now - log.stat().st_mtime < max(STALE_MIN_S, 20 * step_s)
+        ckpt = checkpoint_step(run_dir)
+        resume = f"resumes at step {ckpt} (checkpoint)" if ckpt else "restarts from step 0 (no checkpoint yet)"
         if fresh:
             st.state = "running"
         elif error:
-            st.state, st.note = "failed", error
+            st.state, st.note = "failed", f"{error}; {resume}"
         else:
-            st.state, st.note = "stopped", "resumes from its last checkpoint"
+            st.state, st.note = "stopped", resume
         return st
     if error:
         st.state, st.note = "failed", error
