@@ -171,3 +171,46 @@ def test_flash_attention_is_refused_where_flash_attn_is_missing():
     if not flash_available():
         with pytest.raises(RuntimeError, match="execution.attention='flash' but flash_attn is not installed"):
             model.set_execution("flash")
+
+
+# ------------------------------------------------------------------ sharded, with every memory setting on
+def _fsdp_exec_worker(rank, world, run, tokens, run_dir, port, execution):
+    import os
+
+    from mor.launch import distributed
+    from mor.train.parallel import trainer_class
+    from test_launch import _FakeEnv
+
+    os.environ["MASTER_PORT"] = str(port)
+    info = distributed.init_distributed("cpu", env=_FakeEnv(rank, world))
+    try:
+        tr = trainer_class("fsdp")(run, run_dir, tokens, VOCAB, device="cpu", dist=info, progress=False,
+                                   execution=execution, parallel="fsdp")
+        assert (tr.micro, tr.accum) == (1, 2)
+        summary = tr.fit()
+        if rank == 0:
+            (run_dir / "rank0.json").write_text(json.dumps(summary))
+    finally:
+        distributed.shutdown()
+
+
+def test_fsdp_with_accumulation_checkpointing_and_chunked_loss_equals_one_plain_process(data_root, tmp_path):
+    """2 gloo ranks under FSDP2, each accumulating 2 passes of 1 sequence with activation
+    checkpointing and the loss in chunks of 24 tokens, end where one process ends that trains
+    the plain path on the same sequences (a recursive model: a tied layer called twice)."""
+    from safetensors.torch import load_file
+
+    from test_launch import _free_port, single_process_reference
+
+    run = tiny_run(steps=4, batch=4, seq_len=32, variant="recursive", tying="cycle", nr=2)
+    run = dataclasses.replace(run, train=dataclasses.replace(run.train, micro_batch=2))  # draws of 2 per rank
+    execution = ExecConfig(micro_batch=1, activation_checkpointing=True, loss_chunk=24)
+    torch.multiprocessing.spawn(_fsdp_exec_worker, args=(2, run, _tokens(data_root), tmp_path / "fsdp", _free_port(),
+                                                         execution), nprocs=2, join=True)
+    got = json.loads((tmp_path / "fsdp" / "rank0.json").read_text())
+    ref, ref_summary = single_process_reference(run, tmp_path / "ref", _tokens(data_root), world=2)
+    assert got["final_loss"] == pytest.approx(ref_summary["final_loss"], rel=1e-5)
+    assert got["run_id"] == ref_summary["run_id"]
+    final = load_file(str(tmp_path / "fsdp" / "final" / "model.safetensors"))
+    for n, p in ref.model.named_parameters():
+        torch.testing.assert_close(final[n], p.detach(), rtol=1e-4, atol=ATOL, msg=n)
