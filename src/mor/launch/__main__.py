@@ -33,6 +33,7 @@ from mor.grids import GridError, load_grid
 from mor.jobs import KINDS, RUN_KINDS
 from mor.launch.slurm import DEFAULT_PRESETS, LaunchError, PresetError, load_presets
 from mor.lm_eval.hub_cache import HubCacheError
+from mor.train.stop import Preempted
 
 
 def log_dir(root: str, grid_name: str, run_id: str, kind: str) -> Path:
@@ -75,10 +76,19 @@ def job_kwargs(a, threads: int, preset=None) -> dict:
     return kw
 
 
+PREEMPTED_EXIT = 75  # EX_TEMPFAIL: stopped by a signal with its checkpoint saved; the same command resumes
+
+
 def _local(a) -> int:
-    """In this process; a train job is never distributed here (a local run inside an salloc stays one process)."""
+    """In this process; a train job is never distributed here (a local run inside an salloc stays one process).
+    SIGTERM / SIGUSR2 stop a train job at the end of its step with a checkpoint (``mor.train.stop``)."""
     spec = KINDS[a.kind]
-    print(spec.summarise(spec.run(**job_kwargs(a, a.threads))))
+    try:
+        r = spec.run(**job_kwargs(a, a.threads))
+    except Preempted as e:
+        print(f"error: {a.kind} of {a.run_id}: {e}", file=sys.stderr)
+        return PREEMPTED_EXIT
+    print(spec.summarise(r))
     return 0
 
 

@@ -14,6 +14,7 @@ from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
 from mor.data.tokenizer import vocab_size
 from mor.grids import load_grid
+from mor.train.stop import StopRequest, stop_on_signals
 from mor.train.trainer import DistInfo, Trainer
 
 
@@ -24,6 +25,8 @@ def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = 
 
     With ``dist.world_size > 1`` (torch.distributed already initialised by
     ``mor.launch.distributed``) the model is wrapped for ``parallel`` ('ddp' or 'fsdp').
+    A preemption signal (SIGTERM, SIGUSR2) stops it at the end of the step in progress with a
+    checkpoint written: ``mor.train.stop.Preempted`` is raised for the launcher to requeue.
     """
     tune_cpu_allocator()  # before the first step's tensors: freed blocks are reused, not re-faulted
     run = load_grid(grid, mode).run(run_id).config
@@ -35,7 +38,9 @@ def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = 
         cls = trainer_class(parallel)
     trainer = cls(run, Path(run_dir), paths.train_tokens, vocab_size(paths), device=device, dist=dist,
                   threads=threads, peak_tflops=peak_tflops)
-    return trainer.fit()
+    trainer.stop = StopRequest()
+    with stop_on_signals(trainer.stop):  # SIGTERM / SIGUSR2: checkpoint at the step boundary, raise Preempted
+        return trainer.fit()
 
 
 def summary(r: dict) -> str:

@@ -39,6 +39,7 @@ from mor.model.transformer import MoRTransformer, build_model
 from mor.provenance import git_commit
 from mor.train.checkpoint import apply_checkpoint, load_latest, save_checkpoint
 from mor.train.schedule import wsd_lr
+from mor.train.stop import Preempted, StopRequest
 
 
 @dataclass
@@ -160,6 +161,10 @@ def resolve_micro_batch(execution: ExecConfig, run: RunConfig, per_rank: int, dr
 
 
 class Trainer:
+    # set by the train job (mor.train.job): a signal asks the loop to checkpoint and stop at the
+    # end of the step in progress (mor.train.stop); None = no preemption handling
+    stop: StopRequest | None = None
+
     def __init__(
         self,
         run: RunConfig,
@@ -383,8 +388,13 @@ class Trainer:
                     log.flush()
                 bar.update(1)
                 bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:.0f}")
-                if self.step % t.checkpoint_every == 0 and self.step < t.steps:
+                saved = self.step % t.checkpoint_every == 0 and self.step < t.steps
+                if saved:
                     self.save()
+                if self.stop is not None and self.step < t.steps and self.stop.requested(self.dist.world_size):
+                    if not saved:
+                        self.save()  # every rank joins: FSDP gathers the full tensors
+                    raise Preempted(self.step, self.stop.signum, self.ckpt_dir)
         finally:
             bar.close()
             if log:
