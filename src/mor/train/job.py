@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mor.config import exec_config
 from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
 from mor.data.tokenizer import vocab_size
@@ -20,8 +21,11 @@ from mor.train.trainer import DistInfo, Trainer
 
 def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = "data",
               device: str = "auto", dist: DistInfo | None = None, threads: int = 0, parallel: str = "ddp",
-              peak_tflops: float = 0.0) -> dict:
+              peak_tflops: float = 0.0, execution: dict | None = None) -> dict:
     """Train (or resume) one run of a grid; returns the training summary.
+
+    ``execution`` (the preset's ExecConfig keys: micro-batch, checkpointing, loss chunk, ...)
+    changes how the run computes, never its id or what it trains.
 
     With ``dist.world_size > 1`` (torch.distributed already initialised by
     ``mor.launch.distributed``) the model is wrapped for ``parallel`` ('ddp' or 'fsdp').
@@ -37,7 +41,7 @@ def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = 
 
         cls = trainer_class(parallel)
     trainer = cls(run, Path(run_dir), paths.train_tokens, vocab_size(paths), device=device, dist=dist,
-                  threads=threads, peak_tflops=peak_tflops)
+                  threads=threads, peak_tflops=peak_tflops, execution=exec_config(execution), parallel=parallel)
     trainer.stop = StopRequest()
     with stop_on_signals(trainer.stop):  # SIGTERM / SIGUSR2: checkpoint at the step boundary, raise Preempted
         return trainer.fit()
