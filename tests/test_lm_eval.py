@@ -129,7 +129,7 @@ def test_loglikelihood_rolling_sums_disjoint_windows(runs, data_root, name):
 
 
 @pytest.mark.parametrize("name", ["vanilla", "mor-aux_loss", "mor-aux_router", "mor-token_choice"])
-def test_generate_until_is_greedy_decoding_with_stop_strings(runs, data_root, name):
+def test_generate_until_is_greedy_decoding_with_stop_strings(runs, data_root, name, monkeypatch):
     lm = _lm(runs[name], data_root)
     ctx = "A template contains variables, which"
     ids = lm.tok.encode(ctx)
@@ -143,15 +143,33 @@ def test_generate_until_is_greedy_decoding_with_stop_strings(runs, data_root, na
         new.append(t)
         seq.append(t)
     full = lm.tok.decode(new)
+    import mor.model.decode as decode
+
+    calls = {"prefill": [], "decode_step": 0}
+
+    def counting_prefill(model, idx, *a, **kw):
+        calls["prefill"].append(idx.shape[1])
+        return prefill(model, idx, *a, **kw)
+
+    def counting_decode_step(*a, **kw):
+        calls["decode_step"] += 1
+        return decode_step(*a, **kw)
+
+    monkeypatch.setattr(decode, "prefill", counting_prefill)
+    monkeypatch.setattr(decode, "decode_step", counting_decode_step)
     [text] = lm.generate_until([_req("generate_until", (ctx, {"until": ["@@never@@"], "max_gen_toks": 12}))],
                                disable_tqdm=True)
     assert text == full
+    # the adapter's path is the cached one: one prefill of the context, then one decode_step
+    # per generated token that is not the last of the budget (a stop at EOT still fed its token)
+    assert calls["prefill"] == [len(ids)]
+    assert calls["decode_step"] == (len(new) if len(new) < 12 else 11) and calls["decode_step"] > 0
+    monkeypatch.undo()
     stop = full[len(full) // 2:][:3]
     if stop.strip():
         [cut] = lm.generate_until([_req("generate_until", (ctx, {"until": [stop], "max_gen_toks": 12}))],
                                   disable_tqdm=True)
         assert cut == full[:full.index(stop)]
-    assert decode_step  # the adapter's path (prefill + decode_step) is the one compared here
 
 
 def test_scores_never_see_the_future_while_topk_routing_does(runs, data_root):
