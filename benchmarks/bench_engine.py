@@ -19,11 +19,13 @@ through the engine twice per model, in one process, alternating order per round:
   passes/token   shared-block passes per generated token; bound Σ c_r / B (every pass full,
                  realised capacities), lockstep needs about Nr / B
   fill           mean rows per shared-block pass / B while the queue is non-empty
-  tok/s new/old  wall-clock tokens per second, new over old (median over rounds)
+  tok/s new/old  tokens per second of the whole run (CPU seconds on a CPU, wall time on a
+                 GPU), new over old (median over rounds)
 
 Part 2, speed-up (``--scale``, default ``engine``: a 32-row pass is compute-bound on a CPU
 core). Each MoR model and its same-depth Vanilla through the new policy at batch B:
-measured = MoR tokens/s over Vanilla's (forward time); predicted = the FLOPs ratio
+measured = MoR tokens/s over Vanilla's (forward time on a GPU; on a CPU the process's
+CPU time, which other jobs on a shared machine do not inflate); predicted = the FLOPs ratio
 (mor.flops.decode_flops_per_token) at the capacities the routers realised in that run,
 beside the design one; the table gives measured / realised-predicted.
 
@@ -32,7 +34,7 @@ beside the design one; the table gives measured / realised-predicted.
 On a GPU, App. E's own setting (360M, bf16, the cluster protocol):
 
     .venv/bin/python benchmarks/bench_engine.py --scale 360M --policy-scale 360M --protocol cluster \
-        --device cuda --dtype bfloat16 --requests 256 --rounds 1
+        --device cuda --dtype bfloat16 --memory-gib 0 --requests 256 --policy-requests 256 --rounds 1
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import argparse
 import dataclasses
 import random
 import statistics
+import time
 
 import torch
 
@@ -127,6 +130,9 @@ def main() -> None:
     ap.add_argument("--policy-requests", type=int, default=384)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--live", type=int, default=0, help="live sequences of the new policy (default 2 x batch)")
+    ap.add_argument("--memory-gib", type=float, default=None,
+                    help="admit the new policy's live sequences by memory instead (mor.flops.max_batch of this "
+                         "budget, the paged cache the rest after the parameters); 0 = the GPU's memory")
     ap.add_argument("--protocol", default="local", help="section of workflows/throughput.yaml")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
@@ -137,12 +143,16 @@ def main() -> None:
     p = load_protocol(a.protocol)
     dev, dtype = torch.device(a.device), getattr(torch, a.dtype)
     B, live = a.batch, a.live or 2 * a.batch
+    memory = None
+    if a.memory_gib is not None:
+        memory = a.memory_gib * 2**30 if a.memory_gib else torch.cuda.get_device_properties(dev).total_memory
+    admit = {"memory_bytes": memory} if memory else {"max_live": live}
     global V
     V = load_scales()[a.scale].vocab or V
     max_len = p["gen_max"] + 1
     torch.manual_seed(0)
     calib = torch.randint(0, V, (8, 64))
-    print(f"batch {B}, new policy live sequences {live}, {a.threads} thread(s), {a.device} {a.dtype}, "
+    print(f"batch {B}, new policy live sequences {'by memory' if memory else live}, {a.threads} thread(s), {a.device} {a.dtype}, "
           f"gen ~ N({p['gen_mean']}, {p['gen_std']})")
 
     if a.skip != "policy":
@@ -151,15 +161,17 @@ def main() -> None:
         print("model   passes/token new  old    bound Σc/B  Nr/B    new/bound  fill new  fill old  tok/s new/old")
         for name, cfg in configs(a.policy_scale).items():
             m = build(cfg, calib, dev, dtype)
-            engines = {"new": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, max_live=live),
+            engines = {"new": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, **admit),
                        "old": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, policy="lockstep")}
             for eng in engines.values():  # warm-up
                 eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(B)])
             tps, res = {k: [] for k in engines}, {}
             for rd in range(a.rounds):
                 for k in (("new", "old") if rd % 2 == 0 else ("old", "new")):
+                    t = time.process_time()
                     res[k] = engines[k].run(reqs)
-                    tps[k].append(res[k].tokens / res[k].wall_s)
+                    cpu = time.process_time() - t
+                    tps[k].append(res[k].tokens / (cpu if dev.type == "cpu" else res[k].wall_s))
             assert res["new"].outputs == res["old"].outputs, "the policies must generate the same tokens"
             caps = realised(res["new"])
             bound = sum(caps) / B
@@ -181,7 +193,7 @@ def main() -> None:
             van = baseline(c)
             allc[f"Vanilla-{van.layers or shape_of(van).layers}"] = van
         models = {n: build(allc[n], calib, dev, dtype) for n in names}
-        engines = {n: Engine(models[n], batch=B, max_len=max_len, device=dev, dtype=dtype, max_live=live) for n in names}
+        engines = {n: Engine(models[n], batch=B, max_len=max_len, device=dev, dtype=dtype, **admit) for n in names}
         for eng in engines.values():
             eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(B)])
         fwd = {n: [] for n in names}
@@ -191,8 +203,10 @@ def main() -> None:
         for rd in range(a.rounds):
             rnd.shuffle(order)
             for n in order:
+                t = time.process_time()
                 last[n] = engines[n].run(reqs)
-                fwd[n].append(last[n].tokens / last[n].forward_s)
+                cpu = time.process_time() - t  # CPU seconds of this process: robust to other jobs on a shared CPU
+                fwd[n].append(last[n].tokens / (cpu if dev.type == "cpu" else last[n].forward_s))
         print(f"\n## speed-up over the same-depth Vanilla at scale {a.scale}, {len(reqs)} requests, {a.rounds} rounds")
         print("model   vs          measured  predicted(realised)  predicted(design)  measured/realised  fill")
         for name, cfg in cfgs.items():

@@ -247,7 +247,7 @@ def test_padded_passes_equal_unpadded():
     assert a.outputs == b.outputs == {r.id: solo(model, r) for r in reqs}
 
 
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_compiled_passes_equal_decode(backend):
     """torch.compile of the passes' device part (padded rows: a few fixed shapes) gives the same
     tokens. 'aot_eager' checks the trace; 'inductor' (the GPU default) also generates code and

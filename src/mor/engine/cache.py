@@ -33,6 +33,11 @@ except ImportError:
 FLASH_PAGE = 256  # flash-attn's paged KV needs block sizes divisible by this
 
 
+def flash_paged(device) -> bool:
+    """Whether passes on ``device`` attend with flash-attn's paged KV-cache kernel."""
+    return _flash_with_kvcache is not None and torch.device(device).type == "cuda"
+
+
 class PagedCache:
     def __init__(self, num_blocks: int, block_size: int, kv_heads: int, head_dim: int, dtype, device):
         shape = (num_blocks + 1, block_size, kv_heads, head_dim)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mor.engine.blocks import BlockManager
-from mor.engine.cache import FLASH_PAGE, PagedCache, _flash_with_kvcache
+from mor.engine.cache import FLASH_PAGE, PagedCache, flash_paged
 from mor.engine.scheduler import Request, Scheduler, Sequence
 from mor.engine.step import Stepper
 from mor.model.kv_layout import cache_layout
@@ -152,8 +152,7 @@ class Engine:
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         self.batch, self.max_len, self.policy = batch, max_len, policy
         self.specs = cache_layout(model.cfg, model.plan, model.kv_producers, max_len, "full")
-        flash = _flash_with_kvcache is not None and self.device.type == "cuda"
-        bs = block_size or (FLASH_PAGE if flash else 16)
+        bs = block_size or (FLASH_PAGE if flash_paged(self.device) else 16)
         elem = torch.tensor([], dtype=self.dtype).element_size()
         n_store = sum(s.kind != "shared" for s in self.specs)
         block_bytes = 2 * bs * model.shape.kv_heads * model.shape.head_dim * elem
