@@ -288,15 +288,19 @@ def flatter_path(f, spec) -> Seed:
 def decodes_faster(f, spec) -> Seed:
     """fig4a, per MoR model: decoding tokens/s at batch 32 over that of the Vanilla with the
     same effective depth (App. E: MoR-4's 1+4x8+1 = 34 layers against a 34-layer Vanilla),
-    minus 1. A MoR model without such a Vanilla is left out and named."""
+    minus 1. The depth is the throughput job's ``decode_baseline_layers`` where the row has
+    it, else the MoR's ``effective_layers``. A MoR model without such a Vanilla is left out
+    and named."""
     df, out = f["fig4a"], Seed()
     col = "decode_tokens_per_s_fixed"
     if col not in df.columns:
         return Seed({"decode": math.nan}, ["no throughput results"])
     vanilla = df[df["variant"] == "vanilla"]
     for _, r in df[df["variant"] == "mor"].iterrows():
-        base = vanilla[vanilla["effective_layers"] == r["effective_layers"]]
-        label = f"MoR-{int(r['num_recursions'])} vs Vanilla {int(r['effective_layers'])} layers"
+        depth = r.get("decode_baseline_layers")  # the throughput job's own baseline depth, where it wrote one
+        depth = int(r["effective_layers"]) if depth is None or pd.isna(depth) else int(depth)
+        base = vanilla[vanilla["effective_layers"] == depth]
+        label = f"MoR-{int(r['num_recursions'])} vs Vanilla {depth} layers"
         if len(base) != 1:
             out.dropped.append(f"{label} ({len(base)} Vanilla runs of that depth)")
             continue
