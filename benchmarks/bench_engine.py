@@ -27,7 +27,8 @@ core). Each MoR model and its same-depth Vanilla through the new policy at batch
 measured = MoR tokens/s over Vanilla's (forward time on a GPU; on a CPU the process's
 CPU time, which other jobs on a shared machine do not inflate); predicted = the FLOPs ratio
 (mor.flops.decode_flops_per_token) at the capacities the routers realised in that run,
-beside the design one; the table gives measured / realised-predicted.
+beside the design one; the table gives measured / realised-predicted, and the paged cache's
+peak blocks relative to the Vanilla's (memory that follows the routers).
 
     .venv/bin/python benchmarks/bench_engine.py [--rounds 3] [--threads 1]
 
@@ -219,7 +220,10 @@ def main() -> None:
             meas = statistics.median(f / g for f, g in zip(fwd[name], fwd[vname]))
             print(f"{name:7s} {vname:10s}  {meas:8.3f}  {pred_real:19.3f}  {pred:17.3f}  {meas / pred_real:17.3f}  "
                   f"{last[name].row_fill(True):.3f}")
-            print(f"{'':7s} realised capacities {tuple(round(c, 3) for c in realised(last[name]))}")
+            kv = last[name].peak_blocks / last[vname].peak_blocks
+            print(f"{'':7s} realised capacities {tuple(round(c, 3) for c in realised(last[name]))}; peak KV blocks "
+                  f"{last[name].peak_blocks} = {kv:.3f} of {vname}'s (paper's recursion-wise cost: (Nr+1)/(2Nr) = "
+                  f"{(cfg.num_recursions + 1) / (2 * cfg.num_recursions):.3f} of the recursion stack at design capacities)")
 
 
 if __name__ == "__main__":

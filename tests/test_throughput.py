@@ -184,3 +184,24 @@ def test_throughput_rows_and_fig4a_end_to_end(tmp_path, data_root):
     assert rows["vanilla"]["decode_flops_speedup"] == pytest.approx(1.0)
     assert rows["mor"]["decode_flops_speedup"] > 1.0 and rows["mor"]["decode_batch_max"] > 32
     assert (tmp_path / "figures" / "fig4a" / "fig4a.png").exists() and (tmp_path / "tables" / "fig4a" / "fig4a.md").exists()
+
+
+def test_measure_reports_the_engines_batching():
+    """The job's measurement through the engine: rows per shared-block pass as a fraction of
+    the batch, block passes per generated token, and the recursion shares the routers kept."""
+    import torch
+
+    from mor.config import load_scales
+    from mor.engine import Request
+    from mor.engine.job import measure
+    from mor.model.transformer import build_model
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=3,
+                      router=RouterConfig(aux="aux_router"))
+    model = build_model(cfg, load_scales()["tiny"], 50).eval()
+    reqs = [Request(i, [i % 50], 3 + i % 5) for i in range(24)]
+    m = measure(model, reqs, 4, 16, 2, "cpu", torch.float32)
+    assert m["tokens"] == sum(r.max_new_tokens for r in reqs) and m["max_live"] == 8
+    assert 0 < m["row_fill"] <= 1 and m["passes_per_token"] >= sum(m["recursion_share"]) / 4 * 0.9
+    assert m["recursion_share"][0] == 1.0 and m["block_passes"] >= m["mixed_depth_passes"]
