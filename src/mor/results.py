@@ -64,9 +64,11 @@ RUN_SCHEMA = pa.schema(
         ("avg_accuracy", pa.float64()),
         ("avg_accuracy_stderr", pa.float64()),  # sqrt(sum of squared task stderrs) / number of tasks
         # decoding throughput (App. E, mor.engine.job; null for runs without a throughput job):
-        # tokens/s over the forward passes and over the wall time, mean slot occupancy, at the
-        # fixed batch (32) and at the relative maximum batch; the model's maximum batch in the
-        # protocol's memory, and the FLOPs-predicted speedup over the same-depth Vanilla
+        # tokens/s over the forward passes and over the wall time, mean live sequences / the
+        # engine's admission limit (occupancy), rows per shared-block pass / batch (row_fill) and
+        # shared-block passes per generated token, at the fixed batch (32 rows) and at the
+        # relative maximum batch; the model's maximum batch in the protocol's memory, and the
+        # FLOPs-predicted speedup over the same-depth Vanilla (design and kept capacities)
         ("decode_max_batch", pa.int64()),
         ("decode_batch_max", pa.int64()),
         ("decode_flops_speedup", pa.float64()),
