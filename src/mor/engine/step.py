@@ -26,7 +26,9 @@ copied in one transfer; nothing inside a pass reads the device back. The engine 
 only what scheduling needs after the pass: the continue / exit decisions of the routed
 rows (none for Vanilla, Recursive and token-choice passes, where the host already knows).
 With ``pad`` the rows are padded to a few fixed sizes (powers of two up to the batch), the
-padded rows reading and writing the trash block, so a pass can be compiled once per size.
+padded rows reading and writing the trash block, and block tables to power-of-two widths,
+so the device part of a pass (``_enter`` / ``_block`` / ``_head``: tensors in, tensors out)
+can be compiled once per shape (``compile``: torch.compile, CUDA graphs on a GPU backend).
 """
 
 from __future__ import annotations
