@@ -8,14 +8,16 @@ is the least a greedy decoder needs), generation lengths ~ Normal(gen_mean, gen_
 clipped to 1..gen_max, ``warmup_tokens`` decoding iterations of a full batch before timing,
 then the same request set at two batch sizes:
 
-    fixed  ``fixed_batch`` (32) slots
-    max    the relative maximum batch: base_batch x max_batch(model) / max_batch(vanilla)
+    fixed  ``fixed_batch`` (32) rows per pass (mor.engine: continuous depth-wise batching
+           with twice as many live sequences, so passes fill from any recursion depth)
+    max    rows per pass = the relative maximum batch: base_batch x max_batch(model) / max_batch(vanilla)
            (mor.flops.max_batch: parameters + capacity-sized KV cache in ``memory_gib``, or
            the GPU's memory when it is 'device'); vanilla = a Vanilla model of the run's
            effective depth (for MoR-4 Middle-Cycle at 360M the 34-layer one, App. E)
 
 It writes tokens/s over the forward passes (App. E's timing) and over the wall time,
-the mean batch occupancy, the batch sizes, and the FLOPs-predicted speedup over that
+rows per shared-block pass / batch, shared-block passes per token, the mean occupancy of
+the live-sequence limit, the batch sizes, and the FLOPs-predicted speedup over that
 vanilla (mor.flops.decode_flops_per_token at the mean context gen_mean / 2; the JSON also
 holds it at the recursion shares the causal router kept, ``flops_speedup_realised``). The eval job
 copies them into the run's result row (``throughput_columns``).
