@@ -18,9 +18,9 @@ Each iteration asks the scheduler for the next pass (scheduler.py's policy) and 
             its first T - 1 tokens, copied into blocks), its last token enters (step.enter)
     block   a shared-block pass over up to B rows of any depths (step.block); each row
             continues to its next recursion or exits, as its router says
-    head    up to B exited rows run the head (step.head); finished sequences give back their
-            slots and blocks, the others' next tokens enter at depth 0 at once, and free
-            slots admit waiting requests
+    head    up to B exited rows run the head (step.head), and in the same pass the next
+            tokens of the sequences that continue enter at depth 0; finished sequences give
+            back their slots and blocks, and free slots admit waiting requests at once
 
 Before a pass takes cache entries it checks that the blocks are free (blocks.needed); if
 not, it preempts the youngest live sequence (its blocks freed, the request back at the
@@ -182,6 +182,7 @@ class Engine:
         self.write_cols = {("block", r): writes(range(start + r * per, start + (r + 1) * per)) for r in range(nr)}
         self.write_cols["enter"] = writes(range(start))
         self.write_cols["head"] = writes(range(start + nr * per, len(self.specs)))
+        self.write_cols["head", "enter"] = self.write_cols["head"] + self.write_cols["enter"]
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -392,19 +393,18 @@ class Engine:
                     go = r + 1 < last and (keep is None or keep[i])
                     (sched.depth[r + 1] if go else sched.exited).append(s)
                 continue
-            # head: continuing sequences first, so their tokens are the first rows of the output
+            # head: continuing sequences first; their next tokens enter in the same pass
             seqs = [sched.running[s] for s in rows]
             seqs.sort(key=lambda q: q.remaining <= 1)
-            stage = {q.slot: "head" for q in seqs}
+            stage = {q.slot: ("head", "enter") if q.remaining > 1 else "head" for q in seqs}
             ensure(stage)
             seqs = [q for q in seqs if q.slot in stage]
             if not seqs:
                 continue
-            slots = [q.slot for q in seqs]
-            tok = timed(st.head, slots, [q.position for q in seqs])
+            n_cont = sum(q.remaining > 1 for q in seqs)
+            tok, out = timed(st.head, [q.slot for q in seqs], [q.position for q in seqs], n_cont)
             record("head", len(seqs))
             log.append((tok, [q.request.id for q in seqs]))
-            cont = []
             for q in seqs:
                 q.generated += 1
                 if q.remaining == 0:
@@ -412,10 +412,8 @@ class Engine:
                         on_finish(q.request.id, q.slot)
                     sched.finish(q)
                     bm.release(q.slot)
-                else:
-                    cont.append(q)
-            # the continuing sequences' next tokens (on the device) and new sequences' first ones
-            enter(cont + admit(), tok[: len(cont)])
+            route_entered(seqs[:n_cont], out)
+            enter(admit(), None)  # freed slots take waiting requests at once
         toks = generated_tokens()
         for r in requests:
             if r.id not in res.outputs and r.id not in res.rejected:

@@ -306,15 +306,30 @@ class Stepper:
         return keep[:, 0]
 
     @torch.no_grad()
-    def head(self, slots: list[int], pos: list[int]) -> torch.Tensor:
-        """Suffix + norm + head on rows whose recursions are done -> greedy tokens (n,) on the device."""
+    def head(self, slots: list[int], pos: list[int], n_cont: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Suffix + norm + head on rows whose recursions are done -> greedy tokens (n,) on the
+        device; the first ``n_cont`` rows' sequences continue, and their new tokens enter at
+        once in the same pass (embedding + prefix + routing, as ``enter``: its output second)."""
         n, N = self._rows(slots)
         suf = [[self.suffix_start + i] * n for i in range(len(self.model.plan.suffix))]
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n))]
-        dev = self._upload(arrays + self._plan(slots, suf, N))
-        return self._head_fn(dev[0], dev[1].unsqueeze(1), tuple(dev[2:]))[:n]
+        plan = self._plan(slots, suf, N)
+        nc = Nc = 0
+        if n_cont:
+            cs = slots[:n_cont]
+            nc, Nc = self._rows(cs)
+            pre = [[e] * nc for e in range(self.start)]
+            arrays += [np.array(cs + [self.pad_row] * (Nc - nc)), np.array([q + 1 for q in pos[:nc]] + [0] * (Nc - nc))]
+            plan_e = self._plan(cs, pre, Nc)
+        dev = self._upload(arrays + plan + (plan_e if n_cont else []))
+        k = len(plan)
+        enter = None if not n_cont else (dev[2], dev[3].unsqueeze(1), tuple(dev[4 + k:]))
+        tok, out = self._head_fn(dev[0], dev[1].unsqueeze(1), tuple(dev[2 + 2 * bool(n_cont): 2 + 2 * bool(n_cont) + k]), enter)
+        return tok[:n], (None if out is None else out[:nc])
 
-    def _head(self, idx, p, plan):
+    def _head(self, idx, p, plan, enter=None):
+        """Device part of ``head``; ``enter`` (idx, p, plan) of the continuing rows, the first
+        rows of the head's (their tokens are the head's first outputs)."""
         m = self.model
         x = self.h[idx]  # (N, 1, C)
         if self.token_choice:
@@ -322,4 +337,8 @@ class Stepper:
         for i, layer_id in enumerate(m.plan.suffix):
             x = self._layer(True, layer_id, x, p, None, *plan[3 * i: 3 * i + 3])
         logits = F.linear(m.norm(x[:, 0]), m.lm_head_weight)  # (N, V)
-        return logits.argmax(-1)
+        tok = logits.argmax(-1)  # (N,)
+        if enter is None:
+            return tok, None
+        idx_c, p_c, plan_c = enter
+        return tok, self._enter(idx_c, p_c, tok[: idx_c.shape[0]], plan_c)
