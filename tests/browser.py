@@ -37,7 +37,10 @@ class Browser:
         self.proc = subprocess.Popen(
             [executable, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              f"--window-size={width},{height}", "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
-             "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+             "--disable-breakpad", "--disable-crash-reporter", "--no-first-run", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            # its config and caches in the profile, not ~/.config/chromium (crash reports)
+            env=dict(os.environ, XDG_CONFIG_HOME=str(self.profile / "config"), XDG_CACHE_HOME=str(self.profile / "cache")))
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + 60
         while not port_file.exists() or not port_file.read_text().strip():
