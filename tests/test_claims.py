@@ -426,3 +426,23 @@ def test_planted_family_through_evaluate():
         for k, v in expect.items():
             hits[k] += out[k] == v
     assert min(hits.values()) >= 90, hits
+
+
+def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
+    """tables/claims: claims.md states how verdicts are reached (looks, spending, Holm) and
+    quotes each claim's sentence and deciding runs; claims.csv has every column; claims.html
+    one table with a row per claim (what the report shows)."""
+    from mor.claims import render_claims
+
+    _schemes(tmp_path / "results", "deciding", {"sequence": 0.3, "middle_cycle": 0.3})
+    files = render_claims(tmp_path / "results", tmp_path / "tables" / "claims", "local")
+    assert [f.name for f in files] == ["claims.csv", "claims.html", "claims.md"]
+    md = (tmp_path / "tables" / "claims" / "claims.md").read_text()
+    assert "n = 3, 6, 9" in md and "Holm" in md and "(after Holm)" in md
+    assert '"weight-sharing alone in recursive models degraded performance compared to Vanilla"' in md
+    assert "Decided by deciding: vanilla, recursive" in md
+    csv = pd.read_csv(tmp_path / "tables" / "claims" / "claims.csv")
+    assert len(csv) == len(CLAIMS)
+    assert {"claim", "verdict", "n seeds", "raw lo", "raw hi", "p", "p Holm", "MDE", "paper sentence", "decided by"} <= set(csv)
+    html = (tmp_path / "tables" / "claims" / "claims.html").read_text()
+    assert html.count("<table") == 1 and html.count("<tr") == len(CLAIMS) + 1
