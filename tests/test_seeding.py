@@ -69,3 +69,34 @@ def test_budget_and_run_counts_from_the_shipped_files():
     rps = runs_per_seed(load_grid(REPO / "grids" / "deciding.yaml", "local"))
     assert rps == {("deciding", "vanilla"): 1, ("deciding", "recursive"): 2, ("deciding", "mor"): 1,
                    ("deciding", "balancing"): 2}
+
+
+def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
+    """Results of the deciding grid's 3 seeds with no effects: every deciding claim is
+    undecided at its first look, so the command asks for 6 seeds of the blocks that decide
+    them, as far as the budget goes."""
+    import json
+
+    import numpy as np
+
+    from mor.claims.seeding import main, seeds_built
+    from mor.results import write_rows
+
+    grid = load_grid(REPO / "grids" / "deciding.yaml", "local")
+    rng = np.random.default_rng(0)
+    rows = [{"run_id": r.run_id, "grid": "deciding", "config_hash": r.config.config_hash, "git_commit": "abc",
+             "mode": "local", "scale": r.config.model.scale, "paper_scale": r.config.paper_scale,
+             "seed": r.config.train.seed, "variant": r.config.model.variant,
+             "tying": None if r.config.model.variant == "vanilla" else r.config.model.tying,
+             "num_recursions": r.config.model.num_recursions, "reduced": r.config.model.reduced, "n_params": 1,
+             "unique_layers": 1, "effective_layers": 1, "val_nll": 3.7 + rng.normal(0, 0.02),
+             "router_type": r.config.model.router.type if r.config.model.variant == "mor" else None,
+             "max_vio": rng.normal(1, 0.3), "entropy": rng.normal(1, 0.3), "config_json": json.dumps(r.config.to_dict())}
+            for r in grid.runs]
+    (tmp_path / "results").mkdir()
+    write_rows(tmp_path / "results" / "deciding.parquet", rows)
+    import pandas as pd
+    assert seeds_built(grid, pd.DataFrame(rows)) == {("deciding", b): 3 for b in ("vanilla", "recursive", "mor", "balancing")}
+    main(["--results", str(tmp_path / "results")])
+    out = capsys.readouterr().out
+    assert "set deciding.yaml block balancing to 6 seeds" in out and "-> 6 seeds" in out

@@ -107,3 +107,50 @@ def runs_per_seed(grid) -> dict[tuple[str, str], int]:
         if r.config.train.seed == base:
             out[(grid.name, r.block)] = out.get((grid.name, r.block), 0) + 1
     return out
+
+
+def seeds_built(grid, frame: pd.DataFrame) -> dict[tuple[str, str], int]:
+    """(grid, block) -> how many seeds of that block have every run in the results frame."""
+    have = set(frame["run_id"]) if frame is not None else set()
+    per: dict[tuple[str, str], dict[int, list[bool]]] = {}
+    for r in grid.runs:
+        per.setdefault((grid.name, r.block), {}).setdefault(r.config.train.seed, []).append(r.run_id in have)
+    return {k: sum(all(v) for v in seeds.values()) for k, seeds in per.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m mor.claims.seeding --results results``: the next round of the adaptive
+    design for the results at hand (which blocks of which grids need how many seeds)."""
+    import argparse
+
+    from mor.claims.registry import load_specs
+    from mor.claims.render import load_frames
+    from mor.claims.verdict import evaluate
+    from mor.grids import load_grid
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--grids", default=str(SPEC_FILE.parents[1]))
+    ap.add_argument("--mode", default="local")
+    ap.add_argument("--minutes-left", type=float, default=None, help="CPU minutes not yet spent (default: the budget)")
+    a = ap.parse_args(argv)
+    design, specs = load_specs()
+    budget = load_budget()
+    names = sorted({s.decided_by["grid"] for s in specs.values()})
+    frames = load_frames(Path(a.results), set(names))
+    rps, now = {}, {}
+    for g in names:
+        grid = load_grid(Path(a.grids) / f"{g}.yaml", a.mode)
+        rps.update(runs_per_seed(grid))
+        now.update(seeds_built(grid, frames.get(g)))
+    steps, target = plan(evaluate(frames), specs, design, budget, rps, now, a.minutes_left)
+    for s in steps:
+        print(f"{s.claim}: {s.grid} [{', '.join(s.blocks)}] {s.seeds_from} -> {s.seeds_to} seeds, +{s.minutes:.1f} CPU min")
+    for (g, b), n in sorted(target.items()):
+        print(f"set {g}.yaml block {b} to {n} seeds")
+    if not steps:
+        print("nothing to add: every claim is decided, past its last look, or out of budget")
+
+
+if __name__ == "__main__":
+    main()
