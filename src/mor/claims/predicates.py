@@ -222,7 +222,7 @@ def separation(f, spec) -> Seed:
     separation near 1)."""
     df, out = f["fig5c"], Seed()
     for _, r in pick(df, model__router__aux="aux_loss").iterrows():
-        if r["router_output_hist"] is None or (isinstance(r["router_output_hist"], float) and math.isnan(r["router_output_hist"])):
+        if r["router_output_hist"] is None or pd.isna(r["router_output_hist"]):  # no eval histogram: the seed drops
             out.values[f"Nr={int(r['num_recursions'])}"] = math.nan
             continue
         router = json.loads(r["config_json"])["model"]["router"]

@@ -69,33 +69,31 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
     ``seeds_now``: seeds each block has; ``minutes_left``: the budget not yet spent."""
     left = budget.cpu_minutes if minutes_left is None else minutes_left
     target = dict(seeds_now)
-    candidates = []
+
+    def cost(grid: str, blocks: tuple[str, ...], to: int) -> float:  # blocks already at `to` are free
+        return sum(max(0, to - target.get((grid, b), 0)) * runs_per_seed.get((grid, b), 0) * budget.per_run(grid, b)
+                   for b in blocks)
+
+    ranked = []  # tested claims by their p, then untested ones by cost
     for _, r in table.iterrows():
-        if r["verdict"] != "inconclusive" or r["claim"] not in specs or not specs[r["claim"]].decided_by:
+        spec = specs.get(r["claim"])
+        n = int(r.get("n seeds", 0) or 0)
+        to = next_look(n, design)
+        if r["verdict"] != "inconclusive" or spec is None or not spec.decided_by or to is None:
             continue
-        to = next_look(int(r.get("n seeds", 0) or 0), design)
-        if to is None:
-            continue
+        grid, blocks = spec.decided_by["grid"], tuple(spec.decided_by["runs"])
         p = r.get("p")
-        candidates.append((0 if p is not None and math.isfinite(p) else 1, p if p is not None and math.isfinite(p) else 0.0,
-                           r["claim"], int(r.get("n seeds", 0) or 0), to))
-    costed = []
-    for tested, p, claim, n, to in candidates:
-        d = specs[claim].decided_by
-        blocks = tuple(d["runs"])
-        cost = sum(max(0, to - target.get((d["grid"], b), 0)) * runs_per_seed.get((d["grid"], b), 0) * budget.per_run(d["grid"], b)
-                   for b in blocks)
-        costed.append((tested, p if tested == 0 else cost, claim, n, to, d["grid"], blocks))
+        tested = p is not None and math.isfinite(p)
+        ranked.append((not tested, p if tested else cost(grid, blocks, to), r["claim"], n, to, grid, blocks))
     steps = []
-    for _, _, claim, n, to, grid, blocks in sorted(costed):
-        cost = sum(max(0, to - target.get((grid, b), 0)) * runs_per_seed.get((grid, b), 0) * budget.per_run(grid, b)
-                   for b in blocks)
-        if cost > left:
+    for _, _, claim, n, to, grid, blocks in sorted(ranked):
+        minutes = cost(grid, blocks, to)
+        if minutes > left:
             continue
         for b in blocks:
             target[(grid, b)] = max(target.get((grid, b), 0), to)
-        left -= cost
-        steps.append(Step(claim, grid, blocks, n, to, round(cost, 2)))
+        left -= minutes
+        steps.append(Step(claim, grid, blocks, n, to, round(minutes, 2)))
     return steps, {k: v for k, v in target.items() if v > seeds_now.get(k, 0)}
 
 
