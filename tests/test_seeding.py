@@ -97,6 +97,11 @@ def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
     write_rows(tmp_path / "results" / "deciding.parquet", rows)
     import pandas as pd
     assert seeds_built(grid, pd.DataFrame(rows)) == {("deciding", b): 3 for b in ("vanilla", "recursive", "mor", "balancing")}
-    main(["--results", str(tmp_path / "results")])
+    main(["--results", str(tmp_path / "results"), "--write-grids", str(tmp_path / "next")])
     out = capsys.readouterr().out
     assert "set deciding.yaml block balancing to 6 seeds" in out and "-> 6 seeds" in out
+    # the copy repeats the deciding grid to 6 seeds; the 3 seeds trained keep their run ids
+    again = load_grid(tmp_path / "next" / "deciding.yaml", "local")
+    assert len(again.runs) == 2 * len(grid.runs)
+    assert {r.run_id for r in grid.runs} <= {r.run_id for r in again.runs}
+    assert (tmp_path / "next" / "table10.yaml").read_text() == (REPO / "grids" / "table10.yaml").read_text()
