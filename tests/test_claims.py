@@ -447,3 +447,17 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     assert {"claim", "verdict", "n seeds", "raw lo", "raw hi", "p", "p Holm", "MDE", "paper sentence", "decided by"} <= set(csv)
     html = (tmp_path / "tables" / "claims" / "claims.html").read_text()
     assert html.count("<table") == 1 and html.count("<tr") == len(CLAIMS) + 1
+
+
+def test_holm_family_is_every_built_claim_not_only_the_tested_ones():
+    """Claim a has 9 seeds, b only 2 (below the first look: p = 1): Holm still counts b, so
+    a's adjusted p is twice its own. A family of the tested claims alone would let the data
+    (which claims seeded far enough) choose the family."""
+    claims, specs = _family()
+    rng = np.random.default_rng(3)
+    frames = _simulate(rng, {"a": [0.6]}, SD)
+    two = _simulate(rng, {"b": [0.6]}, SD, n=2)["sim"]
+    sims = {"sim": frames["sim"].merge(two, on="seed", how="left")}
+    both = evaluate(sims, claims[:2], DESIGN, specs).set_index("claim")
+    assert both.loc["b", "n seeds"] == 2 and pd.isna(both.loc["b", "p Holm"])
+    assert both.loc["a", "p Holm"] == pytest.approx(min(1.0, 2 * both.loc["a", "p"]), rel=0.01)

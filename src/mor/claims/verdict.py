@@ -21,8 +21,9 @@ VERDICT_NOTE = (
     "contradicted if some competitor beats A (Bonferroni over the comparisons). An equivalence claim ('changes little') "
     "holds if every comparison's 90% interval lies inside +-margin (TOST). Seeds are looked at in pre-registered looks "
     "(n = {looks}); look k spends alpha x {weights} of alpha = {alpha} (power-family spending, rho = {rho}), and the claim's "
-    "p-value is the smallest p_k / w_k. Holm's step-down then runs over every claim tested with seeds (at least {first} "
-    "seeds), so the chance of any wrong 'holds' or 'contradicted' in the table is at most {alpha}. "
+    "p-value is the smallest p_k / w_k. Holm's step-down then runs over every claim whose grids are built (a claim "
+    "with fewer than {first} seeds counts with p = 1: the family is fixed by what is built, not by the data), so the "
+    "chance of any wrong 'holds' or 'contradicted' in the table is at most {alpha}. "
     "Columns: 'raw lo/hi' is the unadjusted interval (95%; 90% for equivalence) of the binding comparison (the one "
     "closest to failing), 'p' the claim's sequential p-value, 'p Holm' after Holm, 'MDE' the smallest true effect of the "
     "binding comparison that the final n detects with power {power} at the level the claim faced, 'seeds needed' the n at "
@@ -125,25 +126,30 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
 
 
 def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
-    """Holm over the tested claims; then the MDE and seeds needed of every undecided one, at
-    the level Holm would ask of it next: alpha x (its last look's weight, or the first's
-    below it) / (the undecided claims of the family, itself included)."""
-    if tested:
-        adjusted, code = stats.verdicts(np.array([rows[i]["_p_hold"] for i in tested]),
-                                        np.array([rows[i]["_p_contra"] for i in tested]), design.alpha)
-        for i, a, v in zip(tested, adjusted, code):
-            rows[i]["p Holm"] = _sig(float(a))
+    """Holm over the family: every claim whose grids are built, those below the first look
+    counting with p = 1. The family is fixed by what the workflow builds, never by the data:
+    were it only the tested claims, a null claim whose weak evidence kept it seeding would,
+    by spending the budget, keep others out of the family and loosen its own threshold.
+    Then the MDE and seeds needed of every undecided claim, at the level Holm would ask of it
+    next: alpha x (its last look's weight, or the first's below it) / (undecided claims)."""
+    family = [i for i, r in enumerate(rows) if r.get("verdict") != "not built"]
+    left = 0
+    if family:
+        p_hold = np.array([rows[i].get("_p_hold", 1.0) for i in family])
+        p_contra = np.array([rows[i].get("_p_contra", 1.0) for i in family])
+        adjusted, code = stats.verdicts(p_hold, p_contra, design.alpha)
+        for i, a, v in zip(family, adjusted, code):
+            if i in tested:
+                rows[i]["p Holm"] = _sig(float(a))
             rows[i]["verdict"] = {1: "holds", -1: "contradicted", 0: "inconclusive"}[int(v)]
-        left = len(tested) - int((code != 0).sum())
-    else:
-        left = 0
+        left = len(family) - int((code != 0).sum())
     w = design.weights()
     for r in rows:
         r.setdefault("verdict", "inconclusive")
         if r["verdict"] != "inconclusive" or "_sd" not in r:
             continue
         k = max(len(design.looks_within(r["n seeds"])), 1) - 1
-        level = design.alpha * w[k] / (left + ("_p_hold" not in r))  # an untested claim would join the family
+        level = design.alpha * w[k] / max(left, 1)
         if r["_equivalence"]:
             level *= 2  # TOST: one-sided at the level on each side
         r["MDE"] = _round(stats.mde(r["_sd"], r["n seeds"], level, design.power))
