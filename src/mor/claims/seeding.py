@@ -10,8 +10,10 @@ The design stops when no undecided claim has a next look, or when none fits the 
 
 Why this keeps the error rate (``mor.stats``): the looks are pre-registered, so which claims
 get seeds may depend on the data. A claim that gets no more seeds simply has fewer looks,
-and its sequential p-value can only be larger than if it had run them all. Holm over those
-p-values still controls the family-wise error (tests/test_stats.py simulates exactly this).
+and its sequential p-value can only be larger than if it had run them all. Holm's family is
+every claim whose grids are built, whether or not it reached a look (``mor.claims.verdict``),
+so the data never choose the family either. Holm over those p-values still controls the
+family-wise error (tests/test_stats.py simulates exactly this).
 """
 
 from __future__ import annotations
