@@ -33,8 +33,9 @@ exact boundaries would be a little lower). Why not an anytime-valid confidence s
 we do not have across NLL, MaxVio and throughput claims, and they are wider than a t
 interval at n <= 10.
 
-Across claims: Holm's step-down (Holm 1979) over the sequential p-values of every claim
-that has seeds. Holm is monotone (smaller p-values never undo a rejection), and stopping a
+Across claims: Holm's step-down (Holm 1979) over the sequential p-values of a family fixed
+in advance (mor.claims: every claim whose grids are built; one below the first look counts
+with p = 1). Holm is monotone (smaller p-values never undo a rejection), and stopping a
 claim early only removes looks (its p-value can only be larger than if it had run all
 looks), so stopping every decided claim and adding seeds only to the undecided ones keeps
 the family-wise error rate at alpha. Holm is written out here (six lines) because
