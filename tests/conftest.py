@@ -130,6 +130,27 @@ def slurm_cluster() -> Path:
         print(f"\nslurm_cluster: {line}")
 
 
+def run_group(cmd: list[str], timeout: float, **kw) -> "subprocess.CompletedProcess":
+    """subprocess.run(cmd, capture_output=True, text=True) in a session of its own, whose whole
+    process group is killed if the wait ends early (timeout, a failed test, Ctrl-C): a
+    workflow's jobs are the command's grandchildren and would outlive a plain kill."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 @pytest.fixture
 def drawn_figures(monkeypatch) -> list:
     """Every matplotlib figure a renderer closes during the test, kept open so the test can

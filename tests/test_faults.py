@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, run_group
 from test_workflow import E2E_GRID, SNAKEMAKE
 
 from mor.grids import SCHEMA_FILE, load_grid
@@ -40,7 +40,7 @@ def run_snakemake(workdir: Path, grids: Path, data_root: Path, *args: str, popen
     if popen:
         return subprocess.Popen(cmd, cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
-    return subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, timeout=900)
+    return run_group(cmd, cwd=checkout, env=env, timeout=900)
 
 
 def e2e_grids(root: Path, text: str = E2E_GRID) -> Path:
@@ -215,8 +215,7 @@ def _launch(kind: str, grid: Path, run_id: str, workdir: Path, data_root: Path, 
             ) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "mor.launch", kind, "--grid", str(grid), "--run-id", run_id, "--mode", "local",
            "--run-dir", f"runs/{grid.stem}/{run_id}", "--data-root", str(data_root), "--launcher", "local", *extra]
-    return subprocess.run(cmd, cwd=workdir, env=dict(os.environ, PYTHONPATH=str(REPO / "src")), capture_output=True,
-                          text=True, timeout=600)
+    return run_group(cmd, cwd=workdir, env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=600)
 
 
 def _one_run_grid(tmp_path: Path) -> tuple[Path, str]:
@@ -288,8 +287,7 @@ def test_a_checkout_under_a_path_with_a_space_and_non_ascii_characters_runs_end_
     cmd = [str(venv / "bin" / "python"), "-m", "snakemake", "--snakefile", str(checkout / "Snakefile"),
            "--profile", str(checkout / "local"), "tables/table10", "figures/fig6", "--directory", str(work),
            "--config", f"grids_dir={grids}", f"data_root={data}"]
-    proc = subprocess.run(cmd, cwd=checkout, env=dict(os.environ, PYTHONPATH=str(checkout / "src")),
-                          capture_output=True, text=True, timeout=900)
+    proc = run_group(cmd, cwd=checkout, env=dict(os.environ, PYTHONPATH=str(checkout / "src")), timeout=900)
     logs = "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-1500:]}" for p in sorted((work / "logs").rglob("*.log"))
                      ) if (work / "logs").exists() else ""
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:] + logs

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from conftest import run_group
 from mor.grids import load_grid
 from test_launch import single_process_reference
 from test_workflow import reference_nll
@@ -65,7 +66,7 @@ def env() -> dict:
 def snakemake(workdir: Path, *config: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--profile", str(REPO / "slurm"),
            "tables/table10", "--directory", str(workdir), "--config", "mode=local", *config]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env(), timeout=2 * JOB_S)
+    return run_group(cmd, cwd=REPO, env=env(), timeout=2 * JOB_S)
 
 
 def launch(kind: str, grid: Path, run_id: str, workdir: Path, data_root: Path, *extra: str, popen=False):
@@ -73,7 +74,7 @@ def launch(kind: str, grid: Path, run_id: str, workdir: Path, data_root: Path, *
            "--run-dir", f"runs/{grid.stem}/{run_id}", "--data-root", str(data_root), *extra]
     if popen:
         return subprocess.Popen(cmd, cwd=workdir, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return subprocess.run(cmd, cwd=workdir, env=env(), capture_output=True, text=True, timeout=JOB_S)
+    return run_group(cmd, cwd=workdir, env=env(), timeout=JOB_S)
 
 
 def job_ids(workdir: Path) -> dict[str, str]:

@@ -17,8 +17,10 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 def snakemake(*args, cwd=REPO, check=True):
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-    proc = subprocess.run([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--profile", str(REPO / "local"), *args],
-                          cwd=cwd, capture_output=True, text=True, env=env, timeout=900)
+    from conftest import run_group
+
+    proc = run_group([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--profile", str(REPO / "local"), *args],
+                     cwd=cwd, env=env, timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
