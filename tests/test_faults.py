@@ -112,6 +112,7 @@ def test_a_second_workflow_in_the_same_folder_refuses_and_the_first_finishes(tmp
         assert second.returncode != 0
         assert "Directory cannot be locked" in text and str(tmp_path) in text, text[-3000:]
         assert "removed stale Snakemake locks" not in text  # the live owner's locks are real
+        assert f"mor: another Snakemake workflow is running in {tmp_path.resolve()}; its locks are kept" in text
         assert sorted(p.name for p in locks.iterdir()) == held
 
         os.killpg(first.pid, signal.SIGCONT)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import sys
 from pathlib import Path
 
 _held: list[int] = []  # the flock's file descriptor, held for the life of this process
@@ -38,8 +39,11 @@ def clear_stale_locks(workdir: str | Path = ".") -> bool:
     removed = False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pass  # another workflow is alive here: its locks are real
+    except BlockingIOError:  # another workflow is alive here: its locks are real, and kept
+        locks = meta / "locks"
+        if locks.is_dir() and any(locks.iterdir()):
+            print(f"mor: another Snakemake workflow is running in {meta.parent.resolve()}; its locks are kept "
+                  "(wait for it to finish, or run this one in another directory)", file=sys.stderr, flush=True)
     else:
         locks = meta / "locks"
         if locks.is_dir() and any(locks.iterdir()):
