@@ -348,3 +348,32 @@ def test_asked_for_browser_test_fails_with_the_reason_when_chromium_cannot_be_ha
     assert "MOR_TESTS asks for the browser tests, but Chromium cannot be had" in out
     assert "Unable to locate package chromium" in out
     assert json.loads((tmp_path / "counts.json").read_text())["browser"] == {"failed": 1}
+
+
+def test_lock_files_are_stale_only_when_no_workflow_holds_the_folder(tmp_path):
+    """workflow_guard in both branches, without Snakemake: a live holder of the workflow flock
+    (another process that parsed the Snakefile) keeps the lock files; once it is gone, the
+    next workflow removes them."""
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text("x")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from mor.workflow_guard import clear_stale_locks; "
+                               "clear_stale_locks(sys.argv[1]); print('held', flush=True); sys.stdin.read()", str(tmp_path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    try:
+        assert holder.stdout.readline().startswith("mor: removed stale Snakemake locks in ")  # nobody held them
+        assert holder.stdout.readline().strip() == "held" and not locks.exists()
+        locks.mkdir()
+        (locks / "0.input.lock").write_text("x")  # its own lock, as Snakemake would write
+        again = run_group([sys.executable, "-c", "import sys; from mor.workflow_guard import clear_stale_locks; "
+                           "print(clear_stale_locks(sys.argv[1]))", str(tmp_path)],
+                          env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=60)
+        assert again.stdout.strip() == "False" and (locks / "0.input.lock").exists()
+        assert "another Snakemake workflow is running" in again.stderr
+    finally:
+        holder.communicate(input="", timeout=60)
+    gone = run_group([sys.executable, "-c", "import sys; from mor.workflow_guard import clear_stale_locks; "
+                      "print(clear_stale_locks(sys.argv[1]))", str(tmp_path)],
+                     env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=60)
+    assert gone.stdout.strip().endswith("True") and not (locks / "0.input.lock").exists()
