@@ -189,3 +189,29 @@ def hub_cache_inputs(wildcards):
     """Jobs that read the hub cache (the data job's tokenizer, an lmeval job's tokenizer and
     task datasets) wait for it, when the grids need anything from the hub."""
     return [HUB_MANIFEST] if HUB_TOKENIZERS or HUB_TASKS else []
+
+
+# Training curves (workflows/report.smk draws them): captions, which artifacts need them, report section.
+def curves_caption(grid):
+    """workflows/report/curves.rst: the caption of a grid's training curves."""
+    from mor.reports.curves import caption
+
+    return caption(grid)
+
+
+def artifact_curves(kind):
+    """The training curves of an artifact's grid (rule curves), built with each of its artifacts."""
+
+    def inner(wildcards):
+        grid = ARTIFACT_GRID.get(f"{kind}/{wildcards.name}")
+        return [f"figures/curves/{grid}"] if grid else []
+
+    return inner
+
+
+def curves_section(wildcards):
+    """A grid's curves sit in the report section of its first artifact."""
+    from mor.reports.captions import section
+
+    artifacts = GRIDS[wildcards.grid].artifacts
+    return section(artifacts[0]) if artifacts else "Other"

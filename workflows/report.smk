@@ -7,32 +7,7 @@ from mor.reports.captions import Captions, section
 # read when the report is rendered (claims verdicts, run counts, commits): never a param
 config["mor_captions"] = Captions(ARTIFACT_GRID, grids_dir=GRIDS_DIR)
 CAPTION = "report/artifact.rst"
-
-
-def curves_caption(grid):
-    """workflows/report/curves.rst: the caption of a grid's training curves."""
-    from mor.reports.curves import caption
-
-    return caption(grid)
-
-
-config["mor_curve_caption"] = curves_caption
-
-
-def artifact_curves(kind):
-    """The training curves of an artifact's grid (rule curves), built with each of its artifacts."""
-
-    def inner(wildcards):
-        grid = ARTIFACT_GRID.get(f"{kind}/{wildcards.name}")
-        return [f"figures/curves/{grid}"] if grid else []
-
-    return inner
-
-
-def curves_section(wildcards):
-    """A grid's curves sit in the report section of its first artifact."""
-    artifacts = GRIDS[wildcards.grid].artifacts
-    return section(artifacts[0]) if artifacts else "Other"
+config["mor_curve_caption"] = curves_caption  # (common.smk)
 
 
 rule table:

@@ -112,7 +112,7 @@ def make_model(run: RunConfig, vocab_size: int, device: torch.device, load_init:
     vocab = shape.vocab or vocab_size
     if shape.vocab and shape.vocab < vocab_size:
         raise ValueError(f"scale {shape.name} has vocab {shape.vocab} < tokenizer's {vocab_size}")
-    model = build_model(run.model, shape, vocab, device=device)
+    model = build_model(run.model, shape, vocab, device=device, init_seed=run.train.seed)  # CRN keyed by the run's seed
     if load_init and run.model.init_checkpoint:
         from mor.model.init_from_hf import init_from_checkpoint
 
