@@ -159,14 +159,25 @@ def ensure_cluster() -> None:
         err = exc.stderr or b""
         if isinstance(err, bytes):
             err = err.decode(errors="replace")
+        _stop_what_up_started(before)
         _fail(f"MOR_TESTS asks for the Slurm tests, but {UP_SH} timed out after {UP_TIMEOUT_S:.0f}s:\n{err[-6000:]}")
     _Session.started_daemons = daemon_pids() != before
     if proc.returncode != 0:
+        _stop_what_up_started(before)  # the fixture's teardown never runs after a failed set-up
         _fail(f"MOR_TESTS asks for the Slurm tests, but {UP_SH} failed (rc={proc.returncode}; 2: not root, "
               f"3: packages not installable):\n{(proc.stdout + proc.stderr)[-6000:]}")
     _use_cluster_env()
     _Session.ready = True
     _Session.jobs_before = _queue()
+
+
+def _stop_what_up_started(before: dict[str, int]) -> None:
+    """After a failed up.sh: down.sh if it left daemons running that were not running before."""
+    now = daemon_pids()
+    if any(before.get(name) != pid for name, pid in now.items()) and os.environ.get("MOR_KEEP_SLURM") != "1":
+        subprocess.run(["bash", str(DOWN_SH)], stdin=subprocess.DEVNULL, capture_output=True, timeout=300, check=False)
+        for pid in now.values():
+            reap(pid)
 
 
 def release_cluster() -> list[str]:
