@@ -158,8 +158,11 @@ def test_two_rank_ddp_job_equals_one_process_on_the_same_batches(slurm_cluster, 
     ref, ref_summary = single_process_reference(run, tmp_path / "ref", data_root / "tokens" / "train-bpe-4096.npy", 2)
     assert ranks[0]["final_loss"] == pytest.approx(ref_summary["final_loss"], rel=1e-6)
     final = load_file(str(run_dir / "final" / "model.safetensors"))
+    # Float summation order (DDP's all-reduce vs one process accumulating) moves a weight by up
+    # to ~6e-6 after 12 AdamW steps (measured; Adam's normalised update amplifies it near zero
+    # gradients). A wrong batch or a missing gradient moves weights by ~lr = 3e-3 a step.
     for n, p in ref.model.named_parameters():
-        torch.testing.assert_close(final[n], p.detach(), rtol=1e-5, atol=1e-6, msg=n)
+        torch.testing.assert_close(final[n], p.detach(), rtol=1e-5, atol=2e-5, msg=n)
 
 
 def test_preempted_job_requeues_and_resumes_to_the_uninterrupted_result(slurm_cluster, tmp_path, data_root):
