@@ -10,7 +10,7 @@ from chaos import run_chaos
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)  # 192 s on a quiet machine, 558 s measured under load
 def test_kill_9_anywhere_then_rerun_gives_the_undisturbed_results(tmp_path, data_root, capsys):
     report = run_chaos(tmp_path, data_root.absolute(), kills=12, seed=0)
     with capsys.disabled():

@@ -178,6 +178,7 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one_whole(small_disk
     with pytest.raises(Exception) as err:  # safetensors raises its own SafetensorError, quoting the OS error
         save_checkpoint(ckpt, model, opt, {"step": 8, "config_hash": "c0ffee"})
     assert getattr(err.value, "errno", None) == errno.ENOSPC or "No space left on device" in str(err.value), err.value
+    assert f"checkpoint {ckpt / 'step-000008'} could not be written" in str(err.value)  # names the file
 
     (small_disk / "ballast").unlink()
     after = {p.relative_to(ckpt): p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}

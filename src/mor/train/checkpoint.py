@@ -21,6 +21,7 @@ since the previous good checkpoint.
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import sys
@@ -70,6 +71,10 @@ def save_checkpoint(ckpt_dir: Path, model: torch.nn.Module, optimizer: torch.opt
         full_state = dict(state, optimizer_steps=opt_steps, torch_rng=torch.get_rng_state().tolist(), files=files)
         write_json_atomic(tmp / "state.json", full_state)
         replace_dir(tmp, final)
+    except (OSError, SafetensorError) as e:  # safetensors' "No space left on device (os error 28)" names no file
+        code = getattr(e, "errno", None) or (errno.ENOSPC if "os error 28" in str(e) else errno.EIO)
+        raise OSError(code, f"checkpoint {final} could not be written ({e}); the previous checkpoint in "
+                            f"{ckpt_dir} is intact and the run resumes from it once there is room") from e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     write_json_atomic(ckpt_dir / "latest.json", {"path": name})
