@@ -26,7 +26,7 @@ rule corpus:
     log:
         "logs/data/corpus.log",
     shell:
-        "{PY}.data.corpus --out {DATA}/corpus --cache {DATA}/cache > {log} 2>&1"
+        "{PY}.data.corpus --out {DATA:q}/corpus --cache {DATA:q}/cache > {log:q} 2>&1"
 
 
 rule tokenizer:
@@ -37,7 +37,7 @@ rule tokenizer:
     log:
         "logs/data/tokenizer-{vocab}.log",
     shell:
-        "{PY}.data.tokenizer --train {input} --vocab-size {wildcards.vocab} --out {output} > {log} 2>&1"
+        "{PY}.data.tokenizer --train {input:q} --vocab-size {wildcards.vocab} --out {output:q} > {log:q} 2>&1"
 
 
 rule tokens:
@@ -51,7 +51,7 @@ rule tokens:
     log:
         "logs/data/tokens-{split}-{vocab}.log",
     shell:
-        "{PY}.data.tokens --text {input.text} --tokenizer {input.tokenizer} --out {output} > {log} 2>&1"
+        "{PY}.data.tokens --text {input.text:q} --tokenizer {input.tokenizer:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule fineweb:
@@ -73,6 +73,6 @@ rule fineweb:
     shell:
         # FINEWEB goes in at parse time (f-string): Snakemake sees a path, and no rerun trigger
         f"{{PY}}.launch data --settings '{FINEWEB}' --tokenizer {{params.tokenizer}}"
-        " --out $(dirname $(dirname {output.train}))"
+        " --out \"$(dirname \"$(dirname {output.train:q})\")\""
         + (" --workers {threads}" if LAUNCHER == "local" else "")  # Slurm: the preset's cpus_per_task
-        + " {LAUNCH_ARGS} > {log} 2>&1"
+        + " {LAUNCH_ARGS} > {log:q} 2>&1"

@@ -19,7 +19,7 @@ rule lm_eval_tasks:
     log:
         "logs/data/lm_eval_tasks.log",
     shell:
-        "{PY}.lm_eval.tasks --out {DATA}/lm_eval/tasks > {log} 2>&1"
+        "{PY}.lm_eval.tasks --out {DATA:q}/lm_eval/tasks > {log:q} 2>&1"
 
 
 rule lmeval:
@@ -39,6 +39,6 @@ rule lmeval:
     log:
         "logs/{grid}/{run_id}/lmeval.log",
     shell:
-        "{PY}.launch lmeval --grid {GRIDS_DIR}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
-        " --run-dir $(dirname {input.summary}) --data-root {DATA} --tasks-dir {DATA}/lm_eval/tasks --threads {threads}"
-        " --out {output} {LAUNCH_ARGS} > {log} 2>&1"
+        "{PY}.launch lmeval --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
+        " --run-dir \"$(dirname {input.summary:q})\" --data-root {DATA:q} --tasks-dir {DATA:q}/lm_eval/tasks --threads {threads}"
+        " --out {output:q} {LAUNCH_ARGS} > {log:q} 2>&1"
