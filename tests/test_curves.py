@@ -91,6 +91,26 @@ def test_figure_and_its_csv_twin(grid_files):
     assert "figures/curves/g" in caption("g") and "validation NLL" in caption("g")
 
 
+def test_configurations_sharing_a_label_stay_apart(tmp_path):
+    """table10 labels both Nr=2 and Nr=3 Cycle runs "cycle": two curves, each going forward in
+    tokens (drawn as one, the line ran from the end of one back to the start of the other)."""
+    rows = []
+    for nr, off in ((2, 0.0), (3, 0.3)):
+        rid = f"small-recursive-nr{nr}"
+        write_log(tmp_path / "runs" / "g" / rid / "train_log.jsonl", off)
+        r = row(rid, "small", "recursive", 0, 5.5 + off, "cycle")
+        r["num_recursions"] = nr
+        r["config_json"] = json.dumps({"model": {"scale": "small", "num_recursions": nr}, "train": {"seed": 0}})
+        rows.append(r)
+    write_rows(tmp_path / "results" / "g.parquet", rows)
+    curves, val, _ = curve_table(tmp_path / "results" / "g.parquet", tmp_path / "runs", "g")
+    loss = curves[curves["metric"] == "loss"]
+    assert set(loss["label"]) == {"cycle Nr=2", "cycle Nr=3"} and set(val["label"]) == {"cycle Nr=2", "cycle Nr=3"}
+    for _, line in loss.groupby("label"):
+        assert len(line) == STEPS and line["tokens"].is_monotonic_increasing and (line["n_seeds"] == 1).all()
+    assert val.set_index("label")["mean"].to_dict() == pytest.approx({"cycle Nr=2": 5.5, "cycle Nr=3": 5.8})
+
+
 def test_a_run_without_log_names_its_file(grid_files):
     (grid_files / "runs" / "g" / "small-vanilla" / "train_log.jsonl").unlink()
     with pytest.raises(TrainLogError, match=r"small-vanilla/train_log\.jsonl: no train log"):

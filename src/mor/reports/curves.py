@@ -20,6 +20,7 @@ parquet (``mor.results``: which runs, their labels, seeds and validation NLL).
 from __future__ import annotations
 
 import argparse
+import hashlib
 from pathlib import Path
 
 import matplotlib
@@ -53,6 +54,22 @@ def run_label(row: pd.Series) -> str:
     return " ".join(parts)
 
 
+def unique_labels(df: pd.DataFrame) -> pd.Series:
+    """One label per configuration and scale. A grid's label need not say everything that
+    differs (table10's "cycle" is both Nr=2 and Nr=3), and two configurations under one label
+    would be drawn as one line that runs back to its start; so where a label covers several
+    configurations (``group``) of a scale, Nr is added, then a short hash of the config."""
+    labels = df["label"].astype(str)
+    extras = (lambda r: f"Nr={r['num_recursions']}",
+              lambda r: hashlib.sha256(str(r["group"]).encode()).hexdigest()[:6])
+    for extra in extras:
+        clash = df.assign(label=labels).groupby(["paper_scale", "label"])["group"].transform("nunique") > 1
+        if not clash.any():
+            break
+        labels = labels.where(~clash, labels + " " + df.apply(extra, axis=1).astype(str))
+    return labels
+
+
 def curve_table(results: Path, runs_root: Path, grid: str) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """(per-step curves folded over seeds, val NLL per config, smoothing window).
 
@@ -63,6 +80,7 @@ def curve_table(results: Path, runs_root: Path, grid: str) -> tuple[pd.DataFrame
     if df.empty:
         raise ValueError(f"{results}: no runs")
     df = df.assign(group=df["config_json"].map(config_without_seed), label=df.apply(run_label, axis=1))
+    df = df.assign(label=unique_labels(df))
     logs = read_grid_logs(runs_root, grid, list(df["run_id"]))
     window = max(1, int(logs.groupby("run_id")["step"].count().max()) // SMOOTH_STEPS)
     metrics = ["loss", *router_keys(logs)]
