@@ -206,3 +206,10 @@ def test_measure_reports_the_engines_batching():
     assert m["tokens"] == sum(r.max_new_tokens for r in reqs) and m["max_live"] == 8
     assert 0 < m["row_fill"] <= 1 and m["passes_per_token"] >= sum(m["recursion_share"]) / 4 * 0.9
     assert m["recursion_share"][0] == 1.0 and m["block_passes"] >= m["mixed_depth_passes"]
+    # with a memory budget the live sequences are what flops.max_batch fits in it, not 2 x batch
+    from mor.flops import max_batch, model_bytes
+
+    budget = model_bytes(cfg, model.shape, 50, 4) + 100_000  # ~12 sequences of KV at this size
+    fits = max_batch(cfg, model.shape, 50, 16, budget, 4)
+    assert 2 * 4 < fits < len(reqs)  # the budget, not the batch or the queue, bounds it
+    assert measure(model, reqs, 4, 16, 0, "cpu", torch.float32, memory_bytes=budget)["max_live"] == fits

@@ -75,9 +75,12 @@ def requests_from(val_tokens, p: dict):
     return [Request(i, [int(val_tokens[s])], int(n)) for i, (s, n) in enumerate(zip(starts, lengths))]
 
 
-def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, dtype) -> dict:
+def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, dtype,
+            memory_bytes: float | None = None) -> dict:
     """Warm up, then run ``reqs`` through the engine with ``batch`` rows per pass (continuous
-    depth-wise batching, 2 x batch live sequences); the timings and batching of the timed run.
+    depth-wise batching); the timings and batching of the timed run. Live sequences are
+    admitted while their KV fits ``memory_bytes`` (the engine's limit is ``flops.max_batch``
+    in that memory), or 2 x batch without a budget.
 
     row_fill          mean rows per shared-block pass / batch while requests wait
     passes_per_token  shared-block passes per generated token (Σ c_r / batch when passes are full)
@@ -85,7 +88,7 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
     recursion_share   tokens that ran each recursion / those that ran the first"""
     from mor.engine import Engine, Request
 
-    engine = Engine(model, batch=batch, max_len=max_len, device=device, dtype=dtype)
+    engine = Engine(model, batch=batch, max_len=max_len, device=device, dtype=dtype, memory_bytes=memory_bytes)
     if warmup_tokens:
         engine.run([Request(-1 - i, reqs[i % len(reqs)].prompt, warmup_tokens) for i in range(batch)])
     res = engine.run(reqs)
@@ -137,8 +140,9 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     speedup = decode_flops_per_token(van, model_shape(van), vocab, ctx) / decode_flops_per_token(cfg, s, vocab, ctx)
     reqs = requests_from(load_tokens(paths.val_tokens), p)
     t0 = time.perf_counter()
-    settings = {"fixed": measure(model, reqs, p["fixed_batch"], max_len, p["warmup_tokens"], dev, dtype)}
-    settings["max"] = measure(model, reqs, max(1, int(rel)), max_len, p["warmup_tokens"], dev, dtype)
+    # both settings admit sequences by the same memory (the protocol's); they differ in rows per pass
+    settings = {"fixed": measure(model, reqs, p["fixed_batch"], max_len, p["warmup_tokens"], dev, dtype, memory)}
+    settings["max"] = measure(model, reqs, max(1, int(rel)), max_len, p["warmup_tokens"], dev, dtype, memory)
     realised = speedup  # the same prediction for the capacities the causal router really kept
     share = settings["fixed"]["recursion_share"]
     if cfg.variant == "mor" and cfg.router.type == "expert_choice" and min(share) > 0:
