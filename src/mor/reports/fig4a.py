@@ -110,12 +110,12 @@ def render_figure(results: Path, grid: Path, out: Path, mode: str) -> list[Path]
         ax.plot(*zip(*front), color="0.3", lw=1.0, ls="--", zorder=2, label="Pareto front")
         ax.axvline(1.0, color="0.8", lw=0.8, zorder=1)
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("throughput relative to the same-depth Vanilla (filled: measured, hollow: FLOPs-predicted "
-                      "at the kept shares)", fontsize=7)
+        ax.set_xlabel("throughput / the same-depth Vanilla's", fontsize=8)
     axes[0].set_ylabel("validation NLL (causal routing)")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=7, frameon=False)
-    fig.suptitle(f"Figure 4a: decoding throughput vs NLL (mode {mode})", fontsize=10)
+    fig.suptitle(f"Figure 4a: decoding throughput vs NLL (mode {mode})\n"
+                 "filled: measured; hollow: FLOPs-predicted at the capacities the routers kept", fontsize=9)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     return save_figure(fig, out, "fig4a", t)
 
