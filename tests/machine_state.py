@@ -13,6 +13,9 @@
 - files and symbolic links outside the repository and the temporary folders that were
   added, removed or changed (size, modification time, mode or link target). Directories
   count through their entries only, so a link made and removed again leaves no trace.
+  A file that some process already held open for writing when the snapshot was taken (the
+  CI runner's own log, a system journal) may change: the suite had not started then, so
+  whoever writes it is not the suite.
 
 Kept outside the comparison: /proc, /sys, /dev, the repository, ``$TMPDIR``/``/tmp``,
 ``/var/tmp``, and the paths in ``MOR_STATE_IGNORE`` (colon-separated).
@@ -71,6 +74,35 @@ def files(root: str = "/") -> dict[str, list]:
     return out
 
 
+def open_for_writing() -> dict[str, list[int]]:
+    """path -> pids of every regular file some live process holds open for writing.
+
+    Read from ``/proc/PID/fd`` (the target) and ``/proc/PID/fdinfo`` (the open flags:
+    O_WRONLY or O_RDWR); processes whose fds cannot be read (another user's, without root)
+    are skipped, so without root this covers only one's own processes.
+    """
+    out: dict[str, list[int]] = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if not target.startswith("/") or target.endswith(" (deleted)"):
+                    continue
+                flags = next(ln for ln in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines()
+                             if ln.startswith("flags:"))
+                if int(flags.split()[1], 8) & (os.O_WRONLY | os.O_RDWR) and os.path.isfile(target):
+                    out.setdefault(target, []).append(int(pid))
+            except (OSError, StopIteration, ValueError):
+                continue
+    return out
+
+
 def listening_ports() -> list[int]:
     ports = set()
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -103,19 +135,20 @@ def suite_processes(suite_id: str) -> list[str]:
     return out
 
 
-def snapshot() -> dict:
-    return {"ports": listening_ports(), "files": files()}
+def snapshot(root: str = "/") -> dict:
+    return {"ports": listening_ports(), "files": files(root), "writers": open_for_writing()}
 
 
-def compare(before: dict, suite_id: str | None) -> dict[str, list[str]]:
-    now = snapshot()
+def compare(before: dict, suite_id: str | None, root: str = "/") -> dict[str, list[str]]:
+    now = snapshot(root)
     a, b = before["files"], now["files"]
+    others = set(before.get("writers", {}))  # open for writing before the suite began
     return {
         "processes left running": suite_processes(suite_id) if suite_id else [],
         "ports left listening": [str(p) for p in sorted(set(now["ports"]) - set(before["ports"]))],
         "files added": sorted(set(b) - set(a)),
         "files removed": sorted(set(a) - set(b)),
-        "files changed": sorted(p for p in set(a) & set(b) if a[p] != b[p]),
+        "files changed": sorted(p for p in set(a) & set(b) if a[p] != b[p] and p not in others),
     }
 
 
