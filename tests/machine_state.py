@@ -15,7 +15,8 @@
   count through their entries only, so a link made and removed again leaves no trace.
   A file that some process already held open for writing when the snapshot was taken (the
   CI runner's own log, a system journal) may change: the suite had not started then, so
-  whoever writes it is not the suite.
+  whoever writes it is not the suite. So may the files this check's own standard output and
+  error, or its ancestors', lead to (``.ci/run > log``: the runner's log grows as it runs).
 
 Kept outside the comparison: /proc, /sys, /dev, the repository, ``$TMPDIR``/``/tmp``,
 ``/var/tmp``, and the paths in ``MOR_STATE_IGNORE`` (colon-separated).
@@ -103,6 +104,24 @@ def open_for_writing() -> dict[str, list[int]]:
     return out
 
 
+def ancestors_output() -> set[str]:
+    """The regular files that fds 1 and 2 of this process and of each of its ancestors lead to."""
+    out, pid = set(), os.getpid()
+    while pid > 1:
+        for fd in (1, 2):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("/") and os.path.isfile(target):
+                out.add(target)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
 def listening_ports() -> list[int]:
     ports = set()
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -142,7 +161,7 @@ def snapshot(root: str = "/") -> dict:
 def compare(before: dict, suite_id: str | None, root: str = "/") -> dict[str, list[str]]:
     now = snapshot(root)
     a, b = before["files"], now["files"]
-    others = set(before.get("writers", {}))  # open for writing before the suite began
+    others = set(before.get("writers", {})) | ancestors_output()  # not written by the suite
     return {
         "processes left running": suite_processes(suite_id) if suite_id else [],
         "ports left listening": [str(p) for p in sorted(set(now["ports"]) - set(before["ports"]))],

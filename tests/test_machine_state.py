@@ -7,6 +7,7 @@ after the snapshot, is.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,14 @@ def test_a_log_written_by_an_earlier_process_is_not_blamed_on_the_suite(tmp_path
     assert diff["files changed"] == [str(tmp_path / "config.txt")]
     assert diff["files added"] == [str(tmp_path / "late.log")]
     late.close()
+
+
+def test_the_checks_own_output_file_is_not_blamed(tmp_path):
+    """`.ci/run > log`: the log is the check's (inherited) standard output."""
+    log = tmp_path / "ci.log"
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import machine_state as m; "
+            "print(json.dumps(sorted(m.ancestors_output())), file=sys.stderr)")
+    with open(log, "w") as out:
+        r = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], stdout=out,
+                           stderr=subprocess.PIPE, text=True, check=True)
+    assert str(log) in json.loads(r.stderr)
