@@ -154,6 +154,53 @@ def relaxation_flops_per_token(cfg: ModelConfig, s: ScaleShape, reads_kv: bool =
     return 0.0
 
 
+def recursion_flops_per_token(cfg: ModelConfig, s: ScaleShape, seq_len: int) -> list[float]:
+    """Forward FLOPs per input token of each recursion r = 1..Nr, averaged over the sequence:
+    the recursion's layer calls exactly as ``forward_flops_per_token`` counts them (matmuls x
+    the share of tokens reaching it, attention x c^2 or c, relaxations, skipped K/V
+    projections of layers reading shared KV), plus, for expert-choice MoR, its own router
+    (one of the Nr router heads). ``forward_flops_per_token`` = the unshared layers + the
+    LM head + a token-choice router (run once, before recursion 1) + the sum of these."""
+    plan = plan_for(cfg, s)
+    per_layer_mm = 2 * (layer_params(s) - 2 * s.hidden)
+    per_layer_attn = 4 * s.hidden * seq_len
+    expert_choice = cfg.variant == "mor" and cfg.router.type == "expert_choice"
+    if expert_choice:
+        fracs = capacities(cfg.num_recursions, cfg.router.capacity)
+    elif cfg.variant == "mor":  # token-choice: balanced assignment (module docstring)
+        fracs = capacities(cfg.num_recursions)
+    else:
+        fracs = [1.0] * len(plan.recursions)
+    router = 2 * (router_params(cfg, s) - _router_bias_params(cfg)) / len(plan.recursions) if expert_choice else 0.0
+    kv_proj_mm = 2 * 2 * s.hidden * s.kv_heads * s.head_dim
+    producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
+    e = len(plan.prefix)
+    out = []
+    for r, (frac, rec) in enumerate(zip(fracs, plan.recursions)):
+        flops = router
+        for _ in rec:
+            reads_kv = cfg.kv == "shared" and producers[e] != e
+            mm = per_layer_mm - kv_proj_mm if reads_kv else per_layer_mm
+            attn = frac if r > 0 and cfg.kv != "recursion_wise" else frac * frac
+            flops += frac * (mm + relaxation_flops_per_token(cfg, s, reads_kv)) + attn * per_layer_attn
+            e += 1
+        out.append(float(flops))
+    return out
+
+
+def capped_forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int,
+                                   max_depth: int) -> float:
+    """Forward FLOPs per input token with the recursion depth capped at ``max_depth``
+    (``model(x, max_depth=d)``, the analysis job's depth_cap, Fig. 5c): recursions beyond d
+    (and their expert-choice routers) are skipped; the shares of tokens reaching 1..d, the
+    unshared layers and the LM head are those of the full forward. d = Nr gives
+    ``forward_flops_per_token``."""
+    rec = recursion_flops_per_token(cfg, s, seq_len)
+    if not 1 <= max_depth <= len(rec):
+        raise ValueError(f"max_depth must lie in 1..{len(rec)}, got {max_depth}")
+    return forward_flops_per_token(cfg, s, vocab, seq_len) - sum(rec[max_depth:])
+
+
 def train_flops(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int, tokens: int) -> float:
     """Training FLOPs: forward + backward (2x forward) over ``tokens`` tokens."""
     return 3.0 * forward_flops_per_token(cfg, s, vocab, seq_len) * tokens
