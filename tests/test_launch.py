@@ -140,7 +140,10 @@ def test_plan_counts_jobs_and_gpu_hours_of_table10():
     grid = load_grid(REPO / "grids" / "table10.yaml", "cluster")
     presets = load_presets(DEFAULT_PRESETS)
     jobs = plan_grid(grid, presets)
-    assert sum(j.kind == "train" for j in jobs) == 22 and sum(j.kind == "eval" for j in jobs) == 22
+    kinds = [j.kind for j in jobs]
+    # every run: train, eval and (paper-10B lists six lm-eval tasks) lmeval; table10 draws no fig4a
+    # (no throughput job) and no figure that needs an analysis (tests/test_plan.py: those kinds)
+    assert {k: kinds.count(k) for k in set(kinds)} == {"train": 22, "eval": 22, "lmeval": 22}
     run = next(r.config for r in grid.runs if r.config.model.scale == "135M")
     job = next(j for j in jobs if j.run_id == run.run_id and j.kind == "train")
     flops = train_flops(run.model, load_scales()["135M"], 49152, 2048, run.train.steps * 1024 * 2048)
@@ -159,8 +162,17 @@ def test_plan_command_prints_jobs_gpu_hours_and_run_ids():
         assert launch_main(["plan", "--grid", str(REPO / "grids" / "table10.yaml"), "--mode", "cluster"]) == 0
     text = out.getvalue()
     grid = load_grid(REPO / "grids" / "table10.yaml", "cluster")
-    assert "jobs: train 22, eval 22" in text
-    assert "GPU-hours for tables/table10, figures/fig6, figures/fig4b:" in text
+    assert "jobs: train 22, eval 22, lmeval 22" in text
+    head = next(ln for ln in text.splitlines() if ln.startswith("  GPU-hours for tables/table10, figures/fig6, figures/fig4b:"))
+    words = head.split(": ", 1)[1].split()  # "<est> estimated, <req> requested (train ..., ...)"
+    est, req = float(words[0]), float(words[2])
+    # the per-kind summary: one line per kind, summing to the grid's line
+    rows = {ln.split()[0]: ln.split()[1:] for ln in text.splitlines()
+            if ln.startswith("    ") and ln.split()[0] in ("train", "eval", "lmeval")}
+    assert set(rows) == {"train", "eval", "lmeval"} and all(r[0] == "22" for r in rows.values())
+    assert sum(float(r[1]) for r in rows.values()) == pytest.approx(est, abs=0.15)
+    # requested: one 24 h slot per train job (11 at 135M on 2 GPUs, 11 at 360M on 4), 3 h per eval, 1 h per lmeval
+    assert sum(float(r[2]) for r in rows.values()) == pytest.approx(req) == 11 * 2 * 24 + 11 * 4 * 24 + 22 * 3 + 22 * 1
     assert all(r.run_id in text for r in grid.runs)
 
 

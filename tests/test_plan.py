@@ -3,12 +3,24 @@ analysis (mor.flops), lm-eval, analysis and throughput jobs, and which runs get 
 
 from __future__ import annotations
 
+import io
+import json
+from contextlib import redirect_stdout
+from pathlib import Path
+
 import pytest
 
-from mor.config import ModelConfig, RouterConfig, capacities, load_scales
-from mor.flops import (capped_forward_flops_per_token, forward_flops_per_token, layer_params, plan_for,
-                       recursion_flops_per_token, router_params)
+from mor.config import ModelConfig, RouterConfig, capacities, load_scales, model_shape
+from mor.flops import (capped_forward_flops_per_token, decode_flops_per_token, forward_flops_per_token, layer_params,
+                       plan_for, recursion_flops_per_token, router_params)
+from mor.grids import load_grid
+from mor.launch.__main__ import main as launch_main
+from mor.launch.plan import (LM_EVAL_TASKS, PROTOCOL_KEYS, THROUGHPUT_ARTIFACTS, THROUGHPUT_PROTOCOL, format_plan,
+                             load_throughput_protocol, plan_grid, throughput_baseline)
+from mor.launch.slurm import DEFAULT_PRESETS, load_presets
 
+REPO = Path(__file__).resolve().parent.parent
+GRIDS = REPO / "grids"
 SCALES = load_scales()
 
 
@@ -53,3 +65,210 @@ def test_token_choice_router_runs_once_before_the_recursions():
     s, T, vocab = SCALES["135M"], 2048, 49152
     rest = forward_flops_per_token(cfg, s, vocab, T) - sum(recursion_flops_per_token(cfg, s, T))
     assert rest == pytest.approx(_unshared(cfg, vocab, T) + 2 * router_params(cfg, s))
+
+
+# ------------------------------------------------------------------ the plan's jobs beyond train / eval
+
+# lm-eval's six standard tasks (grids/modes/paper-10B.yaml), counted by hand: documents of the
+# scored split (LAMBADA-OpenAI test, HellaSwag / PIQA / WinoGrande-xl validation, ARC test) x
+# answer choices = loglikelihood requests, and the mean characters of one request (context +
+# continuation, OLMES prompts of the offline copies in data/lm_eval/tasks).
+STANDARD = {"lambada_openai": (5153 * 1, 321.6), "hellaswag": (10042 * 4, 362.8), "piqa": (1838 * 2, 148.6),
+            "winogrande": (1267 * 2, 105.7), "arc_easy": (9501, 155.2), "arc_challenge": (4687, 179.7)}
+
+
+@pytest.fixture
+def presets(monkeypatch):
+    monkeypatch.delenv("MOR_SITE", raising=False)  # the file's site: a100-80gb
+    return load_presets(DEFAULT_PRESETS)
+
+
+def _counts(jobs) -> dict[str, int]:
+    kinds = [j.kind for j in jobs]
+    return {k: kinds.count(k) for k in dict.fromkeys(kinds)}
+
+
+def test_lmeval_jobs_cost_forward_flops_over_the_tokens_their_tasks_score(presets):
+    grid = load_grid(GRIDS / "table10.yaml", "cluster")
+    jobs = plan_grid(grid, presets)
+    assert _counts(jobs)["lmeval"] == len(grid.runs) == 22
+    run = next(r.config for r in grid.runs if r.config.model.scale == "135M")
+    assert list(run.eval.lm_eval_tasks) == list(STANDARD) and run.eval.lm_eval_fewshot is None  # 0-shot, all documents
+    shape = model_shape(run.model)
+    flops = 0.0
+    for requests, chars in STANDARD.values():
+        per = chars / 4  # tokens per request at 4 characters per token
+        flops += requests * per * forward_flops_per_token(run.model, shape, 49152, round(per))
+    job = next(j for j in jobs if j.run_id == run.run_id and j.kind == "lmeval")
+    assert job.flops == pytest.approx(flops) and 1e15 < flops < 2e15  # ~4.8M tokens x 2N (N ~ 135M) + attention
+    hours = flops / 60e12 / 3600  # one GPU at the a100-80gb site's assumed 60 TFLOP/s for lmeval
+    assert job.gpu_hours == pytest.approx(hours)
+    assert job.gpus == 1 and job.segments == 1 and job.gpu_hours_requested == pytest.approx(1.0)  # a 1 h slot
+    assert "characters per token (assumed until measured" in format_plan(grid, jobs, presets)
+
+
+def test_lmeval_limits_shots_and_unknown_tasks(tmp_path, presets):
+    grid = load_grid(_mixed_grid(tmp_path), "cluster")
+    run = grid.runs[0].config
+    shape = model_shape(run.model)
+    flops = 0.0
+    for requests, chars in (500 * 4, 362.8), STANDARD["piqa"]:  # hellaswag limited to 500 documents; 2 shots
+        per = 3 * chars / 4
+        flops += requests * per * forward_flops_per_token(run.model, shape, 49152, round(per))
+    jobs = plan_grid(grid, presets)
+    job = next(j for j in jobs if j.run_id == run.run_id and j.kind == "lmeval")
+    assert job.flops == pytest.approx(flops)
+    assert "NOTE: lm-eval task(s) ['my_task'] have no size in LM_EVAL_TASKS: not counted" in format_plan(grid, jobs, presets)
+
+
+def _requests(doc: dict) -> list[str]:
+    """The texts (context + continuation) of one converted document's loglikelihood requests."""
+    if "choices" in doc:  # multiple choice: the query with each choice
+        return [doc["query"] + c for c in doc["choices"]]
+    if "contexts" in doc:  # WinoGrande: each filled-in context with the one continuation
+        return [c + doc["continuation"] for c in doc["contexts"]]
+    return [doc["context"] + doc["continuation"]]
+
+
+def test_lm_eval_task_sizes_are_those_of_the_offline_copies():
+    """Where the converted tasks exist here (data/lm_eval/tasks), the table's documents, requests
+    and characters per request are theirs: how LM_EVAL_TASKS was measured."""
+    folder = REPO / "data" / "lm_eval" / "tasks"
+    if not (folder / "manifest.json").is_file():
+        pytest.skip("no converted lm-eval tasks (python -m mor.lm_eval.tasks)")
+    tasks = json.loads((folder / "manifest.json").read_text())["tasks"]
+    for name, t in tasks.items():
+        texts = [r for line in (folder / name / "test.jsonl").read_text().splitlines() for r in _requests(json.loads(line))]
+        size = LM_EVAL_TASKS[name]
+        assert (size.docs, size.requests) == (t["test_docs"], len(texts)), name
+        assert size.chars == pytest.approx(sum(map(len, texts)) / len(texts), abs=0.05), name
+        std = LM_EVAL_TASKS[t["standard_name"]]  # the full split: + the few-shot pool held out of it, if any
+        assert std.docs in (t["test_docs"], t["test_docs"] + 100) and std.chars == size.chars, name
+        assert std.requests / std.docs == pytest.approx(size.requests / size.docs, rel=1e-3), name
+
+
+def _mixed_grid(tmp_path: Path) -> Path:
+    """A 360M grid drawing fig5c (depth_cap), fig7 / fig8 (kv) and fig4a's table (throughput)."""
+    path = tmp_path / "mixed.yaml"
+    path.write_text("""\
+name: mixed
+artifacts: [figures/fig5c, figures/fig7, figures/fig8, tables/fig4a]
+runs:
+  - {name: vanilla, set: {model.variant: vanilla}, axes: {model.scale: [360M]}}
+  - {name: recursive, set: {model.variant: recursive, model.tying: cycle, model.num_recursions: 3},
+     axes: {model.scale: [360M]}}
+  - {name: shared, set: {model.variant: recursive, model.tying: cycle, model.num_recursions: 3, model.kv: shared},
+     axes: {model.scale: [360M]}}
+  - {name: mor, set: {model.variant: mor, model.tying: middle_cycle, model.num_recursions: 3},
+     axes: {model.scale: [360M]}}
+modes:
+  cluster:
+    set:
+      data: {source: fineweb-edu, tokenizer: HuggingFaceTB/SmolLM-135M}
+      train: {tokens: 1.0e9, seq_len: 2048, global_batch: 256, micro_batch: 16}
+      eval: {nll_tokens: 1000000, batch: 8, lm_eval_tasks: [hellaswag, piqa, my_task],
+             lm_eval_limits: {hellaswag: 500}, lm_eval_fewshot: 2}
+""")
+    return path
+
+
+def test_analysis_jobs_only_for_the_runs_an_analysis_applies_to(tmp_path, presets):
+    grid = load_grid(_mixed_grid(tmp_path), "cluster")
+    jobs = plan_grid(grid, presets)
+    block = {r.run_id: r.block for r in grid.runs}
+    got = sorted((block[j.run_id], j.analysis) for j in jobs if j.kind == "analysis")
+    # depth_cap needs recursions (not Vanilla); kv every layer's own KV (not MoR, not shared KV)
+    assert got == [("mor", "depth_cap"), ("recursive", "depth_cap"), ("recursive", "kv"), ("shared", "depth_cap"),
+                   ("vanilla", "kv")]
+    rec = next(r.config for r in grid.runs if r.block == "recursive")
+    s, T = model_shape(rec.model), 2048
+    tokens = (1_000_000 // T) * T  # the eval's windows
+    want = tokens * sum(capped_forward_flops_per_token(rec.model, s, 49152, T, d) for d in (1, 2, 3))
+    job = next(j for j in jobs if j.run_id == rec.run_id and j.analysis == "depth_cap")
+    assert job.flops == pytest.approx(want) and job.tokens == tokens and job.label == "analysis/depth_cap"
+    mor = next(r.config for r in grid.runs if r.block == "mor")
+    job = next(j for j in jobs if j.run_id == mor.run_id and j.analysis == "depth_cap")  # + the causal routing
+    assert job.flops == pytest.approx(2 * tokens * sum(capped_forward_flops_per_token(mor.model, s, 49152, T, d)
+                                                       for d in (1, 2, 3)))
+    kv = next(j for j in jobs if j.run_id == rec.run_id and j.analysis == "kv")
+    assert kv.flops == pytest.approx(8 * T * forward_flops_per_token(rec.model, s, 49152, T))  # eval.batch windows
+    assert kv.gpus == 1 and kv.time_min == 180  # the eval preset (mor.jobs.KINDS)
+    # the shipped grids: fig5c's three MoR runs get depth_cap, fig7's one Recursive run kv, table10 nothing
+    assert _counts(plan_grid(load_grid(GRIDS / "fig5c.yaml", "cluster"), presets))["analysis"] == 3
+    assert [j.analysis for j in plan_grid(load_grid(GRIDS / "fig7.yaml", "cluster"), presets)
+            if j.kind == "analysis"] == ["kv"]
+
+
+def test_throughput_jobs_only_in_grids_that_draw_fig4a(presets):
+    grid = load_grid(GRIDS / "fig4a.yaml", "cluster")
+    jobs = plan_grid(grid, presets)
+    assert _counts(jobs) == {"train": 5, "eval": 5, "lmeval": 5, "throughput": 5}
+    for other in ("table10", "fig5c", "fig7"):
+        assert "throughput" not in _counts(plan_grid(load_grid(GRIDS / f"{other}.yaml", "cluster"), presets))
+    # the Vanilla: its maximum batch is its own, so the relative maximum batch is base_batch (32)
+    van = next(r.config for r in grid.runs if r.block == "vanilla")
+    s = model_shape(van.model)
+    requests, gen_mean, warmup, fixed = 1000, 256, 100, 32  # workflows/throughput.yaml, cluster
+    flops = (2 * requests * gen_mean * decode_flops_per_token(van.model, s, 49152, gen_mean / 2)
+             + (fixed + 32) * warmup * decode_flops_per_token(van.model, s, 49152, warmup / 2))
+    job = next(j for j in jobs if j.run_id == van.run_id and j.kind == "throughput")
+    assert job.flops == pytest.approx(flops) and job.tokens == 2 * requests * gen_mean + 64 * warmup
+    assert job.gpu_hours == pytest.approx(flops / 60e12 / 3600) and job.gpu_hours_requested == pytest.approx(1.0)
+    # MoR-4 admits more sequences into the same memory: a larger maximum batch, more warmup tokens
+    mor4 = next(j for j in jobs if j.kind == "throughput" and "nr4" in j.run_id)
+    assert mor4.tokens > job.tokens and mor4.fits
+
+
+def test_the_plans_copies_of_the_throughput_job_match_it():
+    """mor.engine.job imports torch (through mor.engine): the launcher keeps copies, held equal here."""
+    from mor.engine import job
+
+    assert THROUGHPUT_ARTIFACTS == job.ARTIFACTS and PROTOCOL_KEYS == job.KEYS
+    assert THROUGHPUT_PROTOCOL == job.PROTOCOL_FILE
+    for mode in ("local", "cluster"):
+        assert load_throughput_protocol(mode) == job.load_protocol(mode)
+        for r in load_grid(GRIDS / "fig4a.yaml", mode).runs:
+            assert throughput_baseline(r.config.model) == job.baseline(r.config.model)
+
+
+def test_plan_warns_where_a_job_does_not_fit_has_no_preset_or_outruns_its_limit(tmp_path, monkeypatch):
+    monkeypatch.delenv("MOR_SITE", raising=False)
+    tiny = tmp_path / "tiny-gpu.yaml"  # 360M's bf16 weights alone (~0.7 GB) fill it: no KV room
+    tiny.write_text("gpu: toy\ngpu_memory_gib: 0.5\ngpus_per_node: 4\npeak_tflops_per_gpu: 10\n"
+                    "tflops_per_gpu: {train: 5}\nthroughput_source: assumed until measured\n")
+    path = tmp_path / "presets.yaml"
+    path.write_text(f"site: {tiny}\nscales:\n  360M:\n    train: {{gpus_per_node: 1, time_min: 60}}\n"
+                    "    eval: {gpus_per_node: 1, time_min: 3, signal_delay_s: 60, tflops_per_gpu: 0.001}\n"
+                    "    throughput: {gpus_per_node: 1}\n")
+    presets = load_presets(path)
+    grid = load_grid(GRIDS / "fig4a.yaml", "cluster")
+    jobs = plan_grid(grid, presets)
+    text = format_plan(grid, jobs, presets)
+    assert "WARNING: 5 train job(s) do not fit the GPU's memory even at micro-batch 1" in text
+    assert "WARNING: 5 throughput job(s) do not fit the GPU's memory:" in text and text.count("DOES NOT FIT") == 10
+    assert "no sequence of 513 tokens fits 0.5 GiB beside the weights" in text
+    assert "WARNING: 5 job(s) have no preset entry (scales.360M.lmeval): on Slurm they fail" in text
+    assert all(j.gpu_hours == j.gpu_hours_requested == 0 for j in jobs if j.missing_preset)
+    assert "WARNING: 5 scoring job(s) run longer than their time limit" in text
+    assert "WARNING: 5 train job(s) need more time-limit segments than 1 + max_timeouts" in text
+    assert text.count("OVER LIMIT") == 10
+    # an eval job starts again after each time-out: the scheduler books 1 + max_timeouts (20) slots, then it fails
+    evals = [j for j in jobs if j.kind == "eval"]
+    assert all(j.segments == 21 and j.gpu_hours_requested == pytest.approx(21 * 3 / 60) for j in evals)
+    path.write_text("scales:\n  135M:\n    train: {gpus_per_node: 1}\n")  # no 360M at all: an error, as before
+    with pytest.raises(Exception, match="scales.360M is missing"):
+        plan_grid(grid, load_presets(path))
+
+
+def test_the_totals_line_sums_every_kind(presets):
+    paths = [GRIDS / "fig4a.yaml", GRIDS / "fig5c.yaml", GRIDS / "fig7.yaml"]
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert launch_main(["plan", *[a for p in paths for a in ("--grid", str(p))], "--mode", "cluster"]) == 0
+    jobs = [j for p in paths for j in plan_grid(load_grid(p, "cluster"), presets)]
+    assert set(_counts(jobs)) == {"train", "eval", "lmeval", "analysis", "throughput"}
+    est, req = sum(j.gpu_hours for j in jobs), sum(j.gpu_hours_requested for j in jobs)
+    assert f"all grids: 9 runs, {est:.1f} GPU-h estimated, {req:.1f} GPU-h requested" in out.getvalue()
+    # requested: train 24 h slots (fig4a's 5 runs on 4 GPUs, fig5c / fig7 135M on 2), 3 h evals and
+    # analyses, 1 h lmeval and throughput jobs
+    assert req == pytest.approx(5 * 4 * 24 + 4 * 2 * 24 + 9 * 3 + 4 * 3 + 9 * 1 + 5 * 1)

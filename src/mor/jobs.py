@@ -41,7 +41,7 @@ class JobKind:
     ranks     "all": every task of the Slurm job runs it as one rank of torch.distributed;
               "one": a single process
     returns   the keys of its result a Slurm job sends back to the launcher (empty = all)
-    planned   the plan estimates its GPU-hours (it has a FLOPs model)
+    planned   the plan estimates its GPU-hours (it has a cost model in ``mor.launch.plan.job_cost``)
     online    it may reach the Hugging Face hub; every other kind runs with the hub and
               ``datasets`` offline (``environment``), reading only the shared cache that the
               ``hub`` job filled, so a compute node without internet never waits on a download
@@ -99,13 +99,13 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
             settings="mor.eval.job:job_settings", returns=("run_id", "val_nll", "val_tokens"), planned=True),
     JobKind("lmeval", "mor.lm_eval.job:lmeval_job", preset="lmeval",
             outputs=(f"{RUN}/lm_eval.json",), summary="mor.lm_eval.job:summary",
-            settings="mor.lm_eval.job:job_settings", returns=("run_id", "tasks", "seconds")),
+            settings="mor.lm_eval.job:job_settings", returns=("run_id", "tasks", "seconds"), planned=True),
     JobKind("analysis", "mor.analysis.job:analysis_job", preset="eval",
             outputs=("results/runs/{grid}/{run_id}.{analysis}.npz",), summary="mor.analysis.job:summary",
-            settings="mor.analysis.sidecar:job_settings"),
+            settings="mor.analysis.sidecar:job_settings", planned=True),
     JobKind("throughput", "mor.engine.job:throughput_job", preset="throughput",
             outputs=(f"{RUN}/throughput.json",), summary="mor.engine.job:summary",
-            settings="mor.engine.job:job_settings"),
+            settings="mor.engine.job:job_settings", planned=True),
 )}
 RUN_KINDS = tuple(k for k in KINDS if k not in ("hub", "data"))  # one job per run of a grid
 
