@@ -27,6 +27,7 @@ include: "workflows/lm_eval.smk"
 include: "workflows/analysis.smk"
 include: "workflows/throughput.smk"
 include: "workflows/report.smk"
+include: "workflows/claims.smk"
 
 
 rule all:

@@ -62,6 +62,18 @@ def test_claims_below_the_first_look_are_raised_to_it():
     assert steps[0].seeds_to == 3 and target == {("table11", "middle-cycle"): 3, ("table11", "cycle"): 3}
 
 
+def test_a_claim_whose_deciding_blocks_are_missing_gets_no_seeds():
+    """mor-beats-recursive-tokens needs the deciding grid's mor block; without it no seed can
+    build the claim, so the plan neither pays for it nor lets it keep the rounds going."""
+    budget = Budget(1000.0, {"default": 1.0})
+    rps = {("deciding", "vanilla"): 1, ("deciding", "recursive"): 2}  # no mor block
+    now = {k: 3 for k in rps}
+    table = _table([("mor-beats-recursive-tokens", "not built", 0, None),
+                    ("sequence-worst", "inconclusive", 9, 0.4)])  # past the last look
+    table.loc[0, "verdict"] = "inconclusive"
+    assert plan(table, SPECS, DESIGN, budget, rps, now) == ([], {})
+
+
 def test_budget_and_run_counts_from_the_shipped_files():
     b = load_budget()
     assert b.cpu_minutes == 120 and b.per_run("deciding", "vanilla") == pytest.approx(5.3)
@@ -97,11 +109,13 @@ def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
     write_rows(tmp_path / "results" / "deciding.parquet", rows)
     import pandas as pd
     assert seeds_built(grid, pd.DataFrame(rows)) == {("deciding", b): 3 for b in ("vanilla", "recursive", "mor", "balancing")}
-    main(["--results", str(tmp_path / "results"), "--write-grids", str(tmp_path / "next")])
+    main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "plan.json")])
     out = capsys.readouterr().out
-    assert "set deciding.yaml block balancing to 6 seeds" in out and "-> 6 seeds" in out
-    # the copy repeats the deciding grid to 6 seeds; the 3 seeds trained keep their run ids
-    again = load_grid(tmp_path / "next" / "deciding.yaml", "local")
-    assert len(again.runs) == 2 * len(grid.runs)
-    assert {r.run_id for r in grid.runs} <= {r.run_id for r in again.runs}
-    assert (tmp_path / "next" / "table10.yaml").read_text() == (REPO / "grids" / "table10.yaml").read_text()
+    assert "deciding block balancing: 6 seeds" in out and "-> 6 seeds" in out
+    record = json.loads((tmp_path / "plan.json").read_text())
+    assert record["round"] == 0 and not record["stop"] and record["seeds"]["deciding"]["balancing"] == 6
+    # the grid loaded with the planned seeds keeps the ids of the 3 seeds trained
+    again = load_grid(REPO / "grids" / "deciding.yaml", "local", seeds=record["seeds"]["deciding"])
+    assert {r.run_id for r in grid.runs} < {r.run_id for r in again.runs}
+    assert sum(s["minutes"] for s in record["steps"]) == pytest.approx(record["spent_cpu_minutes"])
+    assert record["spent_cpu_minutes"] <= record["budget_cpu_minutes"]

@@ -43,6 +43,41 @@ def test_bad_seed_count_is_an_error_naming_the_key(tmp_path):
         load_grid(_grid(tmp_path, GRID.replace("seeds: 3", "seeds: 0")), "local")
 
 
+TWO_BLOCKS = """
+name: g
+runs:
+  - name: a
+    axes: {model.scale: [135M], model.variant: [vanilla]}
+  - name: b
+    set: {model.variant: recursive, model.num_recursions: 2}
+    axes: {model.scale: [135M]}
+modes:
+  local: {scale_map: {135M: tiny}, seeds: 2}
+"""
+
+
+def test_per_block_seeds_raise_one_block_and_keep_the_ids_trained(tmp_path):
+    path = _grid(tmp_path, TWO_BLOCKS)
+    base = load_grid(path, "local")
+    more = load_grid(path, "local", seeds={"b": 5})
+    assert base.seeds() == {"a": 2, "b": 2} and more.seeds() == {"a": 2, "b": 5}
+    assert sorted(r.config.train.seed for r in more.runs if r.block == "b") == [0, 1, 2, 3, 4]
+    assert {r.run_id for r in base.runs} < {r.run_id for r in more.runs}  # seeds 0, 1 are the same runs
+    # a seed the file does not list is still found by id (what a job of an added seed asks for)
+    extra = next(r for r in more.runs if r.block == "b" and r.config.train.seed == 4)
+    assert base.run(extra.run_id) == extra
+    with pytest.raises(GridError, match="no run with id"):
+        base.run(extra.run_id.replace("-s4-", "-s4000-"))
+
+
+@pytest.mark.parametrize("seeds, message", [({"c": 3}, "block 'c', which the grid does not have"),
+                                            ({"a": 0}, "expected an integer in 1..1000"),
+                                            ({"a": True}, "expected an integer")])
+def test_bad_per_block_seeds_name_the_block(tmp_path, seeds, message):
+    with pytest.raises(GridError, match=message):
+        load_grid(_grid(tmp_path, TWO_BLOCKS), "local", seeds=seeds)
+
+
 def test_mean_sd_by_hand():
     m, sd, n = mean_sd([5.0, 5.2, 5.6])
     assert (m, n) == (pytest.approx(5.2666666667), 3)

@@ -164,19 +164,6 @@ def hub_name(wildcards):
     return wildcards.slug.replace("--", "/")
 
 
-def claims_inputs(wildcards):
-    """The results of every grid a claim needs (that this workflow has), and fig5c's capped NLLs."""
-    from mor.analysis.sidecar import applies
-    from mor.claims import CLAIMS
-
-    grids = sorted({g for c in CLAIMS for g in c.grids if g in GRIDS})
-    files = [f"results/{g}.parquet" for g in grids]
-    if "fig5c" in GRIDS:
-        files += [f"results/runs/fig5c/{r.run_id}.depth_cap.npz" for r in GRIDS["fig5c"].select(TAGS)
-                  if applies("depth_cap", r.config)]
-    return files
-
-
 # The hub cache (workflows/hub.smk): what the grids need from the Hugging Face hub.
 HUB_TOKENIZERS = sorted({r.config.data.tokenizer for g in GRIDS.values() for r in g.select(TAGS)
                          if not r.config.data.bpe_vocab})

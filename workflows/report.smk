@@ -1,7 +1,6 @@
 # Tables and figures, redrawn from a grid's parquet alone; the claims table; the `paper`
 # target. Every artifact is flagged for Snakemake's report (`--report report.html`), under
 # its paper section, with a caption (workflows/report/artifact.rst -> mor.reports.captions).
-from mor.claims import SPEC_FILE
 from mor.reports.captions import Captions, section
 
 # read when the report is rendered (claims verdicts, run counts, commits): never a param
@@ -60,21 +59,6 @@ rule curves:
         "logs/report/curves-{grid}.log",
     shell:
         "{PY}.reports.curves --grid {wildcards.grid} --results {input.results:q} --runs runs --out {output:q} > {log:q} 2>&1"
-
-
-rule claims:
-    input:
-        claims_inputs,
-        design=str(SPEC_FILE),  # grids/claims/claims.yaml: pre-registered margins, looks, spending
-    output:
-        report(directory("tables/claims"), patterns=["{file}.html"], caption=CAPTION,
-               category=section("tables/claims"), subcategory="tables/claims"),
-    params:
-        mode=MODE,
-    log:
-        "logs/report/claims.log",
-    shell:
-        "{PY} claims --results results --out {output:q} --mode {params.mode} > {log:q} 2>&1"
 
 
 # Every table and figure of the paper for the active profile, and the claims checked on them.

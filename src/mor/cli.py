@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from mor.grids import GridError, all_grids, load_grid
 from mor.jobs import KINDS
@@ -52,9 +53,12 @@ def _report(a) -> int:
 
 
 def _claims(a) -> int:
+    import json
+
     from mor.claims import render_claims
 
-    for path in render_claims(a.results, a.out, a.mode):
+    rounds = [json.loads(Path(f).read_text()) for f in a.round or []]
+    for path in render_claims(a.results, a.out, a.mode, a.analyses, rounds):
         print(f"wrote {path}")
     return 0
 
@@ -115,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default="results", help="folder of the grids' <grid>.parquet")
     p.add_argument("--out", default="tables/claims")
     p.add_argument("--mode", default="local")
+    p.add_argument("--analyses", default=None, help="folder holding runs/<grid>/<run>.depth_cap.npz (default: --results)")
+    p.add_argument("--round", action="append", help="the adaptive design's round files (plan.json), in order")
     p.set_defaults(fn=_claims)
 
     from mor.status import add_arguments as status_arguments

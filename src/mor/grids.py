@@ -10,8 +10,13 @@ block ``set`` -> block ``mode_set.<mode>`` -> block ``axes`` values. A block wit
 ``only_modes`` exists only in those modes; ``modes.<mode>.axes`` are axes every block gets
 in that mode (table9's budgets differ between the CPU and the cluster mode);
 ``modes.<mode>.seeds: n`` repeats every run with train.seed = seed, seed+1, ..., seed+n-1
-(data order and initialisation), each its own run (ids of seed > 0 carry ``-s<seed>``). ``model.scale`` always names a paper scale (135M, 360M, ...); the mode's
-``scale_map`` turns it into the scale actually built (CPU scales in the local mode).
+(data order and initialisation), each its own run (ids of seed > 0 carry ``-s<seed>``);
+``load_grid(..., seeds={block: n})`` gives single blocks more (or fewer) seeds, which is how
+the claims' adaptive design (``mor.claims.seeding``) adds seeds to the blocks that decide a
+claim and to no other. Seed k of a block is the same run whichever way it is asked for (its
+id hashes its config), so ``Grid.run`` also finds a seed the grid file does not list.
+``model.scale`` always names a paper scale (135M, 360M, ...); the mode's ``scale_map`` turns
+it into the scale actually built (CPU scales in the local mode).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO / "workflows" / "schemas" / "grid.schema.yaml"
 GRIDS_DIR = REPO / "grids"
 MODES = ("local", "cluster")
+MAX_SEEDS = 1000  # a seed above this in a run id is a typo, not a run to expand the grid for
 
 
 class GridError(ValueError):
@@ -61,10 +68,30 @@ class Grid:
     raw: dict
 
     def run(self, run_id: str) -> Run:
+        """The run with this id: one the grid lists, or a further seed of one of its blocks
+        (``...-s<seed>-<hash>``, e.g. a seed the claims' adaptive design added)."""
         for r in self.runs:
             if r.run_id == run_id:
                 return r
+        m = re.search(r"-s(\d+)-[0-9a-f]{8}$", run_id)
+        if m and int(m.group(1)) <= MAX_SEEDS:
+            more = load_grid(self.path, self.mode, seeds={b: int(m.group(1)) + 1 for b in self.blocks})
+            for r in more.runs:
+                if r.run_id == run_id:
+                    return r
         raise GridError(f"{self.path}: no run with id {run_id!r} in mode {self.mode!r}")
+
+    @property
+    def blocks(self) -> tuple[str, ...]:
+        """The names of the blocks that have runs in this mode, in file order."""
+        return tuple(dict.fromkeys(r.block for r in self.runs))
+
+    def seeds(self) -> dict[str, int]:
+        """block -> how many seeds of it the grid holds (its distinct train.seed values)."""
+        out: dict[str, set[int]] = {}
+        for r in self.runs:
+            out.setdefault(r.block, set()).add(r.config.train.seed)
+        return {b: len(v) for b, v in out.items()}
 
     def select(self, tags: list[str] | None) -> list[Run]:
         """Runs carrying any of ``tags`` (all runs when tags is empty)."""
@@ -116,8 +143,11 @@ def _validate_structure(path: Path, raw: dict) -> None:
         raise GridError(f"{path}: key {where}: {e.message}{hint}")
 
 
-def load_grid(path: str | Path, mode: str = "local") -> Grid:
-    """Parse, validate and expand a grid for ``mode`` ('local' or 'cluster')."""
+def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int] | None = None) -> Grid:
+    """Parse, validate and expand a grid for ``mode`` ('local' or 'cluster').
+
+    ``seeds``: block name -> seeds of that block, in place of ``modes.<mode>.seeds`` (blocks
+    not named keep the mode's count); a name that is no block of the grid is an error."""
     path = Path(path)
     if mode not in MODES:
         raise GridError(f"mode {mode!r} is not one of {list(MODES)}")
@@ -134,6 +164,12 @@ def load_grid(path: str | Path, mode: str = "local") -> Grid:
         if actual not in scales:
             raise GridError(f"{path}: key modes.{mode}.scale_map.{paper}: unknown scale {actual!r}; known {sorted(scales)}")
 
+    names = [block.get("name", f"block{b}") for b, block in enumerate(raw["runs"])]
+    for name, n in (seeds or {}).items():
+        if name not in names:
+            raise GridError(f"{path}: seeds for block {name!r}, which the grid does not have; its blocks are {names}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SEEDS:
+            raise GridError(f"{path}: seeds for block {name!r}: expected an integer in 1..{MAX_SEEDS}, got {n!r}")
     runs: dict[str, Run] = {}
     origin: dict[str, str] = {}  # run id -> where it came from, to name both sides of a clash
     block_names: dict[str, int] = {}
@@ -162,7 +198,7 @@ def load_grid(path: str | Path, mode: str = "local") -> Grid:
                 set_dotted(cfg, k, v)
             where = f"{path}: runs[{b}] ({name}) with " + ", ".join(f"{k}={v}" for k, v in zip(keys, values))
             run = _resolve(cfg, raw["name"], scale_map, scales, where, block.get("label", ""), values, keys)
-            for seed in range(mode_spec.get("seeds", 1)):  # repeats: seeds base, base+1, ... (data order, init)
+            for seed in range((seeds or {}).get(name, mode_spec.get("seeds", 1))):  # repeats: seeds base, base+1, ... (data order, init)
                 rc = run.config
                 if seed:
                     rc = dataclasses.replace(rc, train=dataclasses.replace(rc.train, seed=rc.train.seed + seed))

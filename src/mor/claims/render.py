@@ -19,15 +19,17 @@ from mor.claims.verdict import evaluate, verdict_note
 from mor.results import read_frame
 
 
-def load_frames(results_dir: Path, grids: set[str]) -> dict[str, pd.DataFrame]:
-    """The grids' results that exist (a missing one makes its claims 'not built')."""
+def load_frames(results_dir: Path, grids: set[str], analyses_dir: Path | None = None) -> dict[str, pd.DataFrame]:
+    """The grids' results that exist (a missing one makes its claims 'not built').
+    ``analyses_dir``: where ``runs/<grid>/<run_id>.depth_cap.npz`` lie (default: results_dir;
+    the adaptive design's rounds keep their parquet apart from the runs' analysis files)."""
     out = {}
     for g in sorted(grids):
         p = Path(results_dir) / f"{g}.parquet"
         if p.exists():
             out[g] = read_frame(p)
     if "fig5c" in out:  # fig5c's capped NLLs live in the depth_cap analysis files
-        out["fig5c"] = _with_depth_cap(Path(results_dir), out["fig5c"])
+        out["fig5c"] = _with_depth_cap(Path(analyses_dir or results_dir), out["fig5c"])
     return out
 
 
@@ -45,16 +47,39 @@ def _with_depth_cap(results_dir: Path, df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def rounds_note(rounds: list[dict]) -> str:
+    """A sentence per round for the claims table: what each round added and why it stopped."""
+    parts = []
+    for r in rounds:
+        counts: dict[str, int] = {}
+        for v in r["verdicts"].values():
+            counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
+        state = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+        head = "the grids' own seeds" if r["round"] == 0 else "with the seeds the last round added"
+        if r["stop"]:
+            parts.append(f"Round {r['round']} ({head}): {state}; the design stops: {r['why']}.")
+        else:
+            adds = "; ".join(f"{s['claim']}: {s['grid']} [{', '.join(s['blocks'])}] {s['seeds_from']} -> "
+                             f"{s['seeds_to']} seeds (+{s['minutes']:.1f} CPU min)" for s in r["steps"])
+            parts.append(f"Round {r['round']} ({head}): {state}; next: {adds}.")
+    last = rounds[-1]
+    return (f"Adaptive seeds (grids/claims/claims.yaml design.budget): {len(rounds)} round(s), "
+            f"{last['spent_cpu_minutes']:.1f} of {last['budget_cpu_minutes']:.0f} CPU minutes planned for added "
+            "seeds. " + " ".join(parts))
+
+
 SHOWN = ["claim", "statement", "verdict", "n seeds", "mean effect", "raw lo", "raw hi", "interval", "p", "p Holm",
          "MDE", "paper effect", "seeds needed", "per seed", "note"]
 
 
-def render_claims(results_dir: Path, out: Path, mode: str) -> list[Path]:
+def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | None = None,
+                  rounds: list[dict] | None = None) -> list[Path]:
     """claims.md (the table, how verdicts are reached, each claim's paper sentence and the
     runs that decide it), claims.csv (every column) and claims.html (the report shows HTML in
-    place), swapped in whole (``mor.atomic.replace_dir``)."""
+    place), swapped in whole (``mor.atomic.replace_dir``). ``rounds``: the adaptive design's
+    round files (``mor.claims.seeding.run_round``), summarised under the table."""
     design, _ = load_specs()
-    frames = load_frames(Path(results_dir), {g for c in CLAIMS for g in c.grids})
+    frames = load_frames(Path(results_dir), {g for c in CLAIMS for g in c.grids}, analyses_dir)
     table = evaluate(frames)
     counts = table["verdict"].value_counts().to_dict()
     summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("holds", "contradicted", "inconclusive", "not built"))
@@ -65,6 +90,8 @@ def render_claims(results_dir: Path, out: Path, mode: str) -> list[Path]:
     intro = (f"{summary} (after Holm). From {results_dir} (grids {', '.join(sorted(frames)) or 'none'}; "
              f"commit(s) {', '.join(commits) or '-'}).")
     note = verdict_note(design)
+    if rounds:
+        note += " " + rounds_note(rounds)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(out.parent)

@@ -1,0 +1,105 @@
+# tables/claims and the adaptive design that decides how many seeds each claim gets
+# (grids/claims/claims.yaml `design`, mor.claims.seeding), as Snakemake checkpoints.
+#
+#   round 0    the grids' own seeds: results/claims/round0/<grid>.parquet for every grid a
+#              claim reads, then the checkpoint `seeding` -> results/claims/round0/plan.json:
+#              the verdicts so far and, for each undecided claim whose next pre-registered
+#              look fits the CPU budget, the seeds its deciding blocks (`decided_by`) reach next.
+#   round r    the same grids with those blocks' seeds raised (mor.grids.load_grid(seeds=...));
+#              only the new seeds train, since a run's id is its config's hash.
+#   stop       at the first round whose plan adds nothing (every claim decided, past its last
+#              look, or over budget); tables/claims is drawn from that round's results, with
+#              a note on every round.
+# The looks are pre-registered and Holm runs over every claim whose grids are built, so which
+# claims the data send seeds to does not inflate the error rate (mor.claims.seeding's docstring,
+# tests/test_stats.py). Tables and figures draw the grids' own seeds (results/<grid>.parquet).
+import json
+
+from mor.claims import CLAIMS, SPEC_FILE
+
+CLAIM_GRIDS = sorted({g for c in CLAIMS for g in c.grids if g in GRIDS})
+
+
+wildcard_constraints:
+    round=r"\d+",
+
+
+def round_seeds(r):
+    """grid -> block -> seeds, as the rounds before round r asked for ({} in round 0)."""
+    if r == 0:
+        return {}
+    return json.loads(Path(checkpoints.seeding.get(round=r - 1).output[0]).read_text())["seeds"]
+
+
+def round_runs(grid, r):
+    seeds = round_seeds(r).get(grid)
+    return (load_grid(GRIDS[grid].path, MODE, seeds=seeds) if seeds else GRIDS[grid]).select(TAGS)
+
+
+def round_inputs(r):
+    """What round r's verdicts read: each claim grid's results, fig5c's depth-cap files, and
+    the round before's plan."""
+    from mor.analysis.sidecar import applies
+
+    files = [f"results/claims/round{r}/{g}.parquet" for g in CLAIM_GRIDS]
+    if "fig5c" in GRIDS:
+        files += [f"results/runs/fig5c/{run.run_id}.depth_cap.npz" for run in round_runs("fig5c", r)
+                  if applies("depth_cap", run.config)]
+    if r:
+        files.append(f"results/claims/round{r - 1}/plan.json")
+    return files
+
+
+def final_round():
+    """The first round whose plan stops the design (evaluating it runs the rounds before)."""
+    r = 0
+    while not json.loads(Path(checkpoints.seeding.get(round=r).output[0]).read_text())["stop"]:
+        r += 1
+        if r > 100:  # each round raises a block to a higher look, so this means a broken plan.json
+            raise ValueError(f"results/claims: over 100 rounds of the adaptive design; see results/claims/round{r}/plan.json")
+    return r
+
+
+rule collect_round:
+    input:
+        lambda w: [f"results/runs/{w.grid}/{run.run_id}.parquet" for run in round_runs(w.grid, int(w.round))],
+    output:
+        "results/claims/round{round}/{grid}.parquet",
+    log:
+        "logs/claims/round{round}/collect-{grid}.log",
+    shell:
+        "{PY} collect --grid {wildcards.grid} --out {output:q} {input:q} > {log:q} 2>&1"
+
+
+checkpoint seeding:
+    input:
+        lambda w: round_inputs(int(w.round)),
+        design=str(SPEC_FILE),  # pre-registered looks, spending, budget: an edit replans every round
+    output:
+        "results/claims/round{round}/plan.json",
+    params:
+        mode=MODE,
+        previous=lambda w: f"--previous results/claims/round{int(w.round) - 1}/plan.json" if int(w.round) else "",
+    log:
+        "logs/claims/round{round}/seeding.log",
+    shell:
+        "{PY}.claims.seeding --results results/claims/round{wildcards.round} --analyses results --grids {GRIDS_DIR:q}"
+        " --mode {params.mode} {params.previous} --out {output:q} > {log:q} 2>&1"
+
+
+rule claims:
+    input:
+        lambda w: round_inputs(final_round()) + [f"results/claims/round{k}/plan.json" for k in range(final_round() + 1)],
+        design=str(SPEC_FILE),
+    output:
+        report(directory("tables/claims"), patterns=["{file}.html"], caption=CAPTION,
+               category=section("tables/claims"), subcategory="tables/claims"),
+    params:
+        mode=MODE,
+        rounds=lambda w: " ".join(f"--round results/claims/round{k}/plan.json" for k in range(final_round() + 1)),
+        final=lambda w: final_round(),
+    log:
+        "logs/report/claims.log",
+    shell:
+        "{PY} claims --results results/claims/round{params.final} --analyses results {params.rounds}"
+        " --out {output:q} --mode {params.mode} > {log:q} 2>&1"
