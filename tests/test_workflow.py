@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -277,6 +278,28 @@ def test_grid_edits_redo_only_what_they_change(tmp_path, data_root):
     for rid, r in again.items():  # (the write time and the checkout's commit are provenance, not results)
         assert {k: v for k, v in r.items() if k not in ("created_at", "git_commit")} == \
                {k: v for k, v in after[rid].items() if k not in ("created_at", "git_commit")}
+
+
+    # a rule's shell text edited (quoting, spacing, a flag moved) redoes nothing: the profiles
+    # leave Snakemake's `code` trigger off, since what a job computes is named by its run id
+    # and params (a job whose output format changes bumps a VERSION param instead)
+    edited = tmp_path / "edited"
+    shutil.copytree(REPO / "workflows", edited / "workflows")
+    shutil.copytree(REPO / "local", edited / "local")
+    shutil.copy(REPO / "Snakefile", edited / "Snakefile")
+    (edited / "src").symlink_to(REPO / "src")
+    for name in ("train.smk", "data.smk"):
+        rules = edited / "workflows" / name
+        text = rules.read_text()
+        rules.write_text(text.replace(" > {log:q} 2>&1", "  >{log:q}  2>&1"))
+        assert rules.read_text() != text
+    from conftest import run_group
+
+    proc = run_group([*SNAKEMAKE, "--snakefile", str(edited / "Snakefile"), "--profile", str(edited / "local"), *targets,
+                      "-n", "--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}"],
+                     cwd=edited, env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
 
 
 ACCEPTED_LINTS = {
