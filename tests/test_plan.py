@@ -272,3 +272,36 @@ def test_the_totals_line_sums_every_kind(presets):
     # requested: train 24 h slots (fig4a's 5 runs on 4 GPUs, fig5c / fig7 135M on 2), 3 h evals and
     # analyses, 1 h lmeval and throughput jobs
     assert req == pytest.approx(5 * 4 * 24 + 4 * 2 * 24 + 9 * 3 + 4 * 3 + 9 * 1 + 5 * 1)
+
+
+def test_the_designs_cluster_costs_are_the_plans_and_the_plan_prints_them():
+    """grids/claims/claims.yaml prices one run of each deciding block in GPU-hours for the
+    cluster mode; those prices stay within 15 % of what this plan computes for the shipped
+    presets, and the plan prints each claim's cost to its last look beside the budget."""
+    from mor.claims import load_specs
+    from mor.claims.seeding import load_budget
+    from mor.launch.plan import block_costs, format_design, plan_grid
+    from mor.launch.slurm import load_presets
+
+    design, specs = load_specs()
+    budget = load_budget(mode="cluster")
+    presets = load_presets(REPO / "slurm" / "presets.yaml")
+    planned = {}
+    for name in sorted({s.decided_by["grid"] for s in specs.values()}):
+        grid = load_grid(REPO / "grids" / f"{name}.yaml", "cluster")
+        planned[name] = (grid, plan_grid(grid, presets))
+    costs = {}
+    for grid, jobs in planned.values():
+        costs.update(block_costs(grid, jobs))
+    for spec in specs.values():
+        g = spec.decided_by["grid"]
+        for b in spec.decided_by["runs"]:
+            assert budget.per_run(g, b) == pytest.approx(costs[(g, b)][0], rel=0.15), (g, b)
+    text = format_design(planned)
+    assert f"within {budget.total:,.0f} GPU-h" in text
+    # sharing-costs: vanilla (1 run a seed) and recursive (2) of deciding, 3 -> 9 seeds
+    v, r = costs[("deciding", "vanilla")], costs[("deciding", "recursive")]
+    assert (v[1], r[1]) == (1, 2)
+    want = 6 * (v[0] * v[1] + r[0] * r[1])
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("sharing-costs"))
+    assert line.endswith(f"3 -> {max(design.looks)} seeds: {want:,.0f} GPU-h")

@@ -48,10 +48,10 @@ def test_seeds_go_to_undecided_claims_at_their_next_look_within_budget():
                     ("deeper-recursion", "inconclusive", 9, 0.3)])   # past the last look
     steps, target = plan(table, SPECS, DESIGN, budget, rps, now)
     assert [s.claim for s in steps] == ["sharing-costs", "balancing-entropy", "sequence-worst"]
-    assert [s.minutes for s in steps] == [45.0, 6.0, 0.0]
+    assert [s.cost for s in steps] == [45.0, 6.0, 0.0]
     assert target == {("deciding", "vanilla"): 6, ("deciding", "recursive"): 6, ("deciding", "balancing"): 6}
     # with the budget spent, nothing more
-    assert plan(table, SPECS, DESIGN, budget, rps, now, minutes_left=1.0)[0] == []
+    assert plan(table, SPECS, DESIGN, budget, rps, now, budget_left=1.0)[0] == []
 
 
 def test_claims_below_the_first_look_are_raised_to_it():
@@ -76,7 +76,7 @@ def test_a_claim_whose_deciding_blocks_are_missing_gets_no_seeds():
 
 def test_budget_and_run_counts_from_the_shipped_files():
     b = load_budget()
-    assert b.cpu_minutes == 120 and b.per_run("deciding", "vanilla") == pytest.approx(5.3)
+    assert b.total == 120 and b.unit == "CPU min" and b.per_run("deciding", "vanilla") == pytest.approx(5.3)
     assert b.per_run("deciding", "balancing") == pytest.approx(0.9) and b.per_run("table13", "x") == pytest.approx(0.9)
     rps = runs_per_seed(load_grid(REPO / "grids" / "deciding.yaml", "local"))
     assert rps == {("deciding", "vanilla"): 1, ("deciding", "recursive"): 2, ("deciding", "mor"): 1,
@@ -117,5 +117,5 @@ def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
     # the grid loaded with the planned seeds keeps the ids of the 3 seeds trained
     again = load_grid(REPO / "grids" / "deciding.yaml", "local", seeds=record["seeds"]["deciding"])
     assert {r.run_id for r in grid.runs} < {r.run_id for r in again.runs}
-    assert sum(s["minutes"] for s in record["steps"]) == pytest.approx(record["spent_cpu_minutes"])
-    assert record["spent_cpu_minutes"] <= record["budget_cpu_minutes"]
+    assert sum(s["cost"] for s in record["steps"]) == pytest.approx(record["spent"])
+    assert record["spent"] <= record["budget"]

@@ -60,12 +60,11 @@ def rounds_note(rounds: list[dict]) -> str:
             parts.append(f"Round {r['round']} ({head}): {state}; the design stops: {r['why']}.")
         else:
             adds = "; ".join(f"{s['claim']}: {s['grid']} [{', '.join(s['blocks'])}] {s['seeds_from']} -> "
-                             f"{s['seeds_to']} seeds (+{s['minutes']:.1f} CPU min)" for s in r["steps"])
+                             f"{s['seeds_to']} seeds (+{s['cost']:.1f} {r['unit']})" for s in r["steps"])
             parts.append(f"Round {r['round']} ({head}): {state}; next: {adds}.")
     last = rounds[-1]
     return (f"Adaptive seeds (grids/claims/claims.yaml design.budget): {len(rounds)} round(s), "
-            f"{last['spent_cpu_minutes']:.1f} of {last['budget_cpu_minutes']:.0f} CPU minutes planned for added "
-            "seeds. " + " ".join(parts))
+            f"{last['spent']:.1f} of {last['budget']:g} {last['unit']} planned for added seeds. " + " ".join(parts))
 
 
 SHOWN = ["claim", "statement", "verdict", "n seeds", "mean effect", "raw lo", "raw hi", "interval", "p", "p Holm",

@@ -5,7 +5,7 @@ the next round. An undecided claim whose seeds have not reached the design's las
 seeds up to its next look, for the run blocks that decide it (``decided_by`` in
 grids/claims/claims.yaml) and for those alone. Claims go most promising first: the smallest
 sequential p; claims below the first look come next, cheapest first. A claim is planned only
-if its runs fit in the CPU minutes left. Blocks that several claims share are paid once.
+if its runs fit in the budget left (CPU minutes locally, GPU-hours on a cluster). Blocks that several claims share are paid once.
 The design stops when no undecided claim has a next look, or when none fits the budget.
 
 Why this keeps the error rate (``mor.stats``): the looks are pre-registered, so which claims
@@ -32,21 +32,32 @@ from mor.stats import Design
 
 @dataclass(frozen=True)
 class Budget:
-    """The CPU budget of the adaptive design (grids/claims/claims.yaml ``design.budget``)."""
+    """The adaptive design's budget for the seeds it adds (grids/claims/claims.yaml
+    ``design.budget``): CPU minutes in the local mode, GPU-hours in the cluster mode."""
 
-    cpu_minutes: float
-    minutes_per_run: dict[str, float]  # 'grid/block', 'grid' or 'default' -> minutes per run
+    total: float
+    cost_per_run: dict[str, float]  # 'grid/block', 'grid' or 'default' -> cost of one run (train + its scoring)
+    unit: str = "CPU min"
 
     def per_run(self, grid: str, block: str) -> float:
-        m = self.minutes_per_run
+        m = self.cost_per_run
         return float(m.get(f"{grid}/{block}", m.get(grid, m["default"])))
 
 
-def load_budget(path: Path = SPEC_FILE) -> Budget:
+BUDGET_KEYS = {"local": ("local_cpu_minutes", "minutes_per_run", "CPU min"),
+               "cluster": ("cluster_gpu_hours", "gpu_hours_per_run", "GPU-h")}
+
+
+def load_budget(path: Path = SPEC_FILE, mode: str = "local") -> Budget:
+    """The mode's budget; a missing key is an error naming the file and the key."""
+    total_key, per_key, unit = BUDGET_KEYS[mode]
     b = yaml.safe_load(Path(path).read_text())["design"]["budget"]
-    if "default" not in b["minutes_per_run"]:
-        raise ValueError(f"{path}: design.budget.minutes_per_run needs a 'default'")
-    return Budget(float(b["local_cpu_minutes"]), {k: float(v) for k, v in b["minutes_per_run"].items()})
+    for key in (total_key, per_key):
+        if key not in b:
+            raise ValueError(f"{path}: design.budget.{key} is missing (the {mode} mode's budget)")
+    if "default" not in b[per_key]:
+        raise ValueError(f"{path}: design.budget.{per_key} needs a 'default'")
+    return Budget(float(b[total_key]), {k: float(v) for k, v in b[per_key].items()}, unit)
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,7 @@ class Step:
     blocks: tuple[str, ...]
     seeds_from: int
     seeds_to: int
-    minutes: float  # what this step adds (blocks already raised by an earlier step are free)
+    cost: float  # in the budget's unit: what this step adds (blocks already raised by an earlier step are free)
 
 
 def next_look(n: int, design: Design) -> int | None:
@@ -66,11 +77,11 @@ def next_look(n: int, design: Design) -> int | None:
 
 def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Budget,
          runs_per_seed: dict[tuple[str, str], int], seeds_now: dict[tuple[str, str], int],
-         minutes_left: float | None = None) -> tuple[list[Step], dict[tuple[str, str], int]]:
+         budget_left: float | None = None) -> tuple[list[Step], dict[tuple[str, str], int]]:
     """The next round: steps in the order taken, and the seeds each (grid, block) should
     reach. ``table``: evaluate()'s rows; ``runs_per_seed``: runs one seed of a block trains;
-    ``seeds_now``: seeds each block has; ``minutes_left``: the budget not yet spent."""
-    left = budget.cpu_minutes if minutes_left is None else minutes_left
+    ``seeds_now``: seeds each block has; ``budget_left``: the budget not yet spent."""
+    left = budget.total if budget_left is None else budget_left
     target = dict(seeds_now)
 
     def cost(grid: str, blocks: tuple[str, ...], to: int) -> float:  # blocks already at `to` are free
@@ -93,13 +104,13 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
         ranked.append((not tested, p if tested else cost(grid, blocks, to), r["claim"], n, to, grid, blocks))
     steps = []
     for _, _, claim, n, to, grid, blocks in sorted(ranked):
-        minutes = cost(grid, blocks, to)
-        if minutes > left:
+        price = cost(grid, blocks, to)
+        if price > left:
             continue
         for b in blocks:
             target[(grid, b)] = max(target.get((grid, b), 0), to)
-        left -= minutes
-        steps.append(Step(claim, grid, blocks, n, to, round(minutes, 2)))
+        left -= price
+        steps.append(Step(claim, grid, blocks, n, to, round(price, 2)))
     return steps, {k: v for k, v in target.items() if v > seeds_now.get(k, 0)}
 
 
@@ -130,7 +141,7 @@ def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | No
     ``results_dir`` holds the round's ``<grid>.parquet`` (the grids' runs, with the seeds
     ``previous`` asked for); ``previous`` is the last round's record (None for round 0, the
     grids' own seeds). The record says which claims are decided, the seeds each raised block
-    should reach next (cumulative over rounds), the CPU minutes planned so far, and whether
+    should reach next (cumulative over rounds), the budget planned so far, and whether
     the design stops here, and why."""
     from mor.claims.registry import load_specs
     from mor.claims.render import load_frames
@@ -138,7 +149,7 @@ def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | No
     from mor.grids import load_grid
 
     design, specs = load_specs()
-    budget = budget or load_budget()
+    budget = budget or load_budget(mode=mode)
     so_far: dict[str, dict[str, int]] = (previous or {}).get("seeds", {})
     names = sorted({s.decided_by["grid"] for s in specs.values()} | set(so_far))
     frames = load_frames(Path(results_dir), set(names), analyses_dir)
@@ -149,9 +160,9 @@ def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | No
             grid = load_grid(path, mode, seeds=so_far.get(g))
             rps.update(runs_per_seed(grid))
             now.update(seeds_built(grid, frames.get(g)))
-    spent = float((previous or {}).get("spent_cpu_minutes", 0.0))
+    spent = float((previous or {}).get("spent", 0.0))
     table = evaluate(frames)
-    steps, target = plan(table, specs, design, budget, rps, now, budget.cpu_minutes - spent)
+    steps, target = plan(table, specs, design, budget, rps, now, budget.total - spent)
     seeds = {g: dict(b) for g, b in so_far.items()}
     for (g, b), n in sorted(target.items()):
         seeds.setdefault(g, {})[b] = n
@@ -166,14 +177,15 @@ def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | No
     elif not waiting:
         why = "no undecided claim can gain from seeds (past its last look, or its deciding runs are not in the grids)"
     else:
-        why = f"the CPU budget does not fit the next look of {', '.join(sorted(waiting))}"
+        why = f"the budget does not fit the next look of {', '.join(sorted(waiting))}"
     return {
         "round": 0 if previous is None else int(previous["round"]) + 1,
         "stop": not target,
         "why": why,
         "seeds": seeds,
-        "budget_cpu_minutes": budget.cpu_minutes,
-        "spent_cpu_minutes": round(spent + sum(s.minutes for s in steps), 2),
+        "budget": budget.total,
+        "spent": round(spent + sum(s.cost for s in steps), 2),
+        "unit": budget.unit,
         "steps": [dataclasses.asdict(s) for s in steps],
         "verdicts": {r["claim"]: {"verdict": r["verdict"], "n": int(r.get("n seeds", 0) or 0)}
                      for _, r in table.iterrows()},
@@ -201,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     record = run_round(Path(a.results), Path(a.grids), a.mode, previous, Path(a.analyses) if a.analyses else None)
     for s in record["steps"]:
         print(f"{s['claim']}: {s['grid']} [{', '.join(s['blocks'])}] {s['seeds_from']} -> {s['seeds_to']} seeds, "
-              f"+{s['minutes']:.1f} CPU min")
+              f"+{s['cost']:.1f} {record['unit']}")
     for g, blocks in sorted(record["seeds"].items()):
         for b, n in sorted(blocks.items()):
             print(f"{g} block {b}: {n} seeds")

@@ -156,7 +156,7 @@ def _hub(a) -> int:
 
 def _plan(a) -> int:
     from mor.data.fineweb import DEFAULT_SETTINGS
-    from mor.launch.plan import format_data_plan, format_plan, plan_grid
+    from mor.launch.plan import format_data_plan, format_design, format_plan, plan_grid
 
     a.fineweb = a.fineweb or DEFAULT_SETTINGS
 
@@ -167,9 +167,11 @@ def _plan(a) -> int:
         print()
     total_est = total_req = 0.0
     run_ids: list[str] = []
+    planned = {}
     for path in a.grid:
         grid = load_grid(path, a.mode)
         jobs = plan_grid(grid, presets, a.tags)
+        planned[grid.name] = (grid, jobs)
         print(format_plan(grid, jobs, presets))
         print()
         total_est += sum(j.gpu_hours for j in jobs)
@@ -177,6 +179,10 @@ def _plan(a) -> int:
         run_ids += sorted({j.run_id for j in jobs})
     if len(a.grid) > 1:
         print(f"all grids: {len(run_ids)} runs, {total_est:.1f} GPU-h estimated, {total_req:.1f} GPU-h requested")
+    design = format_design(planned) if a.mode == "cluster" else ""
+    if design:
+        print()
+        print(design)
     return 0
 
 

@@ -565,3 +565,51 @@ def format_data_plan(grids: list[Grid], presets: Presets, settings_path, data_ro
         lines.append(f"  {j.tokenizer:<34} {j.tokens / 1e9:>7.2f}B {j.cpus:>5} {_hm(j.time_min):>6} "
                      f"{j.tokens_per_s_per_cpu:>10,.0f} {j.cpu_hours:>8.1f} {j.hours:>7.2f} {j.segments:>4}{state}")
     return "\n".join(lines)
+
+
+def block_costs(grid: Grid, jobs: list[JobEstimate]) -> dict[tuple[str, str], tuple[float, int]]:
+    """(grid, block) -> (estimated GPU-h of one run of it, every job kind summed; runs per seed)."""
+    block = {r.run_id: r.block for r in grid.runs}
+    seed0 = {r.run_id for r in grid.runs if r.config.train.seed == min(x.config.train.seed for x in grid.runs)}
+    hours: dict[str, float] = {}
+    runs: dict[str, set[str]] = {}
+    for j in jobs:
+        b = block[j.run_id]
+        hours[b] = hours.get(b, 0.0) + j.gpu_hours
+        runs.setdefault(b, set()).add(j.run_id)
+    return {(grid.name, b): (hours[b] / len(runs[b]), len({r for r in runs[b] if r in seed0})) for b in hours}
+
+
+def format_design(planned: dict[str, tuple[Grid, list[JobEstimate]]]) -> str:
+    """What the claims' adaptive design (grids/claims/claims.yaml, mor.claims.seeding) could add
+    to these grids on a cluster: each claim's deciding blocks raised from the grids' own seeds
+    to the last pre-registered look, priced by this plan, beside the design's GPU-hour budget
+    (the design stops adding seeds when the budget is spent)."""
+    from mor.claims.registry import load_specs
+    from mor.claims.seeding import load_budget
+
+    design, specs = load_specs()
+    budget = load_budget(mode="cluster")
+    costs: dict[tuple[str, str], tuple[float, int]] = {}
+    seeds: dict[tuple[str, str], int] = {}
+    for grid, jobs in planned.values():
+        costs.update(block_costs(grid, jobs))
+        seeds.update({(grid.name, b): n for b, n in grid.seeds().items()})
+    last = max(design.looks)
+    lines, raised = [], {}
+    for cid, spec in sorted(specs.items()):
+        g, blocks = spec.decided_by["grid"], spec.decided_by["runs"]
+        if not all((g, b) in costs for b in blocks):
+            continue
+        hours = sum(max(0, last - seeds[(g, b)]) * costs[(g, b)][1] * costs[(g, b)][0] for b in blocks)
+        for b in blocks:
+            raised[(g, b)] = max(0, last - seeds[(g, b)]) * costs[(g, b)][1] * costs[(g, b)][0]
+        lines.append(f"  {cid:<28} {g} [{', '.join(blocks)}] {min(seeds[(g, b)] for b in blocks)} -> {last} seeds: "
+                     f"{hours:,.0f} GPU-h")
+    if not lines:
+        return ""
+    return "\n".join([f"claims design (grids/claims/claims.yaml): seeds added to undecided claims at looks "
+                      f"{list(design.looks)}, within {budget.total:,.0f} GPU-h (design.budget.cluster_gpu_hours); "
+                      "at most, per claim:", *lines,
+                      f"  every claim to its last look (shared blocks once): {sum(raised.values()):,.0f} GPU-h; "
+                      f"the budget caps what is added at {budget.total:,.0f} GPU-h"])
