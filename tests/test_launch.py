@@ -36,30 +36,15 @@ PAPER_SCALES = ("135M", "360M", "730M", "1.7B")
 
 
 # ------------------------------------------------------------------ a reference for data parallelism
-class RanksInOneProcess:
-    """Sampler wrapper: one process draws, micro-batch after micro-batch, what ``world`` ranks draw.
-
-    A Trainer on R ranks gives rank r the micro-batches (step, m, r) for m < accum; a single
-    process with ``accum * R`` micro-batches of the same size, mapped here to (m % accum,
-    m // accum), sees exactly the same sequences, averages the same per-micro losses and so
-    takes the same optimizer steps (up to the order of float additions).
-    """
-
-    def __init__(self, sampler, per_rank_accum: int):
-        self.sampler, self.accum = sampler, per_rank_accum
-
-    def batch(self, step, micro, rank, size):
-        assert rank == 0
-        return self.sampler.batch(step, micro % self.accum, micro // self.accum, size)
-
-
 def single_process_reference(run, run_dir: Path, tokens: Path, world: int) -> tuple[Trainer, dict]:
-    """Train ``run`` in this process on the batches that ``world`` ranks would draw."""
-    t = run.train
-    per_rank = t.global_batch // world
+    """Train ``run`` in this process on the sequences that ``world`` ranks would draw.
+
+    Under train.data_order "sequence" (the default) rank r trains the step's global sequences
+    r * per_rank .. (r + 1) * per_rank - 1 (mor.data.sampler), so one plain process sees the
+    same sequences, averages the same per-micro losses and takes the same optimizer steps (up
+    to the order of float additions); tests/test_sampler.py checks the tiling itself."""
+    assert run.train.data_order == "sequence" and run.train.global_batch % world == 0
     tr = Trainer(run, run_dir, tokens, VOCAB, progress=False)
-    assert tr.micro == min(t.micro_batch, per_rank), "reference needs micro_batch <= global_batch / world"
-    tr.sampler = RanksInOneProcess(tr.sampler, per_rank // tr.micro)
     return tr, tr.fit()
 
 

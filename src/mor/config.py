@@ -31,6 +31,7 @@ Gating = Literal["weighted", "additive"]
 KVStrategy = Literal["recursion_wise", "shared", "shared_dagger"]
 Relaxation = Literal["none", "lora", "dora", "prefix", "recursion_pe"]
 WeightInit = Literal["crn", "global_rng"]
+DataOrder = Literal["sequence", "rank"]
 TiedInit = Literal["stepwise", "average", "random", "upcycle"]
 
 
@@ -278,10 +279,11 @@ class TrainConfig:
     tokens: int = 1_000_000  # total training tokens; steps = tokens / (global_batch * seq_len)
     seq_len: int = 128
     global_batch: int = 16  # sequences per optimizer step, whatever the device count
-    # The sampler's draw size: each rank draws its sequences of a step in draws of this many
-    # (mor.data.sampler keys a draw by (seed, step, draw, rank)), so it decides WHICH sequences
-    # a step trains on and stays in the run identity. How many go through one forward pass is
-    # execution.micro_batch (ExecConfig): a site's memory setting that renames nothing.
+    # The default forward-pass size (execution.micro_batch 0, capped at the per-rank batch).
+    # Under data_order "rank" it is also the sampler's draw size (a draw is keyed by (seed,
+    # step, draw, rank)), so it decides WHICH sequences a step trains on; under "sequence" it
+    # does not, but it stays hashed like every train field. How many sequences go through one
+    # forward pass is execution.micro_batch (ExecConfig): a memory setting that renames nothing.
     micro_batch: int = 16
     lr: float = 3e-3
     min_lr_ratio: float = 0.0
@@ -299,9 +301,15 @@ class TrainConfig:
     budget_flops: float = 0.0
     checkpoint_every: int = 50  # steps between checkpoints
     log_every: int = 1
+    # Which sequences a step trains on (mor.data.sampler): "sequence" keys sequence j of step
+    # s by (seed, s, j), so any split into ranks x micro-batches trains on the same data and a
+    # run resumes on another GPU count unchanged; "rank" the (seed, step, draw, rank) draws of
+    # every run before issue 22, whose data depend on the rank count (set it to reproduce them).
+    data_order: DataOrder = "sequence"
 
     def __post_init__(self) -> None:
         own = "train"
+        _check_choice(own, "data_order", self.data_order, DataOrder)
         for name in ("tokens", "seq_len", "global_batch", "micro_batch", "lr", "checkpoint_every", "log_every"):
             _check_positive(own, name, getattr(self, name))
         _check_positive(own, "budget_flops", self.budget_flops, allow_zero=True)
@@ -423,8 +431,11 @@ EVAL_FIELDS = ("eval",)
 # Fields added after runs existed: hashed only when set, so adding a field with a default
 # that keeps the old behaviour never renames (and retrains) an existing run.
 # (model.weight_init: its default "crn" is hashed, so every run got a new id when common
-# random numbers became the default; "global_rng" gives back the ids of the runs before.)
-LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0, ("model", "weight_init"): "global_rng"}
+# random numbers became the default; "global_rng" gives back the ids of the runs before.
+# train.data_order likewise: its default "sequence" renamed every run, "rank" gives back
+# the ids, and the data, of the runs before.)
+LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0, ("model", "weight_init"): "global_rng",
+                ("train", "data_order"): "rank"}
 # Fields that left the identity for ExecConfig: a stored config (config.json, a results row)
 # may still carry them and parses (the value is dropped), and the hash keeps them at the one
 # value every shipped grid had, so no existing run id changes. A run that had set another

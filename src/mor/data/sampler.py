@@ -1,9 +1,18 @@
-"""Training batches drawn from a token array (a flat .npy, or shards read as one), addressed by
-(step, micro-batch, rank).
+"""Training batches drawn from a token array (a flat .npy, or shards read as one).
 
 Each batch is a pure function of the seed and its address, so resuming at step s needs
-nothing but s ("data position" = optimizer steps done), and any number of ranks draw
-disjoint, reproducible slices of the same global batch.
+nothing but s ("data position" = optimizer steps done). How a sequence is addressed is the
+run's ``train.data_order`` (mor.config):
+
+* ``sequence`` (default): sequence j of step s (j < train.global_batch) has a window start
+  that depends on (seed, s, j) only. A rank takes a contiguous slice of the j's and cuts it
+  into micro-batches, so every split of the global batch into ranks x micro-batches trains
+  on the same sequences per step: a run stopped on 2 GPUs resumes on 1 (or 8) and trains on
+  what an uninterrupted run would have. The starts of a step are drawn in one vectorised call
+  from a generator keyed by (seed, s) and indexed by j (``starts``).
+* ``rank`` (legacy): the draws of every run before issue 22, keyed by (seed, step, draw,
+  rank), ``batch``. A rank draws its sequences in draws of train.micro_batch, so the same
+  step on another rank count is another set of sequences; kept to reproduce old runs.
 """
 
 from __future__ import annotations
@@ -33,17 +42,70 @@ def load_tokens(path: str | Path, checksum: bool = True):
     return arr
 
 
+DATA_ORDERS = ("sequence", "rank")  # mor.config.DataOrder (the sampler stays config-free)
+
+# Third key word of a step's generator under data_order "sequence". numpy's SeedSequence
+# pads a short key with zeros, so a bare (seed, step) would replay the legacy draw
+# (seed, step, 0, 0); no legacy key (seed, step, draw, rank) has a draw index this large.
+_SEQUENCE_KEY = 0x53455155454E4345  # "SEQUENCE"
+
+
 class TokenSampler:
-    def __init__(self, tokens: np.ndarray, seq_len: int, seed: int):
+    def __init__(self, tokens: np.ndarray, seq_len: int, seed: int, global_batch: int = 0,
+                 order: str = "sequence"):
+        """``global_batch``: sequences per optimizer step (train.global_batch), the range of the
+        sequence index j; ``rank_batch`` and ``starts`` need it, the legacy ``batch`` does not."""
         if len(tokens) < seq_len + 2:
             raise ValueError(f"{len(tokens)} tokens cannot fill one sequence of {seq_len}")
+        if order not in DATA_ORDERS:
+            raise ValueError(f"data order {order!r}; choose one of {list(DATA_ORDERS)}")
         self.tokens, self.seq_len, self.seed = tokens, seq_len, seed
+        self.global_batch, self.order = global_batch, order
+        self.high = len(tokens) - seq_len - 1  # window starts lie in [0, high)
 
+    # ------------------------------------------------------------------ data_order: sequence
+    def starts(self, step: int, index: np.ndarray) -> np.ndarray:
+        """Window starts of the global sequences ``index`` (each < global_batch) of ``step``.
+
+        All global_batch starts of the step come from one generator keyed by (seed, step) and
+        sequence j takes the j-th: a pure function of (seed, step, j) that costs one vectorised
+        draw per step (a generator per sequence would cost ~30 us each)."""
+        if self.global_batch < 1:
+            raise ValueError("TokenSampler(global_batch=...) is needed to address sequences of a step")
+        index = np.asarray(index, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= self.global_batch):
+            raise IndexError(f"sequence index out of range [0, {self.global_batch}) of step {step}")
+        rng = np.random.default_rng([self.seed, step, _SEQUENCE_KEY])
+        return rng.integers(0, self.high, size=self.global_batch)[index]  # (len(index),)
+
+    def sequences(self, step: int, index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets), each (len(index), seq_len) int64, of the global sequences ``index``."""
+        return self._windows(self.starts(step, index))
+
+    # ------------------------------------------------------------------ data_order: rank (legacy)
     def batch(self, step: int, micro: int, rank: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs, targets), each (size, seq_len) int64, for one micro-batch of one rank."""
+        """The legacy draw (data_order "rank"): (inputs, targets), each (size, seq_len) int64,
+        of draw ``micro`` of ``rank``, exactly as every run before issue 22 drew it."""
         rng = np.random.default_rng([self.seed, step, micro, rank])
-        starts = rng.integers(0, len(self.tokens) - self.seq_len - 1, size=size)  # (size,)
-        windows = np.stack([self.tokens[s : s + self.seq_len + 1] for s in starts]).astype(np.int64)  # (size, T+1)
-        x = torch.from_numpy(windows[:, :-1])
-        y = torch.from_numpy(windows[:, 1:])
-        return x, y
+        return self._windows(rng.integers(0, self.high, size=size))
+
+    # ------------------------------------------------------------------ what the trainer asks for
+    def rank_batch(self, step: int, rank: int, world: int, draw: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's sequences of ``step``: (inputs, targets), each (global_batch / world, seq_len).
+
+        Order "sequence": the contiguous j in [rank * per_rank, (rank + 1) * per_rank), so the
+        ranks' slices, and any micro-batches cut from them in order, tile 0..global_batch-1.
+        Order "rank": the legacy draws (step, d, rank) of ``draw`` sequences, d < per_rank / draw."""
+        if self.global_batch < 1 or self.global_batch % world:
+            raise ValueError(f"global batch {self.global_batch} cannot be split over {world} rank(s)")
+        per_rank = self.global_batch // world
+        if self.order == "rank":
+            if per_rank % draw:
+                raise ValueError(f"per-rank batch {per_rank} is not a multiple of the draw size {draw}")
+            xs, ys = zip(*(self.batch(step, d, rank, draw) for d in range(per_rank // draw)))
+            return (xs[0], ys[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(ys))
+        return self.sequences(step, np.arange(rank * per_rank, (rank + 1) * per_rank))
+
+    def _windows(self, starts: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        windows = np.stack([self.tokens[s : s + self.seq_len + 1] for s in starts]).astype(np.int64)  # (n, T+1)
+        return torch.from_numpy(windows[:, :-1]), torch.from_numpy(windows[:, 1:])

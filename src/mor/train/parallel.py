@@ -6,9 +6,11 @@ this module only wraps the model once the group exists, so the train job can pic
 trainer class without knowing the cluster.
 
 The global batch stays the run's: ``Trainer`` gives each rank ``global_batch / world``
-sequences of each step (addressed by (step, micro, rank), so ranks never overlap) and
-accumulates micro-batches; DDP/FSDP average gradients over ranks, so one optimizer step
-sees the mean gradient of the configured global batch however many GPUs there are.
+sequences of each step (a contiguous slice of the step's global sequence indices under
+``train.data_order: sequence``, so ranks never overlap and together see what one process
+sees; see ``mor.data.sampler``) and accumulates micro-batches; DDP/FSDP average gradients
+over ranks, so one optimizer step sees the mean gradient of the configured global batch
+however many GPUs there are.
 """
 
 from __future__ import annotations

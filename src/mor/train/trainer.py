@@ -2,7 +2,8 @@
 
 State that makes a run resumable lives in the checkpoint (step, tokens seen, optimizer
 moments, RNG); batches are addressed by step (see ``mor.data.sampler``), so a run resumed
-at step s sees exactly the batches an uninterrupted run would have seen.
+at step s sees exactly the batches an uninterrupted run would have seen; under the default
+``train.data_order: sequence`` that holds on any number of ranks and micro-batches.
 
 Outputs under ``run_dir``::
 
@@ -200,16 +201,17 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, run, use_fused_adamw(self.execution.fused_optimizer, self.device))
         # shard digests are checked by one rank per job (hashing 40 GB of FineWeb-Edu once per
         # job start costs ~1 min; per rank it would be that times the rank count); sizes by all
-        self.sampler = TokenSampler(load_tokens(train_tokens, checksum=self.dist.is_main), t.seq_len, t.seed)
+        self.sampler = TokenSampler(load_tokens(train_tokens, checksum=self.dist.is_main), t.seq_len, t.seed,
+                                    global_batch=t.global_batch, order=t.data_order)
         per_rank = t.global_batch // self.dist.world_size
         if t.global_batch % self.dist.world_size:
             raise ValueError(f"train.global_batch={t.global_batch} is not divisible by {self.dist.world_size} ranks")
-        # The step's sequences are drawn in draws of train.micro_batch (the data: identity) and
-        # run through the model in passes of execution.micro_batch (the memory: execution).
+        # The step's sequences are the run's (train.data_order; under the legacy "rank" order,
+        # drawn in draws of train.micro_batch) and run through the model in passes of
+        # execution.micro_batch (the memory: execution; 0 = this draw size).
         self.draw = min(t.micro_batch, per_rank)
         if per_rank % self.draw:
             raise ValueError(f"per-rank batch {per_rank} is not a multiple of train.micro_batch={self.draw}")
-        self.draws = per_rank // self.draw
         self.micro = resolve_micro_batch(self.execution, run, per_rank, self.draw, self.vocab_size,
                                          self.dist.world_size, parallel, self.device)
         self.accum = per_rank // self.micro  # gradient accumulation keeps the global batch fixed
@@ -341,14 +343,10 @@ class Trainer:
     def micro_batches(self):
         """This rank's sequences of the current step, ``accum`` pairs (x, y) of (micro, T) each.
 
-        Drawn as ``draws`` draws of ``draw`` sequences (what decides the data), then cut into
-        passes of ``micro`` (what decides the memory): the same sequences whatever the micro-batch."""
-        if self.micro == self.draw:  # one draw per pass: no copy
-            for d in range(self.draws):
-                yield self.sampler.batch(self.step, d, self.dist.rank, self.draw)
-            return
-        xs, ys = zip(*(self.sampler.batch(self.step, d, self.dist.rank, self.draw) for d in range(self.draws)))
-        x, y = torch.cat(xs), torch.cat(ys)  # (per_rank, T) each
+        The sampler gives the rank's slice of the step (data_order "sequence": the contiguous
+        global sequences rank * per_rank ..; "rank": the legacy draws of ``draw``), which is
+        cut in order into passes of ``micro`` (what decides the memory, never the data)."""
+        x, y = self.sampler.rank_batch(self.step, self.dist.rank, self.dist.world_size, self.draw)  # (per_rank, T)
         yield from zip(x.split(self.micro), y.split(self.micro))  # accum x (micro, T)
 
     def fit(self) -> dict:
