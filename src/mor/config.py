@@ -389,7 +389,7 @@ class ExecConfig:
     # model (mor.memory) fits into the GPU's memory. Must divide the per-rank batch.
     micro_batch: int | str = 0
     activation_checkpointing: bool = False  # recompute each block's activations in backward
-    compile: bool = False  # torch.compile the training forward/backward
+    compile: bool = False  # torch.compile each layer for training (mor.train.trainer.compile_layers)
     attention: Attention = "auto"  # auto: flash-attn when installed on a CUDA device, else SDPA
     fused_optimizer: FusedOptimizer = "auto"  # fused AdamW kernel; auto: on CUDA only
     # Tokens per cross-entropy chunk: the head and the loss run on this many positions at a
