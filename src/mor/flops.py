@@ -106,31 +106,15 @@ def relaxation_params(cfg: ModelConfig, s: ScaleShape) -> int:
 
 
 def forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int) -> float:
-    """Forward FLOPs per input token, averaged over the sequence (see module docstring)."""
+    """Forward FLOPs per input token, averaged over the sequence (see module docstring): the
+    unshared first/last layers, each recursion (``recursion_flops_per_token``, expert-choice
+    routers included), a token-choice router (run once, before recursion 1) and the LM head."""
     plan = plan_for(cfg, s)
-    per_layer_mm = 2 * (layer_params(s) - 2 * s.hidden)
-    per_layer_attn = 4 * s.hidden * seq_len
     unrouted = len(plan.prefix) + len(plan.suffix)
-    flops = unrouted * (per_layer_mm + per_layer_attn)
-    if cfg.variant == "mor" and cfg.router.type == "expert_choice":
-        fracs = capacities(cfg.num_recursions, cfg.router.capacity)
-    elif cfg.variant == "mor":  # token-choice: balanced assignment (module docstring)
-        fracs = capacities(cfg.num_recursions)
-    else:
-        fracs = [1.0] * len(plan.recursions)
-    kv_proj_mm = 2 * 2 * s.hidden * s.kv_heads * s.head_dim  # K and V projections, forward
-    producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
-    e = len(plan.prefix)  # effective index of the next layer
-    for r, (frac, rec) in enumerate(zip(fracs, plan.recursions)):
-        for _ in rec:
-            # a layer reading another layer's keys/values ('shared') skips its own K/V projections
-            reads_kv = cfg.kv == "shared" and producers[e] != e
-            mm = per_layer_mm - kv_proj_mm if reads_kv else per_layer_mm
-            # recursive KV sharing: the active queries of recursion r > 1 attend to all T keys
-            attn = frac if r > 0 and cfg.kv != "recursion_wise" else frac * frac
-            flops += frac * (mm + relaxation_flops_per_token(cfg, s, reads_kv)) + attn * per_layer_attn
-            e += 1
-    flops += 2 * (router_params(cfg, s) - _router_bias_params(cfg))
+    flops = unrouted * (2 * (layer_params(s) - 2 * s.hidden) + 4 * s.hidden * seq_len)
+    flops += sum(recursion_flops_per_token(cfg, s, seq_len))
+    if not (cfg.variant == "mor" and cfg.router.type == "expert_choice"):
+        flops += 2 * (router_params(cfg, s) - _router_bias_params(cfg))  # token-choice (0 without routers)
     flops += 2 * s.hidden * vocab  # LM head
     return float(flops)
 
@@ -156,11 +140,11 @@ def relaxation_flops_per_token(cfg: ModelConfig, s: ScaleShape, reads_kv: bool =
 
 def recursion_flops_per_token(cfg: ModelConfig, s: ScaleShape, seq_len: int) -> list[float]:
     """Forward FLOPs per input token of each recursion r = 1..Nr, averaged over the sequence:
-    the recursion's layer calls exactly as ``forward_flops_per_token`` counts them (matmuls x
-    the share of tokens reaching it, attention x c^2 or c, relaxations, skipped K/V
-    projections of layers reading shared KV), plus, for expert-choice MoR, its own router
-    (one of the Nr router heads). ``forward_flops_per_token`` = the unshared layers + the
-    LM head + a token-choice router (run once, before recursion 1) + the sum of these."""
+    its layer calls (matmuls x the share c of tokens reaching it; attention x c^2, or x c
+    where recursion r > 1 attends to all keys under recursive KV sharing; relaxations; no K/V
+    projections in a layer reading another layer's keys/values), plus, for expert-choice
+    MoR, its own router (one of the Nr router heads). The one count of a recursion's cost:
+    ``forward_flops_per_token`` sums these."""
     plan = plan_for(cfg, s)
     per_layer_mm = 2 * (layer_params(s) - 2 * s.hidden)
     per_layer_attn = 4 * s.hidden * seq_len
@@ -172,9 +156,9 @@ def recursion_flops_per_token(cfg: ModelConfig, s: ScaleShape, seq_len: int) -> 
     else:
         fracs = [1.0] * len(plan.recursions)
     router = 2 * (router_params(cfg, s) - _router_bias_params(cfg)) / len(plan.recursions) if expert_choice else 0.0
-    kv_proj_mm = 2 * 2 * s.hidden * s.kv_heads * s.head_dim
+    kv_proj_mm = 2 * 2 * s.hidden * s.kv_heads * s.head_dim  # K and V projections, forward
     producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
-    e = len(plan.prefix)
+    e = len(plan.prefix)  # effective index of the next layer
     out = []
     for r, (frac, rec) in enumerate(zip(fracs, plan.recursions)):
         flops = router
