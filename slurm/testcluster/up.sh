@@ -10,6 +10,7 @@
 # Env:
 #   MOR_SLURM_STATE    state dir (default /tmp/mor-slurm): config, logs, spool, DB
 #   MOR_SLURM_TIMEOUT  seconds to wait for each daemon to come up (default 90)
+#   MOR_SLURM_GPUS     GPUs the node advertises (GRES gpu, no real devices; default 4, 0: none)
 # Exit codes: 0 up; 2 not root; 3 packages missing and cannot be installed;
 #             1 any other failure (daemon log tails are printed to stderr).
 set -euo pipefail
@@ -156,9 +157,25 @@ NODE=$(hostname -s 2>/dev/null || true)
 CPUS=$(nproc)
 MEM_MB=$(awk '/^MemTotal:/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
 [ "$MEM_MB" -ge 1 ] || MEM_MB=1
+GPUS=${MOR_SLURM_GPUS:-4}
+case "$GPUS" in ''|*[!0-9]*) log "MOR_SLURM_GPUS=$GPUS is not a number"; exit 1 ;; esac
 
 mkdir -p "$STATE" "$RUN" "$LOGS" "$ETC" "$STATE/ctld" "$STATE/spool"
 chmod 755 "$STATE"   # mysql and munge must traverse it
+
+# GPUs as a generic resource on a machine without any. Slurm 22.05's gres/gpu counts only GPUs
+# with a File= (count-only "Name=gpu Count=N" registers 0 and the node goes INVAL) and wants each
+# file to be a character device; it numbers a GPU by the digits that end the name
+# (CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS). So $STATE/dev/nvidiaN are links to /dev/null: nothing
+# is written outside the state dir, and nothing constrains devices here (task/none).
+GRES_NODE="" GRES_TYPES=""
+if [ "$GPUS" -gt 0 ]; then
+  mkdir -p "$STATE/dev"
+  for ((i = 0; i < GPUS; i++)); do
+    [ "$(readlink "$STATE/dev/nvidia$i" 2>/dev/null)" = /dev/null ] || ln -sfn /dev/null "$STATE/dev/nvidia$i"
+  done
+  GRES_NODE=" Gres=gpu:$GPUS" GRES_TYPES="GresTypes=gpu"
+fi
 
 NEW=$(mktemp -d)
 trap 'rm -rf "$NEW"' EXIT
@@ -194,6 +211,7 @@ SlurmdParameters=config_overrides
 MpiDefault=none
 SwitchType=switch/none
 MailProg=/bin/true
+$GRES_TYPES
 ReturnToService=2
 JobRequeue=1
 KillWait=5
@@ -204,9 +222,13 @@ Waittime=0
 MessageTimeout=10
 SlurmctldTimeout=30
 SlurmdTimeout=30
-NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$NODE CPUs=$CPUS RealMemory=$MEM_MB State=UNKNOWN
+NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$NODE CPUs=$CPUS RealMemory=$MEM_MB$GRES_NODE State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF
+{
+  echo "# Managed by mor-repro slurm/testcluster/up.sh -- regenerated on every run."
+  if [ "$GPUS" -gt 0 ]; then echo "NodeName=$NODE Name=gpu File=$STATE/dev/nvidia[0-$((GPUS - 1))]"; fi
+} > "$NEW/gres.conf"
 cat > "$NEW/slurmdbd.conf" <<EOF
 # Managed by mor-repro slurm/testcluster/up.sh -- regenerated on every run.
 AuthType=auth/munge
@@ -227,7 +249,7 @@ EOF
 ANY_ALIVE=""
 for d in munged mariadbd slurmdbd slurmctld slurmd; do alive "$d" && ANY_ALIVE=1; done
 CHANGED=""
-cmp -s "$NEW/slurm.conf" "$ETC/slurm.conf" && cmp -s "$NEW/slurmdbd.conf" "$ETC/slurmdbd.conf" || CHANGED=1
+for f in slurm.conf gres.conf slurmdbd.conf; do cmp -s "$NEW/$f" "$ETC/$f" || CHANGED=1; done
 
 if [ -n "$CHANGED" ] && [ -n "$ANY_ALIVE" ]; then
   log "configuration changed; restarting the cluster"
@@ -235,6 +257,7 @@ if [ -n "$CHANGED" ] && [ -n "$ANY_ALIVE" ]; then
 fi
 if [ -n "$CHANGED" ]; then
   install -m 644 -o root -g root "$NEW/slurm.conf" "$ETC/slurm.conf"
+  install -m 644 -o root -g root "$NEW/gres.conf" "$ETC/gres.conf"   # beside slurm.conf: where Slurm looks
   install -m 600 -o root -g root "$NEW/slurmdbd.conf" "$ETC/slurmdbd.conf"   # owner = SlurmUser
 fi
 
