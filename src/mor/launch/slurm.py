@@ -630,7 +630,14 @@ def submit_and_wait(fn: Callable[[], Any], preset: Preset, folder: Path, name: s
         executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=preset.max_timeouts,
                                          slurm_python=python)
         executor.update_parameters(**preset.submitit_parameters(name), slurm_setup=list(setup or []))
-        job = executor.submit(fn)
+        try:
+            job = executor.submit(fn)
+        except submitit.core.utils.FailedJobError as e:  # sbatch exited non-zero: nothing was queued
+            raise LaunchError(f"Slurm refused the submission of {what}: {str(e).strip() or 'sbatch failed'}\n"
+                              f"  The preset asks for nodes={preset.nodes}, gpus_per_node={preset.gpus_per_node}, "
+                              f"tasks_per_node={preset.tasks}, cpus_per_task={preset.cpus_per_task}, "
+                              f"mem_gb={preset.mem_gb:g}, partition={preset.partition}; compare with "
+                              f"`sinfo -N -o '%N %P %c %m %G'`. Nothing was submitted.\n  folder: {folder}") from None
         write_json_atomic(_job_record(folder), {"job_id": job.job_id, "name": name, "submitted": time.time()})
         print(f"submitted Slurm job {job.job_id} ({what}); logs in {folder}", flush=True)
     else:
