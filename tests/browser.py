@@ -30,6 +30,8 @@ from pathlib import Path
 
 import aiohttp
 
+import procs
+
 
 class Browser:
     def __init__(self, executable: str, width: int = 1400, height: int = 1000):
@@ -58,9 +60,9 @@ class Browser:
             pass
         self.proc.wait()
         deadline = time.monotonic() + 60
-        while _group_members(self.proc.pid):
+        while procs.members("pgrp", self.proc.pid):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"chromium's processes {_group_members(self.proc.pid)} outlived SIGKILL")
+                raise RuntimeError(f"chromium's processes {procs.members('pgrp', self.proc.pid)} outlived SIGKILL")
             time.sleep(0.05)
         shutil.rmtree(self.profile, ignore_errors=True)
 
@@ -86,21 +88,6 @@ class Browser:
                     return await script(page)
                 finally:
                     reader.cancel()
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of process group ``pgid``."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(pid))
-    return out
 
 
 def find_chromium() -> str:

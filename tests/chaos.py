@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import procs
 from test_workflow import E2E_GRID
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,34 +105,11 @@ def _phase_of(sid: int) -> str | None:
     return None
 
 
-def _session_members(sid: int) -> list[int]:
-    """Live processes of session ``sid``; zombies among them are reaped (this process may be
-    their subreaper, see tests/conftest.py) and not counted."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) != sid:  # field 6 of /proc/PID/stat: the session id
-            continue
-        if fields[0] == "Z":
-            try:
-                os.waitpid(int(pid), os.WNOHANG)
-            except ChildProcessError:
-                pass
-            continue
-        out.append(int(pid))
-    return out
-
-
 def _wait_gone(sid: int, timeout: float = 60.0) -> None:
     """Until no process of session ``sid`` is left: SIGKILL to any that left the process
     group; raises if one survives ``timeout`` (a deadline against a hang)."""
     deadline = time.monotonic() + timeout
-    while members := _session_members(sid):
+    while members := procs.members("session", sid, reap=True):
         for pid in members:
             try:
                 os.kill(pid, signal.SIGKILL)

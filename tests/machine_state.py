@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import procs
+
 REPO = Path(__file__).resolve().parent.parent
 SKIP = {"/proc", "/sys", "/dev", "/tmp", "/var/tmp", tempfile.gettempdir(), str(REPO)}
 
@@ -115,10 +117,10 @@ def ancestors_output() -> set[str]:
                 continue
             if target.startswith("/") and os.path.isfile(target):
                 out.add(target)
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        s = procs.stat(pid)
+        if s is None:
             break
+        pid = s["ppid"]
     return out
 
 
