@@ -115,6 +115,21 @@ def test_cluster_plan_counts_gpu_hours(tmp_path):
     assert gs.device == "GPU" and sum(r.hours_total for r in gs.runs) > 100
 
 
+def test_presets_without_the_grids_scale_give_no_hours_and_say_why(tmp_path):
+    """table9's local ladder uses `micro`, which slurm/presets.yaml has no entry for: the runs
+    are still listed, and the summary names the missing key instead of counting hours."""
+    grids = [load_grid(GRIDS / "table9.yaml", "local"), load_grid(GRIDS / "table13.yaml", "local")]
+    statuses = collect(grids, Paths(tmp_path / "runs", tmp_path / "results", tmp_path / "logs", tmp_path / "s"),
+                       slurm_query=lambda j: FakeState(""))
+    assert [len(gs.runs) for gs in statuses] == [len(g.runs) for g in grids]
+    assert all(r.hours_total == 0 for gs in statuses for r in gs.runs)
+    console = Console(record=True, width=400)
+    console.print(render(statuses))
+    text = console.export_text()
+    assert "no hours: no plan from the presets (" in text and "scales.micro is missing" in text
+    assert "-hours" not in text and "all: 0/" in text and "no hours (no plan from the presets)" in text
+
+
 def test_targets_resolve_to_grids():
     assert [g.name for g in resolve_targets(["tables/table10", "figures/fig6"], GRIDS, "local")] == ["table10"]
     assert [g.name for g in resolve_targets(["table13", str(GRIDS / "table10.yaml")], GRIDS, "local")] == \

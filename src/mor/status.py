@@ -92,6 +92,7 @@ class GridStatus:
     grid: Grid
     runs: list[RunStatus] = field(default_factory=list)
     device: str = "GPU"  # "CPU" when the presets run this grid's jobs on CPUs (hours per task)
+    no_plan: str = ""  # why the presets give no hours for this grid (then none are shown)
 
     def counts(self) -> dict[str, int]:
         return {s: n for s in STATES if (n := sum(r.state == s for r in self.runs))}
@@ -275,10 +276,12 @@ def collect(grids: list[Grid], paths: Paths = Paths(), presets_file: Path | None
     try:
         hours, device = plan_hours(grids, presets_file)
     except Exception as e:  # a site's broken presets must not hide the runs
-        hours, device = {}, f"(no plan: {e})"
+        hours, device, no_plan = {}, "GPU", str(e)
+    else:
+        no_plan = ""
     out = []
     for g in grids:
-        gs = GridStatus(g, device=device)
+        gs = GridStatus(g, device=device, no_plan=no_plan)
         for run in g.select(tags):
             st = run_status(g, run, paths, now, slurm_query)
             h = hours.get((g.name, run.run_id), {})
@@ -347,13 +350,16 @@ def render(statuses: list[GridStatus]):
         total_spent, total_all = total_spent + spent, total_all + whole
         counts = ", ".join(f"{n} {s}" for s, n in gs.counts().items())
         steps = sum(r.step for r in gs.runs), sum(r.steps for r in gs.runs)
-        parts.append(Text(f"{gs.grid.name}: {len(gs.runs)} runs: {counts}; steps {steps[0]}/{steps[1]}; "
-                          f"{gs.device}-hours {_hours(spent)} spent, {_hours(whole - spent)} left of {_hours(whole)} (plan)\n"))
+        hours = (f"no hours: no plan from the presets ({gs.no_plan})" if gs.no_plan else
+                 f"{gs.device}-hours {_hours(spent)} spent, {_hours(whole - spent)} left of {_hours(whole)} (plan)")
+        parts.append(Text(f"{gs.grid.name}: {len(gs.runs)} runs: {counts}; steps {steps[0]}/{steps[1]}; {hours}\n"))
     if len(statuses) > 1:
         n = sum(len(gs.runs) for gs in statuses)
         done = sum(r.state == "done" for gs in statuses for r in gs.runs)
-        parts.append(Text(f"all: {done}/{n} runs done; {device}-hours {_hours(total_spent)} spent, "
-                          f"{_hours(total_all - total_spent)} left of {_hours(total_all)} (plan)", style="bold"))
+        hours = ("no hours (no plan from the presets)" if statuses[0].no_plan else
+                 f"{device}-hours {_hours(total_spent)} spent, {_hours(total_all - total_spent)} left of "
+                 f"{_hours(total_all)} (plan)")
+        parts.append(Text(f"all: {done}/{n} runs done; {hours}", style="bold"))
     return Group(*parts)
 
 
