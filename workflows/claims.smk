@@ -13,53 +13,6 @@
 # The looks are pre-registered and Holm runs over every claim whose grids are built, so which
 # claims the data send seeds to does not inflate the error rate (mor.claims.seeding's docstring,
 # tests/test_stats.py). Tables and figures draw the grids' own seeds (results/<grid>.parquet).
-import json
-
-from mor.claims import CLAIMS, SPEC_FILE
-
-CLAIM_GRIDS = sorted({g for c in CLAIMS for g in c.grids if g in GRIDS})
-
-
-wildcard_constraints:
-    round=r"\d+",
-
-
-def round_seeds(r):
-    """grid -> block -> seeds, as the rounds before round r asked for ({} in round 0)."""
-    if r == 0:
-        return {}
-    return json.loads(Path(checkpoints.seeding.get(round=r - 1).output[0]).read_text())["seeds"]
-
-
-def round_runs(grid, r):
-    seeds = round_seeds(r).get(grid)
-    return (load_grid(GRIDS[grid].path, MODE, seeds=seeds) if seeds else GRIDS[grid]).select(TAGS)
-
-
-def round_inputs(r):
-    """What round r's verdicts read: each claim grid's results, fig5c's depth-cap files, and
-    the round before's plan."""
-    from mor.analysis.sidecar import applies
-
-    files = [f"results/claims/round{r}/{g}.parquet" for g in CLAIM_GRIDS]
-    if "fig5c" in GRIDS:
-        files += [f"results/runs/fig5c/{run.run_id}.depth_cap.npz" for run in round_runs("fig5c", r)
-                  if applies("depth_cap", run.config)]
-    if r:
-        files.append(f"results/claims/round{r - 1}/plan.json")
-    return files
-
-
-def final_round():
-    """The first round whose plan stops the design (evaluating it runs the rounds before)."""
-    r = 0
-    while not json.loads(Path(checkpoints.seeding.get(round=r).output[0]).read_text())["stop"]:
-        r += 1
-        if r > 100:  # each round raises a block to a higher look, so this means a broken plan.json
-            raise ValueError(f"results/claims: over 100 rounds of the adaptive design; see results/claims/round{r}/plan.json")
-    return r
-
-
 rule collect_round:
     input:
         lambda w: [f"results/runs/{w.grid}/{run.run_id}.parquet" for run in round_runs(w.grid, int(w.round))],

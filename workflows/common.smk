@@ -1,10 +1,12 @@
 # Helpers shared by the rule files. Defines no rules.
+import json
 import shlex
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # works without `pip install -e .`
 
+from mor.claims import CLAIMS, SPEC_FILE
 from mor.data.paths import data_paths
 from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS  # what each job kind runs and writes (the rules' outputs)
@@ -47,6 +49,7 @@ wildcard_constraints:
     run_id=r"[A-Za-z0-9_.-]+",
     name=r"[A-Za-z0-9_-]+",
     vocab=r"\d+",
+    round=r"\d+",  # the claims' adaptive design (workflows/claims.smk)
 
 
 def grid_file(grid):
@@ -202,3 +205,43 @@ def curves_section(wildcards):
 
     artifacts = GRIDS[wildcards.grid].artifacts
     return section(artifacts[0]) if artifacts else "Other"
+
+
+# The claims' adaptive design (workflows/claims.smk): which runs each round of seeds reads.
+CLAIM_GRIDS = sorted({g for c in CLAIMS for g in c.grids if g in GRIDS})
+
+
+def round_seeds(r):
+    """grid -> block -> seeds, as the rounds before round r asked for ({} in round 0)."""
+    if r == 0:
+        return {}
+    return json.loads(Path(checkpoints.seeding.get(round=r - 1).output[0]).read_text())["seeds"]
+
+
+def round_runs(grid, r):
+    seeds = round_seeds(r).get(grid)
+    return (load_grid(GRIDS[grid].path, MODE, seeds=seeds) if seeds else GRIDS[grid]).select(TAGS)
+
+
+def round_inputs(r):
+    """What round r's verdicts read: each claim grid's results, fig5c's depth-cap files, and
+    the round before's plan."""
+    from mor.analysis.sidecar import applies
+
+    files = [f"results/claims/round{r}/{g}.parquet" for g in CLAIM_GRIDS]
+    if "fig5c" in GRIDS:
+        files += [f"results/runs/fig5c/{run.run_id}.depth_cap.npz" for run in round_runs("fig5c", r)
+                  if applies("depth_cap", run.config)]
+    if r:
+        files.append(f"results/claims/round{r - 1}/plan.json")
+    return files
+
+
+def final_round():
+    """The first round whose plan stops the design (evaluating it runs the rounds before)."""
+    r = 0
+    while not json.loads(Path(checkpoints.seeding.get(round=r).output[0]).read_text())["stop"]:
+        r += 1
+        if r > 100:  # each round raises a block to a higher look, so this means a broken plan.json
+            raise ValueError(f"results/claims: over 100 rounds of the adaptive design; see results/claims/round{r}/plan.json")
+    return r
