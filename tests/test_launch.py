@@ -287,7 +287,11 @@ def test_fsdp_on_two_gloo_ranks_resumes_to_the_single_process_result(data_root, 
     assert got["final_loss"] == pytest.approx(ref_summary["final_loss"], rel=1e-5)
     final = load_file(str(tmp_path / "fsdp" / "final" / "model.safetensors"))
     for n, p in ref.model.named_parameters():
-        torch.testing.assert_close(final[n], p.detach(), rtol=1e-4, atol=1e-5, msg=n)  # float-order noise ~3e-6
+        # float summation order differs between 2 sharded ranks and one process (and with the
+        # thread count earlier tests leave): ~3e-6 typically, up to 1.6e-5 seen on one element
+        # of 2048, where AdamW normalises a near-zero gradient; a real error moves weights by
+        # ~lr = 3e-3 a step, over many elements
+        torch.testing.assert_close(final[n], p.detach(), rtol=1e-4, atol=3e-5, msg=lambda m, n=n: f"{n}: {m}")
     if kind == "mor-tc-loss-free":  # the sharded bias moved, by the same steps as in one process
         assert final["routers.0.bias"].abs().sum() > 0
     steps = [json.loads(x)["step"] for x in (tmp_path / "fsdp" / "train_log.jsonl").read_text().splitlines()]
