@@ -130,6 +130,30 @@ def test_presets_without_the_grids_scale_give_no_hours_and_say_why(tmp_path):
     assert "-hours" not in text and "all: 0/" in text and "no hours (no plan from the presets)" in text
 
 
+def test_seeds_the_claims_design_added_are_listed(tmp_path):
+    """After round 1 of the adaptive design asked for 6 seeds of deciding's vanilla block, the
+    status lists those runs too (the latest round's plan wins; other folders are ignored)."""
+    from mor.status import with_design_seeds
+
+    grids = resolve_targets(["tables/deciding", "tables/table13"], GRIDS, "local")
+    deciding = grids[0]
+    for r, seeds in ((0, {"deciding": {"vanilla": 3}}), (1, {"deciding": {"vanilla": 6}})):
+        (tmp_path / "claims" / f"round{r}").mkdir(parents=True)
+        (tmp_path / "claims" / f"round{r}" / "plan.json").write_text(json.dumps({"seeds": seeds}))
+    (tmp_path / "claims" / "roundabout").mkdir()
+    more = with_design_seeds(grids, tmp_path)
+    assert more[1] is grids[1]  # no seeds added to table13
+    added = {r.run_id for r in more[0].runs} - {r.run_id for r in deciding.runs}
+    assert len(added) == 3 and {more[0].run(i).block for i in added} == {"vanilla"}
+    assert {more[0].run(i).config.train.seed for i in added} == {3, 4, 5}
+    statuses = collect(more, Paths(tmp_path / "runs", tmp_path, tmp_path / "logs", tmp_path / "s"),
+                       slurm_query=lambda j: FakeState(""))
+    assert {r.run_id for r in statuses[0].runs if r.state == "not started"} >= added
+    (tmp_path / "claims" / "round1" / "plan.json").write_text("{")
+    with pytest.raises(GridError, match="round1/plan.json: not a round plan"):
+        with_design_seeds(grids, tmp_path)
+
+
 def test_targets_resolve_to_grids():
     assert [g.name for g in resolve_targets(["tables/table10", "figures/fig6"], GRIDS, "local")] == ["table10"]
     assert [g.name for g in resolve_targets(["table13", str(GRIDS / "table10.yaml")], GRIDS, "local")] == \

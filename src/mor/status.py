@@ -126,6 +126,24 @@ def resolve_targets(targets: list[str], grids_dir: Path, mode: str) -> list[Grid
     return [grids[n] for n in picked]
 
 
+def with_design_seeds(grids: list[Grid], results: Path) -> list[Grid]:
+    """The grids with the seeds the claims' adaptive design has added so far: the latest
+    ``results/claims/round<r>/plan.json`` (workflows/claims.smk) names, per grid and block,
+    the seeds its next round trains, so those runs are listed too (as not started until
+    they run)."""
+    import json
+
+    plans = [p for p in (results / "claims").glob("round*/plan.json") if p.parent.name[5:].isdigit()]
+    plans.sort(key=lambda p: int(p.parent.name[5:]))
+    if not plans:
+        return grids
+    try:
+        seeds = json.loads(plans[-1].read_text())["seeds"]
+    except (OSError, ValueError, KeyError) as e:
+        raise GridError(f"{plans[-1]}: not a round plan of the claims' design ({e})") from None
+    return [load_grid(g.path, g.mode, seeds=seeds[g.name]) if seeds.get(g.name) else g for g in grids]
+
+
 # --------------------------------------------------------------------------------------
 # Reading a run's files
 # --------------------------------------------------------------------------------------
@@ -382,7 +400,7 @@ def main(a: argparse.Namespace) -> int:
     paths = Paths(root / "runs", root / "results", root / "logs", root / "logs" / "slurm")
     grids_dir = Path(a.grids_dir) if Path(a.grids_dir).is_absolute() else root / a.grids_dir
     tags = [t for t in a.tags.split(",") if t]
-    grids = resolve_targets(a.targets, grids_dir, a.mode)
+    grids = with_design_seeds(resolve_targets(a.targets, grids_dir, a.mode), paths.results)
     presets = Path(a.presets) if a.presets else None
     console = Console() if Console().is_terminal else Console(width=220)  # piped: never wrap a row
     if a.watch is None:
