@@ -155,11 +155,14 @@ def test_mde_gives_the_stated_power():
     assert seeds_needed(0.0, 1.0, 0.05) is None and math.isnan(mde(1.0, 1, 0.05))
 
 
-def _adaptive_family(rng, truths, design, reps=R):
+def _adaptive_family(rng, truths, design, reps=R, budget=None):
     """The whole machinery on a simulated family: claims given as (means, margin, sd); at
     each look the claims still undecided get their next seeds, every claim's sequential p is
-    recomputed, Holm runs over the family and the decided claims stop. Returns the final
-    verdict codes (reps, claims) and the seeds each claim used."""
+    recomputed, Holm runs over the family and the decided claims stop. With ``budget`` (k),
+    only the k undecided claims with the smallest p get each later look, as
+    mor.claims.seeding.plan spends a tight budget on the most promising claims first; the
+    others keep the looks they had. Returns the final verdict codes (reps, claims) and the
+    seeds each claim used."""
     n_max = design.looks[-1]
     data = [_draw(rng, mu, n_max, sd=sd, reps=reps) for mu, _, sd in truths]
     J = len(truths)
@@ -167,6 +170,9 @@ def _adaptive_family(rng, truths, design, reps=R):
     stopped = np.zeros((reps, J), bool)
     used = np.zeros((reps, J), int)
     for k, n in enumerate(design.looks):
+        if budget is not None and k:  # the budget goes to the undecided claims with the smallest p
+            p_min = np.where(stopped, np.inf, np.minimum(p_h, p_c))
+            stopped |= np.argsort(np.argsort(p_min, axis=1), axis=1) >= budget
         for j, (_, margin, _) in enumerate(truths):
             h, c = claim_p(data[j][..., :n], design, margin)
             live = ~stopped[:, j]
@@ -207,6 +213,18 @@ def test_null_family_wise_rate_with_sequential_looks(rho):
     fwer = _wrong(code, NULL_FAMILY).any(axis=1).mean()
     assert fwer <= ALPHA + _slack(), fwer
     assert (used == 9).mean() > 0.95  # undecided claims ran every look
+
+
+def test_null_rate_when_a_tight_budget_seeds_the_most_promising_claims_first():
+    """The allocation rule's data-dependent choice (mor.claims.seeding.plan: smallest p first,
+    within the budget) only withholds later looks, and a claim's sequential p over fewer looks
+    is never smaller, so Holm still controls the family-wise rate: every true effect zero,
+    two claims a look past the first."""
+    design = Design(alpha=ALPHA, looks=(3, 6, 9), rho=1.0)
+    code, used = _adaptive_family(np.random.default_rng(7), NULL_FAMILY, design, budget=2)
+    fwer = _wrong(code, NULL_FAMILY).any(axis=1).mean()
+    assert fwer <= ALPHA + _slack(), fwer
+    assert ((used > 3).sum(axis=1) <= 2).all() and (used == 9).any()  # the budget bound who got seeds
 
 
 def test_planted_effects_are_found():
