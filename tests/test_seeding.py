@@ -76,7 +76,7 @@ def test_a_claim_whose_deciding_blocks_are_missing_gets_no_seeds():
 
 def test_budget_and_run_counts_from_the_shipped_files():
     b = load_budget()
-    assert b.total == 120 and b.unit == "CPU min" and b.per_run("deciding", "vanilla") == pytest.approx(4.4)
+    assert b.total == 30 and b.unit == "CPU min" and b.per_run("deciding", "vanilla") == pytest.approx(4.4)
     assert b.per_run("deciding", "balancing") == pytest.approx(0.9) and b.per_run("table13", "x") == pytest.approx(0.9)
     rps = runs_per_seed(load_grid(REPO / "grids" / "deciding.yaml", "local"))
     assert rps == {("deciding", "vanilla"): 1, ("deciding", "recursive"): 2, ("deciding", "mor"): 1,
@@ -111,9 +111,11 @@ def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
     assert seeds_built(grid, pd.DataFrame(rows)) == {("deciding", b): 3 for b in ("vanilla", "recursive", "mor", "balancing")}
     main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "plan.json")])
     out = capsys.readouterr().out
-    assert "deciding block balancing: 6 seeds" in out and "-> 6 seeds" in out
     record = json.loads((tmp_path / "plan.json").read_text())
-    assert record["round"] == 0 and not record["stop"] and record["seeds"]["deciding"]["balancing"] == 6
+    raised = {s["blocks"][0] for s in record["steps"]}
+    assert raised and "-> 6 seeds" in out and all(f"deciding block {b}: 6 seeds" in out for b in raised)
+    assert record["round"] == 0 and not record["stop"]
+    assert all(record["seeds"]["deciding"][b] == 6 for b in raised)
     # the grid loaded with the planned seeds keeps the ids of the 3 seeds trained
     again = load_grid(REPO / "grids" / "deciding.yaml", "local", seeds=record["seeds"]["deciding"])
     assert {r.run_id for r in grid.runs} < {r.run_id for r in again.runs}
