@@ -323,7 +323,12 @@ def test_not_built_and_too_few_seeds(tmp_path):
     assert out.loc["compute", "verdict"] == "not built" and "table9" in out.loc["compute", "note"]
     # 2 seeds: below the first look, never decided, however large the effect
     assert out.loc["sharing-costs", "verdict"] == "inconclusive" and "below the first look" in out.loc["sharing-costs", "note"]
-    assert out.loc["sharing-costs", "MDE"] > 0
+    assert out.loc["sharing-costs", "MDE"] > 0 and "no spread" not in out.loc["sharing-costs", "note"]
+    # 1 seed: no spread, so neither an interval nor an MDE, and the note says why
+    one = evaluate(_schemes(tmp_path, "deciding", {"sequence": 0.3, "middle_cycle": 0.3}, seeds=(0,))).set_index("claim")
+    row = one.loc["sharing-costs"]
+    assert row["n seeds"] == 1 and "no spread, so no interval or MDE" in row["note"]
+    assert pd.isna(row.get("MDE")) and pd.isna(row["raw lo"])
 
 
 # --------------------------------------------------------------------------------------

@@ -112,7 +112,8 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
                     "paper effect": spec.paper_effect, "_sd": float(m[b].std(ddof=1)) if n > 1 else math.nan})
         looks = design.looks_within(n)
         if not looks:
-            notes.append(f"{n} seed(s): below the first look (n = {design.looks[0]}), not tested")
+            notes.append(f"{n} seed(s): below the first look (n = {design.looks[0]}), not tested"
+                         + ("; one seed has no spread, so no interval or MDE" if n < 2 else ""))
         else:
             if n > looks[-1]:
                 notes.append(f"{n - looks[-1]} seed(s) past the last look reached (n = {looks[-1]}) unused")
