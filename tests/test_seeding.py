@@ -62,6 +62,23 @@ def test_claims_below_the_first_look_are_raised_to_it():
     assert steps[0].seeds_to == 3 and target == {("table11", "middle-cycle"): 3, ("table11", "cycle"): 3}
 
 
+def test_a_claim_that_lost_a_seed_gets_it_replaced_instead_of_stalling():
+    """flatter-path drops a seed whose optima sit at one size; with 2 usable seeds of its
+    blocks' 3, raising the blocks to the claim's next look (3) would train nothing and the
+    design would stall below the look, reporting a budget it never spent. The blocks go to
+    3 + 1 = 4, so the claim reaches n = 3 if the new seed is usable."""
+    budget = Budget(1000.0, {"default": 1.0})
+    rps = {("table9", "vanilla"): 12, ("table9", "mor"): 12}
+    now = {k: 3 for k in rps}
+    table = _table([("flatter-path", "inconclusive", 2, None)])
+    steps, target = plan(table, SPECS, DESIGN, budget, rps, now)
+    assert [(s.seeds_from, s.seeds_to, s.cost) for s in steps] == [(2, 4, 24.0)]  # 1 seed x 24 runs x 1 min
+    assert target == {("table9", "vanilla"): 4, ("table9", "mor"): 4}
+    # at a look with its seeds all usable, the usual step: 3 -> 6
+    table = _table([("flatter-path", "inconclusive", 3, 0.5)])
+    assert [(s.seeds_from, s.seeds_to) for s in plan(table, SPECS, DESIGN, budget, rps, now)[0]] == [(3, 6)]
+
+
 def test_a_claim_whose_deciding_blocks_are_missing_gets_no_seeds():
     """mor-beats-recursive-tokens needs the deciding grid's mor block; without it no seed can
     build the claim, so the plan neither pays for it nor lets it keep the rounds going."""

@@ -65,8 +65,8 @@ class Step:
     claim: str
     grid: str
     blocks: tuple[str, ...]
-    seeds_from: int
-    seeds_to: int
+    seeds_from: int  # the claim's usable seeds (its predicate may have dropped some of its blocks')
+    seeds_to: int    # the seeds its blocks are raised to: its next look, plus one for each seed dropped
     cost: float  # in the budget's unit: what this step adds (blocks already raised by an earlier step are free)
 
 
@@ -99,6 +99,10 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
         blocks = tuple(spec.decided_by["runs"])
         if not all(runs_per_seed.get((grid, b)) for b in blocks):
             continue  # a deciding block the grid (or the selected tags) lacks: no seed can build the claim
+        # A seed the predicate dropped (a nan, an excluded cell) is replaced: the blocks go to
+        # the next look plus the seeds already lost, so the claim can reach that look at all.
+        built = min(seeds_now.get((grid, b), 0) for b in blocks)
+        to = max(to, built + (to - n))
         p = r.get("p")
         tested = p is not None and math.isfinite(p)
         ranked.append((not tested, p if tested else cost(grid, blocks, to), r["claim"], n, to, grid, blocks))
