@@ -147,6 +147,38 @@ def test_middle_cycle_safest_leaves_out_what_the_paper_reports(tmp_path):
     assert row["comparisons"] == 2 and "left out: cycle 135M Nr=2" in row["note"] and "(3 of 3 seeds)" in row["note"]
 
 
+def test_a_rival_whose_run_is_nan_in_every_seed_is_named(tmp_path):
+    """Cycle's runs exist but have no NLL (a null in the parquet) in all 3 seeds. Its label then
+    never forms, so before, "Middle-Cycle is safest" was tested against the other two schemes
+    alone, with nothing in the note; now the note counts the rival it could not compare."""
+    frames = _schemes(tmp_path, "table10", {"cycle": -0.1, "middle_cycle": 0.0, "middle_sequence": 0.3,
+                                            "sequence": 0.3}, paper_scale="360M")
+    df = frames["table10"]
+    df.loc[df["tying"] == "cycle", "val_nll"] = np.nan
+    row = _only("middle-cycle-safest", frames)
+    assert row["comparisons"] == 2
+    assert "left out: cycle 360M Nr=2 (its run's val_nll is nan) (3 of 3 seeds)" in row["note"]
+    # a scheme the grid does not train at all is absent, not "left out"
+    frames = _schemes(tmp_path, "table10", {"middle_cycle": 0.0, "middle_sequence": 0.3, "sequence": 0.3}, paper_scale="360M")
+    assert "left out" not in _only("middle-cycle-safest", frames)["note"]
+
+
+def test_interval_and_mde_read_the_seeds_the_test_reads(tmp_path):
+    """5 seeds reach only the look at n = 3, whose test reads seeds 0-2. The interval, the
+    per-seed values and the MDE describe those 3 too (before, they read all 5, so the table
+    paired a 3-seed p-value with a 5-seed interval)."""
+    frames = _schemes(tmp_path, "table11", {"cycle": 0.01, "middle_cycle": 0.0}, seeds=(0, 1, 2, 3, 4))
+    df = frames["table11"]
+    d = [float(df[(df.seed == s) & (df.tying == "cycle")].val_nll.iloc[0] - df[(df.seed == s) & (df.tying == "middle_cycle")].val_nll.iloc[0])
+         for s in range(5)]
+    row = _only("middle-cycle-equal-unique", frames)
+    _, lo, hi, _ = interval(d[:3])
+    assert row["n seeds"] == 5 and "2 seed(s) past the last look reached (n = 3) unused" in row["note"]
+    assert [float(x) for x in row["per seed"].split(", ")] == pytest.approx(d[:3], abs=1e-4)
+    assert (row["raw lo"], row["raw hi"]) == pytest.approx((lo, hi), abs=1e-4)
+    assert interval(d)[1:3] != pytest.approx((lo, hi), abs=1e-4)  # the 5-seed interval differs: the test can fail
+
+
 def _kv_frames(diffs: list[float]):
     rows = []
     for s, d in enumerate(diffs):

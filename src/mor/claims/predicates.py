@@ -118,14 +118,28 @@ def _scheme_nll(df, scale, nr, tying) -> float:
     return one(df, variant="recursive", paper_scale=scale, num_recursions=nr, tying=tying)
 
 
+def _usable(out: Seed, label: str, value: float, df, metric: str = "val_nll", **where) -> bool:
+    """Whether a competitor's value can be compared. A competitor the grid does not train is
+    simply absent; one whose run exists but whose metric is nan (a diverged or unscored run)
+    is named in ``out.dropped``, so "A is best" never silently loses a rival."""
+    if math.isfinite(value):
+        return True
+    if len(pick(df, **where)):
+        out.dropped.append(f"{label} (its run's {metric} is nan)")
+    return False
+
+
 def sequence_worst(f, spec) -> Seed:
     """deciding, per (scale, Nr) and every other scheme trained: NLL(Sequence) - NLL(other)."""
     df, out = f[DECIDING], Seed()
     for scale, nr in _scheme_cells(df):
         seq = _scheme_nll(df, scale, nr, "sequence")
         for t in SCHEMES:
+            if t == "sequence":
+                continue
             other = _scheme_nll(df, scale, nr, t)
-            if t != "sequence" and math.isfinite(other):
+            if _usable(out, f"{t} {_cell(scale, nr)}", other, df, variant="recursive", paper_scale=scale,
+                       num_recursions=nr, tying=t):
                 out.values[f"{t} {_cell(scale, nr)}"] = seq - other
     return out
 
@@ -139,8 +153,11 @@ def middle_cycle_safest(f, spec) -> Seed:
     for scale, nr in _scheme_cells(df):
         mc = _scheme_nll(df, scale, nr, "middle_cycle")
         for t in SCHEMES:
+            if t == "middle_cycle":
+                continue
             other = _scheme_nll(df, scale, nr, t)
-            if t == "middle_cycle" or not math.isfinite(other):
+            if not _usable(out, f"{t} {_cell(scale, nr)}", other, df, variant="recursive", paper_scale=scale,
+                           num_recursions=nr, tying=t):
                 continue
             if (scale, nr, t) in skip:
                 out.dropped.append(f"{t} {_cell(scale, nr)} (the paper reports it ahead there)")
@@ -160,12 +177,15 @@ def uptraining_middle_best(f, spec) -> Seed:
     Cycle, Sequence and the reduced vanilla of that Nr."""
     df, out = f["table12"], Seed()
     for scale, nr in _scheme_cells(df):
-        rivals = {t: _scheme_nll(df, scale, nr, t) for t in ("cycle", "sequence")}
-        rivals["reduced vanilla"] = one(df, variant="vanilla", reduced=True, paper_scale=scale, num_recursions=nr)
+        where = {t: dict(variant="recursive", tying=t) for t in ("cycle", "sequence")}
+        where["reduced vanilla"] = dict(variant="vanilla", reduced=True)
+        rivals = {name: one(df, paper_scale=scale, num_recursions=nr, **w) for name, w in where.items()}
+        usable = {name: _usable(out, f"{name} {_cell(scale, nr)}", v, df, paper_scale=scale, num_recursions=nr,
+                                **where[name]) for name, v in rivals.items()}
         for middle in ("middle_cycle", "middle_sequence"):
             m = _scheme_nll(df, scale, nr, middle)
             for name, v in rivals.items():
-                if math.isfinite(v):
+                if usable[name]:
                     out.values[f"{middle} vs {name} {_cell(scale, nr)}"] = v - m
     return out
 
@@ -185,7 +205,8 @@ def linear_aux_loss_fewest_dead(f, spec) -> Seed:
             if (aux, a) == ("aux_loss", "linear"):
                 continue
             v = one(df, "dead_token_ratio", model__router__aux=aux, model__router__arch=a, **BASE_EXPERT_CHOICE)
-            if math.isfinite(v):
+            if _usable(out, f"{aux} {a}", v, df, "dead_token_ratio", model__router__aux=aux, model__router__arch=a,
+                       **BASE_EXPERT_CHOICE):
                 out.values[f"{aux} {a}"] = v - best
     return out
 

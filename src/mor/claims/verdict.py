@@ -100,23 +100,26 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
         if not labels or n == 0:
             rows.append({**row, "verdict": "inconclusive", "note": "; ".join(notes + ["no matching runs"])})
             continue
-        b = stats.binding(m, spec.margin if equivalence else None)
+        looks = design.looks_within(n)
+        shown = m[:, :looks[-1]] if looks else m  # the seeds the test reads: the interval and MDE describe them
+        b = stats.binding(shown, spec.margin if equivalence else None)
         level = 1 - 2 * design.alpha if equivalence else 1 - design.alpha
-        mean, lo, hi, _ = stats.interval(m[b], level)
+        mean, lo, hi, _ = stats.interval(shown[b], level)
         if equivalence:
             notes.append(f"margin +-{spec.margin} ({spec.margin_source})")
         if len(labels) > 1:
             notes.append(f"{len(labels)} comparisons, binding: {labels[b]}")
         row.update({"mean effect": _round(mean), "raw lo": _round(lo), "raw hi": _round(hi),
-                    "interval": f"{level:.0%}", "per seed": ", ".join(f"{e:.4g}" for e in m[b]),
-                    "paper effect": spec.paper_effect, "_sd": float(m[b].std(ddof=1)) if n > 1 else math.nan})
-        looks = design.looks_within(n)
+                    "interval": f"{level:.0%}", "per seed": ", ".join(f"{e:.4g}" for e in shown[b]),
+                    "paper effect": spec.paper_effect, "_n_shown": shown.shape[1],
+                    "_sd": float(shown[b].std(ddof=1)) if shown.shape[1] > 1 else math.nan})
         if not looks:
             notes.append(f"{n} seed(s): below the first look (n = {design.looks[0]}), not tested"
                          + ("; one seed has no spread, so no interval or MDE" if n < 2 else ""))
         else:
             if n > looks[-1]:
-                notes.append(f"{n - looks[-1]} seed(s) past the last look reached (n = {looks[-1]}) unused")
+                notes.append(f"{n - looks[-1]} seed(s) past the last look reached (n = {looks[-1]}) unused, "
+                             "in the test and the interval alike")
             h, k = stats.claim_p(m, design, spec.margin if equivalence else None)
             row.update({"_p_hold": float(h), "_p_contra": float(k), "p": _sig(min(float(h), float(k)))})
             tested.append(len(rows))
@@ -153,6 +156,6 @@ def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
         level = design.alpha * w[k] / max(left, 1)
         if r["_equivalence"]:
             level *= 2  # TOST: one-sided at the level on each side
-        r["MDE"] = _round(stats.mde(r["_sd"], r["n seeds"], level, design.power))
+        r["MDE"] = _round(stats.mde(r["_sd"], r["_n_shown"], level, design.power))
         if r.get("paper effect") is not None:
             r["seeds needed"] = stats.seeds_needed(r["paper effect"], r["_sd"], level, design.power)
