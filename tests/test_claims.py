@@ -163,6 +163,21 @@ def test_a_rival_whose_run_is_nan_in_every_seed_is_named(tmp_path):
     assert "left out" not in _only("middle-cycle-safest", frames)["note"]
 
 
+def test_seeds_raised_for_other_blocks_are_not_called_dropped(tmp_path):
+    """The design raised table10's Sequence block to 5 seeds for another claim; seeds 3 and 4
+    have no Middle-Cycle run, so middle-cycle-safest has no comparison there. Nothing was lost:
+    the note says those seeds were not counted, and calls none 'dropped' (it did before).
+    Seed 2 lacking one rival of two is a real drop and is still named."""
+    frames = _schemes(tmp_path, "table10", {"cycle": 0.1, "middle_cycle": 0.0, "sequence": 0.2}, paper_scale="360M",
+                      seeds=(0, 1, 2, 3, 4))
+    df = frames["table10"]
+    df = df[~((df["seed"] >= 3) & (df["tying"] != "sequence")) & ~((df["seed"] == 2) & (df["tying"] == "cycle"))]
+    row = _only("middle-cycle-safest", {"table10": df})
+    assert row["n seeds"] == 2
+    assert re.search(r"2 seed\(s\) of its grid with no comparison, not counted \([^)]*\): 3, 4;", row["note"])
+    assert "seed 2 dropped (no cycle 360M Nr=2)" in row["note"] and "seed 3 dropped" not in row["note"]
+
+
 def test_interval_and_mde_read_the_seeds_the_test_reads(tmp_path):
     """5 seeds reach only the look at n = 3, whose test reads seeds 0-2. The interval, the
     per-seed values and the MDE describe those 3 too (before, they read all 5, so the table

@@ -48,13 +48,18 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame]) -> t
     if dead:
         notes.append(f"{len(dead)} comparison(s) without runs in any seed dropped: {', '.join(dead)}")
     labels = [k for k in labels if k not in dead]
-    kept = []
+    kept, elsewhere = [], []
     for s, r in per_seed.items():
         gone = [k for k in labels if not math.isfinite(r.values.get(k, math.nan))]
-        if gone or not labels:
+        if labels and len(gone) == len(labels) and not r.dropped:
+            elsewhere.append(s)  # no comparison at all: a seed the design gave other claims' blocks
+        elif gone or not labels:
             notes.append(f"seed {s} dropped ({'no ' + ', '.join(gone) if gone else 'no comparison'})")
         else:
             kept.append(s)
+    if elsewhere:
+        notes.append(f"{len(elsewhere)} seed(s) of its grid with no comparison, not counted (seeds raised for other "
+                     f"claims' blocks, or all its runs of that seed missing): {', '.join(map(str, elsewhere))}")
     left_out = Counter(x for r in per_seed.values() for x in r.dropped)
     notes += [f"left out: {x} ({n} of {len(seeds)} seeds)" for x, n in left_out.items()]
     matrix = np.array([[per_seed[s].values[k] for s in kept] for k in labels], dtype=np.float64).reshape(len(labels), len(kept))
