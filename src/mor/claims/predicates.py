@@ -118,15 +118,14 @@ def _scheme_nll(df, scale, nr, tying) -> float:
     return one(df, variant="recursive", paper_scale=scale, num_recursions=nr, tying=tying)
 
 
-def _usable(out: Seed, label: str, value: float, df, metric: str = "val_nll", **where) -> bool:
-    """Whether a competitor's value can be compared. A competitor the grid does not train is
-    simply absent; one whose run exists but whose metric is nan (a diverged or unscored run)
-    is named in ``out.dropped``, so "A is best" never silently loses a rival."""
-    if math.isfinite(value):
-        return True
-    if len(pick(df, **where)):
+def _rival(out: Seed, label: str, df, metric: str = "val_nll", **where) -> float:
+    """A competitor's metric (nan when it cannot be compared). A competitor the grid does not
+    train is simply absent; one whose run exists but whose metric is nan (a diverged or
+    unscored run) is named in ``out.dropped``, so "A is best" never silently loses a rival."""
+    value = one(df, metric, **where)
+    if not math.isfinite(value) and len(pick(df, **where)):
         out.dropped.append(f"{label} (its run's {metric} is nan)")
-    return False
+    return value
 
 
 def sequence_worst(f, spec) -> Seed:
@@ -137,9 +136,9 @@ def sequence_worst(f, spec) -> Seed:
         for t in SCHEMES:
             if t == "sequence":
                 continue
-            other = _scheme_nll(df, scale, nr, t)
-            if _usable(out, f"{t} {_cell(scale, nr)}", other, df, variant="recursive", paper_scale=scale,
-                       num_recursions=nr, tying=t):
+            other = _rival(out, f"{t} {_cell(scale, nr)}", df, variant="recursive", paper_scale=scale,
+                           num_recursions=nr, tying=t)
+            if math.isfinite(other):
                 out.values[f"{t} {_cell(scale, nr)}"] = seq - other
     return out
 
@@ -155,9 +154,9 @@ def middle_cycle_safest(f, spec) -> Seed:
         for t in SCHEMES:
             if t == "middle_cycle":
                 continue
-            other = _scheme_nll(df, scale, nr, t)
-            if not _usable(out, f"{t} {_cell(scale, nr)}", other, df, variant="recursive", paper_scale=scale,
-                           num_recursions=nr, tying=t):
+            other = _rival(out, f"{t} {_cell(scale, nr)}", df, variant="recursive", paper_scale=scale,
+                           num_recursions=nr, tying=t)
+            if not math.isfinite(other):
                 continue
             if (scale, nr, t) in skip:
                 out.dropped.append(f"{t} {_cell(scale, nr)} (the paper reports it ahead there)")
@@ -179,13 +178,12 @@ def uptraining_middle_best(f, spec) -> Seed:
     for scale, nr in _scheme_cells(df):
         where = {t: dict(variant="recursive", tying=t) for t in ("cycle", "sequence")}
         where["reduced vanilla"] = dict(variant="vanilla", reduced=True)
-        rivals = {name: one(df, paper_scale=scale, num_recursions=nr, **w) for name, w in where.items()}
-        usable = {name: _usable(out, f"{name} {_cell(scale, nr)}", v, df, paper_scale=scale, num_recursions=nr,
-                                **where[name]) for name, v in rivals.items()}
+        rivals = {name: _rival(out, f"{name} {_cell(scale, nr)}", df, paper_scale=scale, num_recursions=nr, **w)
+                  for name, w in where.items()}
         for middle in ("middle_cycle", "middle_sequence"):
             m = _scheme_nll(df, scale, nr, middle)
             for name, v in rivals.items():
-                if usable[name]:
+                if math.isfinite(v):
                     out.values[f"{middle} vs {name} {_cell(scale, nr)}"] = v - m
     return out
 
@@ -204,9 +202,9 @@ def linear_aux_loss_fewest_dead(f, spec) -> Seed:
         for a in archs:
             if (aux, a) == ("aux_loss", "linear"):
                 continue
-            v = one(df, "dead_token_ratio", model__router__aux=aux, model__router__arch=a, **BASE_EXPERT_CHOICE)
-            if _usable(out, f"{aux} {a}", v, df, "dead_token_ratio", model__router__aux=aux, model__router__arch=a,
-                       **BASE_EXPERT_CHOICE):
+            v = _rival(out, f"{aux} {a}", df, "dead_token_ratio", model__router__aux=aux, model__router__arch=a,
+                       **BASE_EXPERT_CHOICE)
+            if math.isfinite(v):
                 out.values[f"{aux} {a}"] = v - best
     return out
 
