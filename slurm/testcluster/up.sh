@@ -77,11 +77,15 @@ if missing_pkgs; then
   fi
 fi
 
-# the munge key belongs to the installation (the package makes one; an image may lack it)
-if [ ! -s /etc/munge/munge.key ] && id munge >/dev/null 2>&1; then
-  install -d -o munge -g munge -m 700 /etc/munge
-  log "creating /etc/munge/munge.key"
-  dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+# the munge key belongs to the installation (the package makes one, mode 600; an image may
+# lack it), and so do its owner and mode: the cluster's start below sets them again, and a
+# change there during a test session would be a file the session changed (tests/machine_state.py)
+if id munge >/dev/null 2>&1; then
+  if [ ! -s /etc/munge/munge.key ]; then
+    install -d -o munge -g munge -m 700 /etc/munge
+    log "creating /etc/munge/munge.key"
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+  fi
   chown munge:munge /etc/munge/munge.key
   chmod 400 /etc/munge/munge.key
 fi
