@@ -8,7 +8,8 @@ Neither runs what `tables/claims` actually does: the claims' predicates on resul
 ``mor.claims.seeding.plan`` with the pre-registered budget (most promising claims first, shared
 blocks paid once, claims whose next look does not fit skipped), then the seeds the plan asked
 for, then ``evaluate()`` again, round after round until the plan adds nothing
-(workflows/claims.smk, ``mor.claims.seeding.run_round``). Here that loop runs end to end on
+(workflows/claims.smk, ``mor.claims.seeding.run_round``). Here that loop runs end to end, through
+``mor.claims.seeding.next_round`` (what ``run_round`` calls once it has read the files), on
 simulated results of the two grids whose claims we can feed exactly (deciding: sharing-costs,
 mor-beats-recursive-tokens, sequence-worst, balancing-maxvio, balancing-entropy; fig5c:
 aux-separates, deeper-recursion), with the real design and specs (grids/claims/claims.yaml),
@@ -33,7 +34,7 @@ import pytest
 from scipy import stats as st
 
 from mor.claims import CLAIMS, evaluate, load_frames, load_specs
-from mor.claims.seeding import Budget, load_budget, plan, runs_per_seed, seeds_built
+from mor.claims.seeding import Budget, load_budget, next_round, runs_per_seed
 from mor.grids import load_grid
 
 REPO = Path(__file__).resolve().parent.parent
@@ -136,44 +137,33 @@ def _draw(rng, mode: str, planted: bool = False) -> dict[str, pd.DataFrame]:
     return frames
 
 
+def _grids(mode: str, previous: dict | None) -> dict:
+    """Both grids as run_round loads them in a round: at the seeds the last plan asked for."""
+    seeds = (previous or {}).get("seeds", {})
+    return {g: _grid(g, mode, tuple(sorted(seeds[g].items())) if g in seeds else None) for g in GRIDS}
+
+
 @lru_cache(maxsize=None)
-def _built(name: str, mode: str, seeds: tuple[tuple[str, int], ...] | None):
-    """The grid's run ids at those seeds, its runs per seed and the seeds built once every
-    run planned has its results (mor.claims.seeding.runs_per_seed, seeds_built)."""
-    grid = _grid(name, mode, seeds)
-    ids = frozenset(r.run_id for r in grid.runs)
-    return ids, runs_per_seed(grid), seeds_built(grid, pd.DataFrame({"run_id": sorted(ids)}))
-
-
-def _round(full: dict[str, pd.DataFrame], mode: str, so_far: dict[str, dict[str, int]]):
-    """What mor.claims.seeding.run_round reads in a round: each grid's frame restricted to
-    the runs of the grid loaded at the seeds planned so far, runs per seed, seeds built."""
-    frames, rps, now = {}, {}, {}
-    for g in GRIDS:
-        ids, per_seed, built = _built(g, mode, tuple(sorted(so_far[g].items())) if g in so_far else None)
-        frames[g] = full[g][full[g]["run_id"].isin(ids)].reset_index(drop=True)
-        assert len(frames[g]) == len(ids)  # every planned run has its results
-        rps.update(per_seed)
-        now.update(built)
-    return frames, rps, now
+def _drawn(name: str, mode: str) -> frozenset:
+    return frozenset(r.run_id for r in _runs(name, mode))
 
 
 def _adaptive(full: dict[str, pd.DataFrame], mode: str, budget: Budget):
-    """The rounds of workflows/claims.smk: evaluate, plan within the budget left, raise the
-    planned blocks' seeds, until a plan adds nothing. Returns the final table (the one
-    tables/claims is drawn from), the rounds run and the budget spent."""
-    so_far: dict[str, dict[str, int]] = {}
-    spent = 0.0
+    """The rounds of workflows/claims.smk: ``next_round`` on the results of the runs each
+    round's grids hold (it reads those runs alone out of the full draw), until a round stops.
+    Returns the final record's verdicts as a table (claim -> verdict, n seeds), the rounds
+    run and the budget spent."""
+    previous = None
     for rnd in range(3 * len(DESIGN.looks) * len(FAMILY)):  # each round raises some block to a higher look
-        frames, rps, now = _round(full, mode, so_far)
-        table = evaluate(frames, CLAIMS, DESIGN, SPECS)
-        steps, target = plan(table, SPECS, DESIGN, budget, rps, now, budget.total - spent)
-        if not target:
-            return table.set_index("claim"), rnd + 1, spent
-        for (g, b), n in target.items():
-            so_far.setdefault(g, {})[b] = n
-        spent = round(spent + sum(s.cost for s in steps), 2)
-        assert spent <= budget.total + 1e-9, (spent, steps)
+        grids = _grids(mode, previous)
+        for g, grid in grids.items():  # every run a round asks for has its simulated results
+            assert {r.run_id for r in grid.runs} <= _drawn(g, mode), g
+        record = next_round(full, grids, DESIGN, SPECS, budget, previous)
+        assert record["spent"] <= budget.total + 1e-9, record["steps"]
+        if record["stop"]:
+            table = pd.DataFrame.from_dict(record["verdicts"], orient="index").rename(columns={"n": "n seeds"})
+            return table, rnd + 1, record["spent"]
+        previous = record
     raise AssertionError("the rounds did not end")
 
 
@@ -204,7 +194,9 @@ def test_simulated_frames_read_like_the_pipelines(tmp_path):
     from mor.results import write_rows
 
     full = _draw(np.random.default_rng(11), "local")
-    frames, _, _ = _round(full, "local", {})
+    grids = _grids("local", None)
+    frames = {g: full[g][full[g]["run_id"].isin({r.run_id for r in grids[g].runs})].reset_index(drop=True)
+              for g in GRIDS}
     for g, df in frames.items():
         rows = df.drop(columns=["depth_cap_nll_1"], errors="ignore").astype(object)
         write_rows(tmp_path / f"{g}.parquet", rows.where(rows.notna(), None).to_dict("records"))
@@ -245,7 +237,7 @@ def test_null_family_wise_rate_through_the_rounds():
               f"seeds per claim {n_seeds.apply(lambda c: c.value_counts().to_dict()).to_dict()}")
         assert (rounds > 1).mean() > 0.9, mode
         assert (n_seeds >= DESIGN.looks[1]).to_numpy().any(), mode
-        budget, (_, rps, _) = load_budget(mode=mode), _built("deciding", mode, None)
+        budget, rps = load_budget(mode=mode), runs_per_seed(_grid("deciding", mode, None))
         pair = sum(rps[("deciding", b)] * budget.per_run("deciding", b) for b in ("vanilla", "recursive"))
         if pair * (DESIGN.looks[1] - DESIGN.looks[0]) > budget.total:  # local: sharing-costs' next look never fits
             assert (n_seeds["sharing-costs"] == DESIGN.looks[0]).all(), mode

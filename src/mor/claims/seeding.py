@@ -137,35 +137,36 @@ def seeds_built(grid, frame: pd.DataFrame) -> dict[tuple[str, str], int]:
     return {k: sum(all(v) for v in seeds.values()) for k, seeds in per.items()}
 
 
-def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | None = None,
-              analyses_dir: Path | None = None, budget: Budget | None = None) -> dict:
-    """One round of the adaptive design, as a JSON-able record (the Snakemake checkpoint
-    ``seeding`` writes it as ``results/claims/round<r>/plan.json``).
+def round_grids(specs: dict[str, Spec], previous: dict | None = None) -> list[str]:
+    """The grids a round reads: every claim's deciding grid, and any grid an earlier round
+    raised."""
+    return sorted({s.decided_by["grid"] for s in specs.values() if s.decided_by}
+                  | set((previous or {}).get("seeds", {})))
 
-    ``results_dir`` holds the round's ``<grid>.parquet`` (the grids' runs, with the seeds
-    ``previous`` asked for); ``previous`` is the last round's record (None for round 0, the
-    grids' own seeds). The record says which claims are decided, the seeds each raised block
-    should reach next (cumulative over rounds), the budget planned so far, and whether
-    the design stops here, and why."""
-    from mor.claims.registry import load_specs
-    from mor.claims.render import load_frames
+
+def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, specs: dict[str, Spec],
+               budget: Budget, previous: dict | None = None) -> dict:
+    """One round of the adaptive design, pure: the record ``run_round`` writes, from the
+    round's results frames (grid -> frame, as ``mor.claims.render.load_frames`` returns them)
+    and the grids as this round loads them (grid -> ``mor.grids.Grid`` at the seeds
+    ``previous`` asked for; a grid missing here has no runs to raise).
+
+    Each grid's frame is read for the runs of the grid at those seeds and no others, so a
+    round's verdicts rest on the seeds its plan asked for. tests/test_null_adaptive.py runs
+    this, round after round, on simulated results."""
+    from mor.claims.registry import CLAIMS
     from mor.claims.verdict import evaluate
-    from mor.grids import load_grid
 
-    design, specs = load_specs()
-    budget = budget or load_budget(mode=mode)
     so_far: dict[str, dict[str, int]] = (previous or {}).get("seeds", {})
-    names = sorted({s.decided_by["grid"] for s in specs.values()} | set(so_far))
-    frames = load_frames(Path(results_dir), set(names), analyses_dir)
+    frames = dict(frames)
     rps, now = {}, {}
-    for g in names:
-        path = Path(grids_dir) / f"{g}.yaml"
-        if path.exists():
-            grid = load_grid(path, mode, seeds=so_far.get(g))
-            rps.update(runs_per_seed(grid))
-            now.update(seeds_built(grid, frames.get(g)))
+    for g, grid in grids.items():
+        if frames.get(g) is not None:
+            frames[g] = frames[g][frames[g]["run_id"].isin({r.run_id for r in grid.runs})].reset_index(drop=True)
+        rps.update(runs_per_seed(grid))
+        now.update(seeds_built(grid, frames.get(g)))
     spent = float((previous or {}).get("spent", 0.0))
-    table = evaluate(frames)
+    table = evaluate(frames, CLAIMS, design, specs)
     steps, target = plan(table, specs, design, budget, rps, now, budget.total - spent)
     seeds = {g: dict(b) for g, b in so_far.items()}
     for (g, b), n in sorted(target.items()):
@@ -194,6 +195,30 @@ def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | No
         "verdicts": {r["claim"]: {"verdict": r["verdict"], "n": int(r.get("n seeds", 0) or 0)}
                      for _, r in table.iterrows()},
     }
+
+
+def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | None = None,
+              analyses_dir: Path | None = None, budget: Budget | None = None) -> dict:
+    """One round of the adaptive design, as a JSON-able record (the Snakemake checkpoint
+    ``seeding`` writes it as ``results/claims/round<r>/plan.json``).
+
+    ``results_dir`` holds the round's ``<grid>.parquet`` (the grids' runs, with the seeds
+    ``previous`` asked for); ``previous`` is the last round's record (None for round 0, the
+    grids' own seeds). The record says which claims are decided, the seeds each raised block
+    should reach next (cumulative over rounds), the budget planned so far, and whether
+    the design stops here, and why (``next_round``; this reads the files it needs)."""
+    from mor.claims.registry import load_specs
+    from mor.claims.render import load_frames
+    from mor.grids import load_grid
+
+    design, specs = load_specs()
+    budget = budget or load_budget(mode=mode)
+    so_far: dict[str, dict[str, int]] = (previous or {}).get("seeds", {})
+    names = round_grids(specs, previous)
+    frames = load_frames(Path(results_dir), set(names), analyses_dir)
+    grids = {g: load_grid(Path(grids_dir) / f"{g}.yaml", mode, seeds=so_far.get(g))
+             for g in names if (Path(grids_dir) / f"{g}.yaml").exists()}
+    return next_round(frames, grids, design, specs, budget, previous)
 
 
 def main(argv: list[str] | None = None) -> None:
