@@ -189,9 +189,25 @@ def test_callables_pickle_paths_only_and_checkpoint_resubmits_the_same_call():
 
 
 def test_launcher_imports_no_torch():
-    code = ("import sys, mor.launch.__main__, mor.launch.checkpointable, mor.launch.slurm, mor.launch.plan; "
+    code = ("import sys, mor.launch.__main__, mor.launch.checkpointable, mor.launch.slurm, mor.launch.plan, mor.throughput_protocol; "
             "assert 'torch' not in sys.modules, 'torch imported'")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60,
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=600,  # a hang guard only
+                   env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
+
+
+def test_the_snakefile_imports_no_torch():
+    """Every mor module the Snakefile and workflows/*.smk import (at the top or inside their
+    functions, all of which run in Snakemake's own process while it builds the DAG) loads
+    without torch: a dry run or a status query should not pay for it, and the throughput
+    protocol they read lives in mor.throughput_protocol for that reason."""
+    import re
+
+    sources = [REPO / "Snakefile", *sorted((REPO / "workflows").glob("*.smk"))]
+    modules = sorted({m for f in sources for m in re.findall(r"^\s*(?:from|import)\s+(mor(?:\.\w+)*)", f.read_text(), re.M)})
+    assert "mor.throughput_protocol" in modules and len(modules) > 10, modules
+    code = f"import sys, importlib; [importlib.import_module(m) for m in {modules!r}]; " \
+           "bad = 'torch' in sys.modules; print(bad); assert not bad, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=600,  # a hang guard only
                    env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
 
 

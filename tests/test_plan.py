@@ -15,8 +15,7 @@ from mor.flops import (capped_forward_flops_per_token, decode_flops_per_token, f
                        plan_for, recursion_flops_per_token, router_params)
 from mor.grids import load_grid
 from mor.launch.__main__ import main as launch_main
-from mor.launch.plan import (LM_EVAL_TASKS, PROTOCOL_KEYS, THROUGHPUT_ARTIFACTS, THROUGHPUT_PROTOCOL, format_plan,
-                             load_throughput_protocol, plan_grid, throughput_baseline)
+from mor.launch.plan import LM_EVAL_TASKS, format_plan, plan_grid
 from mor.launch.slurm import DEFAULT_PRESETS, load_presets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -217,18 +216,6 @@ def test_throughput_jobs_only_in_grids_that_draw_fig4a(presets):
     # MoR-4 admits more sequences into the same memory: a larger maximum batch, more warmup tokens
     mor4 = next(j for j in jobs if j.kind == "throughput" and "nr4" in j.run_id)
     assert mor4.tokens > job.tokens and mor4.fits
-
-
-def test_the_plans_copies_of_the_throughput_job_match_it():
-    """mor.engine.job imports torch (through mor.engine): the launcher keeps copies, held equal here."""
-    from mor.engine import job
-
-    assert THROUGHPUT_ARTIFACTS == job.ARTIFACTS and PROTOCOL_KEYS == job.KEYS
-    assert THROUGHPUT_PROTOCOL == job.PROTOCOL_FILE
-    for mode in ("local", "cluster"):
-        assert load_throughput_protocol(mode) == job.load_protocol(mode)
-        for r in load_grid(GRIDS / "fig4a.yaml", mode).runs:
-            assert throughput_baseline(r.config.model) == job.baseline(r.config.model)
 
 
 def test_plan_warns_where_a_job_does_not_fit_has_no_preset_or_outruns_its_limit(tmp_path, monkeypatch):

@@ -93,7 +93,7 @@ def lm_eval_result(wildcards):
 
 def throughput_result(wildcards):
     """A run of a grid that draws fig4a: its eval row waits for (and reads) the throughput job's JSON."""
-    from mor.engine.job import ARTIFACTS
+    from mor.throughput_protocol import ARTIFACTS
 
     if set(GRIDS[wildcards.grid].artifacts) & set(ARTIFACTS):
         return [f"runs/{wildcards.grid}/{wildcards.run_id}/throughput.json"]

@@ -29,38 +29,9 @@ import json
 import time
 from pathlib import Path
 
-import yaml
-
-PROTOCOL_FILE = Path(__file__).resolve().parents[3] / "workflows" / "throughput.yaml"
-VERSION = 4  # 3: continuous depth-wise batching engine, row fill, passes/token; 4: live sequences admitted by memory; bump when the job measures something else: its files are then remade
-THROUGHPUT_FILE = "throughput.json"  # runs/<grid>/<run_id>/throughput.json
-ARTIFACTS = ("figures/fig4a", "tables/fig4a")  # grids listing one of these get a throughput job per run
-KEYS = ("requests", "gen_mean", "gen_std", "gen_max", "warmup_tokens", "fixed_batch", "base_batch",
-        "memory_gib", "dtype", "seed")
-
-
-def load_protocol(mode: str, path: str | Path = PROTOCOL_FILE) -> dict:
-    """The protocol of ``mode`` (the file's section of that name); a missing key fails."""
-    raw = yaml.safe_load(Path(path).read_text())
-    if mode not in raw:
-        raise ValueError(f"{path}: no throughput protocol for mode {mode!r}; sections: {sorted(raw)}")
-    spec = raw[mode]
-    missing = [k for k in KEYS if k not in spec]
-    if missing:
-        raise ValueError(f"{path}: section {mode!r} lacks {missing}")
-    return {k: spec[k] for k in KEYS}
-
-
-def baseline(cfg):
-    """The Vanilla model a run's speed is normalised to: same scale, the run's effective depth."""
-    import dataclasses
-
-    from mor.config import ModelConfig, model_shape
-    from mor.flops import plan_for
-
-    depth = len(plan_for(cfg, model_shape(cfg)).order)
-    base = ModelConfig(scale=cfg.scale, variant="vanilla")  # execution.attention is not part of the model
-    return base if depth == model_shape(base).layers else dataclasses.replace(base, layers=depth)
+# the protocol's definition lives without torch, for the planner and the Snakefile (re-exported)
+from mor.throughput_protocol import (ARTIFACTS, KEYS, PROTOCOL_FILE, THROUGHPUT_FILE, VERSION,  # noqa: F401
+                                     baseline, load_protocol)
 
 
 def requests_from(val_tokens, p: dict):

@@ -6,7 +6,7 @@ GPU-hours (estimated and requested), per table, and the run ids, before any sbat
 Which jobs (mirroring workflows/*.smk, ``run_jobs``): per run a ``train`` and an ``eval`` job;
 an ``lmeval`` job where the run lists ``eval.lm_eval_tasks`` (common.smk ``lm_eval_result``);
 a ``throughput`` job per run of a grid that draws fig4a (``throughput_result``:
-``THROUGHPUT_ARTIFACTS``); one ``analysis`` job per analysis an artifact of the grid draws
+``mor.throughput_protocol.ARTIFACTS``); one ``analysis`` job per analysis an artifact of the grid draws
 (``mor.analysis.sidecar.ARTIFACT_ANALYSES``) on the runs it applies to (``applies``:
 ``artifact_analyses``). The data job is planned apart (``plan_data``, below).
 
@@ -64,8 +64,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
+from mor import throughput_protocol
 from mor.analysis.sidecar import ARTIFACT_ANALYSES, applies
 from mor.budget import run_vocab
 from mor.config import ModelConfig, RunConfig, model_shape
@@ -119,34 +119,7 @@ LM_EVAL_TASKS = {
     "arc_challenge": LmEvalTask(1172, 4687, 179.7),
 }
 
-# --------------------------------------------------------------------------------------
-# throughput: which grids get the job, and the protocol (copies of mor.engine.job's, which
-# imports torch through mor.engine; tests/test_plan.py holds them equal)
-# --------------------------------------------------------------------------------------
-THROUGHPUT_ARTIFACTS = ("figures/fig4a", "tables/fig4a")  # = mor.engine.job.ARTIFACTS
-THROUGHPUT_PROTOCOL = Path(__file__).resolve().parents[3] / "workflows" / "throughput.yaml"  # = PROTOCOL_FILE
-PROTOCOL_KEYS = ("requests", "gen_mean", "gen_std", "gen_max", "warmup_tokens", "fixed_batch", "base_batch",
-                 "memory_gib", "dtype", "seed")  # = mor.engine.job.KEYS
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
-def load_throughput_protocol(mode: str, path: str | Path = THROUGHPUT_PROTOCOL) -> dict:
-    """The throughput protocol of ``mode`` (``mor.engine.job.load_protocol``, without torch)."""
-    raw = yaml.safe_load(Path(path).read_text())
-    if mode not in raw:
-        raise ValueError(f"{path}: no throughput protocol for mode {mode!r}; sections: {sorted(raw)}")
-    missing = [k for k in PROTOCOL_KEYS if k not in raw[mode]]
-    if missing:
-        raise ValueError(f"{path}: section {mode!r} lacks {missing}")
-    return {k: raw[mode][k] for k in PROTOCOL_KEYS}
-
-
-def throughput_baseline(cfg: ModelConfig) -> ModelConfig:
-    """The Vanilla a run's decoding speed is normalised to (``mor.engine.job.baseline``):
-    same scale, the run's effective depth."""
-    depth = len(plan_for(cfg, model_shape(cfg)).order)
-    base = ModelConfig(scale=cfg.scale, variant="vanilla")
-    return base if depth == model_shape(base).layers else dataclasses.replace(base, layers=depth)
 
 
 # --------------------------------------------------------------------------------------
@@ -159,7 +132,7 @@ def grid_analyses(grid: Grid) -> tuple[str, ...]:
 
 def draws_throughput(grid: Grid) -> bool:
     """The grid's runs get a throughput job (common.smk ``throughput_result``)."""
-    return bool(set(grid.artifacts) & set(THROUGHPUT_ARTIFACTS))
+    return bool(set(grid.artifacts) & set(throughput_protocol.ARTIFACTS))
 
 
 def run_jobs(grid: Grid, run: RunConfig, kinds: tuple[str, ...] = PLANNED) -> list[tuple[str, str]]:
@@ -246,7 +219,7 @@ def throughput_cost(run: RunConfig, protocol: dict, gpu_memory_gib: float = 0.0)
     if not memory:
         note = "GPU memory unknown (no site): the maximum batch taken as base_batch"
     else:
-        van = throughput_baseline(cfg)
+        van = throughput_protocol.baseline(cfg)
         if max_batch(cfg, s, vocab, max_len, memory, elem) < 1 or max_batch(van, model_shape(van), vocab, max_len,
                                                                              memory, elem) < 1:
             fits, note = False, f"no sequence of {max_len} tokens fits {memory / GiB:.3g} GiB beside the weights"
@@ -271,7 +244,7 @@ def job_cost(run: RunConfig, kind: str, analysis: str = "", protocol: dict | Non
         return analysis_cost(run, analysis)
     if kind == "throughput":
         if protocol is None:
-            raise ValueError("a throughput job's cost needs the protocol of the grid's mode (load_throughput_protocol)")
+            raise ValueError("a throughput job's cost needs the protocol of the grid's mode (mor.throughput_protocol.load_protocol)")
         return throughput_cost(run, protocol, gpu_memory_gib)
     raise ValueError(f"no cost model for job kind {kind!r}")
 
@@ -375,7 +348,7 @@ def plan_grid(grid: Grid, presets: Presets, tags: list[str] | None = None,
     resources of the kind's preset entry (``mor.jobs.KINDS``). A kind without an entry at a
     scale the file has is planned without resources (``missing_preset``); a scale the file
     lacks altogether is an error, as before."""
-    protocol = load_throughput_protocol(grid.mode) if "throughput" in kinds and draws_throughput(grid) else None
+    protocol = throughput_protocol.load_protocol(grid.mode) if "throughput" in kinds and draws_throughput(grid) else None
     out = []
     for r in grid.select(tags):
         run = r.config

@@ -1,0 +1,45 @@
+"""The decoding-throughput protocol's definition, without torch: which grids get a
+``throughput`` job, the protocol file and its keys, and the Vanilla each run is normalised to.
+
+One home for what three readers need: the job that measures (``mor.engine.job``), the
+launcher's planner that prices it before anything is submitted (``mor.launch.plan``), and the
+Snakefile that builds the DAG (workflows/common.smk, throughput.smk). The planner and the
+Snakefile must not import torch (``mor.engine`` does), so these live here rather than in
+the engine package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+PROTOCOL_FILE = Path(__file__).resolve().parents[2] / "workflows" / "throughput.yaml"
+VERSION = 4  # 3: continuous depth-wise batching engine, row fill, passes/token; 4: live sequences admitted by memory; bump when the job measures something else: its files are then remade
+THROUGHPUT_FILE = "throughput.json"  # runs/<grid>/<run_id>/throughput.json
+ARTIFACTS = ("figures/fig4a", "tables/fig4a")  # grids listing one of these get a throughput job per run
+KEYS = ("requests", "gen_mean", "gen_std", "gen_max", "warmup_tokens", "fixed_batch", "base_batch",
+        "memory_gib", "dtype", "seed")
+
+
+def load_protocol(mode: str, path: str | Path = PROTOCOL_FILE) -> dict:
+    """The protocol of ``mode`` (the file's section of that name); a missing key fails."""
+    raw = yaml.safe_load(Path(path).read_text())
+    if mode not in raw:
+        raise ValueError(f"{path}: no throughput protocol for mode {mode!r}; sections: {sorted(raw)}")
+    spec = raw[mode]
+    missing = [k for k in KEYS if k not in spec]
+    if missing:
+        raise ValueError(f"{path}: section {mode!r} lacks {missing}")
+    return {k: spec[k] for k in KEYS}
+
+
+def baseline(cfg):
+    """The Vanilla model a run's speed is normalised to: same scale, the run's effective depth."""
+    from mor.config import ModelConfig, model_shape
+    from mor.flops import plan_for
+
+    depth = len(plan_for(cfg, model_shape(cfg)).order)
+    base = ModelConfig(scale=cfg.scale, variant="vanilla")  # execution.attention is not part of the model
+    return base if depth == model_shape(base).layers else dataclasses.replace(base, layers=depth)
