@@ -7,6 +7,7 @@ Slurm (the launcher's query replaced by a table of answers); the rest have nothi
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -198,3 +199,94 @@ def test_watch_refreshes_until_interrupted(workspace, tmp_path, monkeypatch, cap
     assert main(["status", "table10", "--root", str(tmp_path), "--grids-dir", str(GRIDS), "--watch", "2"]) == 0
     assert wakes == [2.0, 2.0]
     assert "2 trained" in capsys.readouterr().out
+
+
+def test_forecast_is_a_ratio_of_sums():
+    """Runs measured 2x (planned 100 s, took 200 s) and 3x (planned 300 s, took 900 s) slower:
+    1100 / 400 = 2.75x, not the mean 2.5x; 10 h left become 27.5 h, 6.875 h on 4 cores."""
+    from mor.status import forecast
+
+    f = forecast([(200.0, 100.0), (900.0, 300.0)], 10.0, cores=4)
+    assert f.factor == pytest.approx(2.75) and f.runs == 2
+    assert f.hours_left == pytest.approx(27.5) and f.wall_hours == pytest.approx(6.875)
+    assert forecast([(200.0, 100.0)], 10.0).wall_hours is None  # no cores: cluster
+    assert forecast([], 10.0) is None and forecast([(50.0, 0.0)], 10.0) is None  # nothing planned to compare with
+
+
+def summary_line(text: str, grid: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"{grid}: "))
+
+
+def write_summary(paths: Paths, run_id: str, summary: dict | str) -> None:
+    paths.run_dir("table10", run_id).mkdir(parents=True, exist_ok=True)
+    text = summary if isinstance(summary, str) else json.dumps(summary)
+    (paths.run_dir("table10", run_id) / "train_summary.json").write_text(text)
+
+
+def plan_left(grid, trained: list[str]) -> tuple[dict, float]:
+    """The plan's train jobs by run id, and its device-hours left once ``trained`` are trained
+    (every job's hours x devices, less those runs' train jobs), straight from mor.launch.plan."""
+    from mor.launch.plan import plan_grid
+    from mor.launch.slurm import load_presets
+
+    jobs = plan_grid(grid, load_presets())
+    train = {j.run_id: j for j in jobs if j.kind == "train"}
+    device_h = lambda j: j.hours * (j.gpus or j.world_size)  # noqa: E731
+    return train, sum(device_h(j) for j in jobs) - sum(device_h(train[i]) for i in trained)
+
+
+def test_rendered_forecast_scales_the_plan_by_the_measured_speed(tmp_path):
+    """Two trained runs whose summaries say they took k = 2.5 times the plan's training time
+    (on the plan's ranks); a third's summary is malformed and a fourth's covers other steps:
+    neither is counted. The summary shows 2.50x from 2 runs and the plan's hours left x 2.5,
+    both derived here from the plan itself, and the wall time on the cores given."""
+    k, cores = 2.5, 4
+    grid = load_grid(GRIDS / "table10.yaml", "local")
+    ids = [r.run_id for r in grid.runs]
+    paths = Paths(tmp_path / "runs", tmp_path / "results", tmp_path / "logs", tmp_path / "s")
+    train, left = plan_left(grid, ids[:4])
+    for i in (0, 1):
+        j = train[ids[i]]
+        write_summary(paths, ids[i], {"train_time_s": k * j.hours * 3600, "world_size": j.world_size,
+                                      "steps": grid.run(ids[i]).config.train.steps, "tokens_seen": 1,
+                                      "tokens_per_s": 1.0, "resumed_from": None})
+    write_summary(paths, ids[2], '{"train_time_s": "soon"')
+    write_summary(paths, ids[3], {"train_time_s": 1e6, "world_size": 1, "steps": 1})
+    console = Console(record=True, width=400)
+    console.print(render(collect([grid], paths, slurm_query=lambda j: FakeState("")), cores=cores))
+    line = summary_line(console.export_text(), "table10")
+    assert "4 trained" in line and f"{left:.2f} left of" in line  # the plan's own numbers are kept
+    assert f"; at the measured speed (2.50x the plan, from 2 runs): ~{k * left:.2f} left (~" in line
+    wall = re.search(r"\(~(\d+)m(\d\d)s on 4 cores\)$", line)  # under an hour: minutes and seconds
+    assert wall and int(wall[1]) * 60 + int(wall[2]) == round(k * left / cores * 3600)
+
+
+def test_cluster_forecast_counts_device_seconds_and_no_cores(tmp_path):
+    """On GPUs (135M trains on 2 per job) one run took k x its planned wall time on the plan's
+    ranks, another ran on 1 rank for 2k x: both are k x the planned GPU-seconds (train_time_s x
+    world_size), so the factor is k; Slurm runs jobs in parallel, so no wall time on cores."""
+    k = 0.5
+    grid = load_grid(GRIDS / "table10.yaml", "cluster")
+    ids = [r.run_id for r in grid.runs]
+    paths = Paths(tmp_path / "runs", tmp_path / "results", tmp_path / "logs", tmp_path / "s")
+    train, left = plan_left(grid, ids[:2])
+    assert train[ids[0]].world_size == train[ids[1]].world_size == 2
+    for i, ranks in ((0, 2), (1, 1)):
+        j = train[ids[i]]
+        write_summary(paths, ids[i], {"train_time_s": k * j.hours * 3600 * j.world_size / ranks, "world_size": ranks,
+                                      "steps": grid.run(ids[i]).config.train.steps})
+    console = Console(record=True, width=400)
+    console.print(render(collect([grid], paths, slurm_query=lambda j: FakeState("")), cores=4))
+    line = summary_line(console.export_text(), "table10")
+    assert line.endswith(f"GPU-hours {train[ids[0]].gpu_hours + train[ids[1]].gpu_hours:.2f} spent, {left:.2f} left "
+                         f"of {left + train[ids[0]].gpu_hours + train[ids[1]].gpu_hours:.2f} (plan); at the measured "
+                         f"speed (0.50x the plan, from 2 runs): ~{k * left:.2f} left")
+
+
+def test_no_measured_run_no_forecast(workspace, tmp_path):
+    """Summaries without the keys (the workspace's "{}") and runs without one add nothing."""
+    grid, ids, paths, query = workspace
+    console = Console(record=True, width=400)
+    console.print(render(collect([grid, load_grid(GRIDS / "table13.yaml", "local")], paths, slurm_query=query)))
+    text = console.export_text()
+    assert "left of" in text and "measured speed" not in text and "cores" not in text

@@ -18,7 +18,10 @@ One table per grid, one row per run, then a summary line per grid and the device
 
 Device-hours come from the plan the launcher prints (``mor.launch.plan.plan_grid`` over the
 Slurm presets): a finished job counts whole, a training job in progress by its fraction of
-steps, the rest is left. Slurm's state comes from the launcher's own queries
+steps, the rest is left. Those hours are the plan's assumed speeds, so where finished runs
+left a ``train_summary.json`` the summary also scales the hours left by the speed this machine
+measured (``forecast``: measured / planned training time, a ratio of sums over those runs) and,
+in the local mode, divides them over the cores. Slurm's state comes from the launcher's own queries
 (``mor.launch.slurm.slurm_state``) for the job id it recorded in
 ``logs/slurm/<grid>/<id>/<kind>/job.json``; without Slurm clients those answer "unknown" and
 the files decide. Status only reads: it never writes a file, so it runs beside a workflow.
@@ -28,11 +31,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import re
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, NamedTuple
 
 from mor.grids import Grid, GridError, all_grids, load_grid
 
@@ -85,6 +91,8 @@ class RunStatus:
     note: str = ""
     hours_total: float = 0.0  # device-hours of the run's planned jobs
     hours_spent: float = 0.0
+    train_s: float | None = None  # measured device-seconds of training (train_summary.json), None without
+    train_plan_s: float = 0.0  # the plan's device-seconds for the run's train job
 
 
 @dataclass
@@ -209,6 +217,24 @@ def checkpoint_step(run_dir: Path) -> int | None:
     return max(steps, default=None)
 
 
+def measured_train_s(path: Path, steps: int) -> float | None:
+    """Device-seconds the run's training took by its ``train_summary.json``: ``train_time_s`` x
+    ``world_size``, comparable with the plan's device-hours (its wall hours x devices) even when
+    the run had other ranks than the plan assumes. ``train_time_s`` is the wall time of the
+    training steps summed over every session up to the last checkpoint (the trainer restores it
+    when it resumes), so a resumed run counts whole; start-up and steps lost to a crash are not
+    in it, nor in the plan's FLOPs. None, so the run is not counted, when the file is missing,
+    malformed, or covers other than the run's ``steps`` (then the plan prices another run)."""
+    try:
+        s = json.loads(path.read_text())
+        seconds, ranks, done = float(s["train_time_s"]), int(s["world_size"]), int(s["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not (math.isfinite(seconds) and seconds > 0 and ranks >= 1 and done == steps):
+        return None
+    return seconds * ranks
+
+
 def read_val_nll(path: Path) -> float | None:
     from mor.results import ResultsError, read_rows
 
@@ -307,6 +333,9 @@ def collect(grids: list[Grid], paths: Paths = Paths(), presets_file: Path | None
                 st.eta_s = (st.steps - st.step) * run.config.train.tokens_per_step / st.tokens_per_s
             st.hours_total = sum(device_h for _, device_h in h.values())
             train_wall, train_dev = h.get("train", (0.0, 0.0))
+            st.train_plan_s = train_dev * 3600
+            if st.state in ("done", "trained"):
+                st.train_s = measured_train_s(paths.run_dir(g.name, run.run_id) / "train_summary.json", st.steps)
             if st.state == "done":
                 st.hours_spent = st.hours_total
             elif st.state != "not started":  # trained: the eval job's hours are still left
@@ -316,6 +345,51 @@ def collect(grids: list[Grid], paths: Paths = Paths(), presets_file: Path | None
             gs.runs.append(st)
         out.append(gs)
     return out
+
+
+# --------------------------------------------------------------------------------------
+# Forecast from the measured speed (pure)
+# --------------------------------------------------------------------------------------
+class Forecast(NamedTuple):
+    factor: float  # measured / planned training time of the finished runs
+    runs: int  # the runs it is measured on
+    hours_left: float  # the plan's hours left x factor
+    wall_hours: float | None  # hours_left / cores (one job per core), None without cores
+
+
+def forecast(pairs: Iterable[tuple[float, float]], hours_left: float, cores: int | None = None) -> Forecast | None:
+    """The plan's ``hours_left`` at the speed the finished runs measured: ``pairs`` are
+    (measured, planned) training seconds of those runs, and the factor is sum(measured) /
+    sum(planned). The plan prices every job at an assumed FLOP rate while a shared machine's
+    real speed drifts by more than 2x between days; the finished runs say by how much. A ratio
+    of sums, not a mean of ratios, so that each run weighs by its length: applied to the runs
+    measured, it gives back the time they took, which a mean would skew towards the short
+    runs' ratios (start-up and noise weigh most there). The other jobs (eval, ...) are assumed
+    off by the same factor. ``cores``: the wall hours with one job per core (the local mode;
+    a lower bound when fewer jobs than cores are left). None without a measured run (a pair
+    without planned seconds is none)."""
+    pairs = [(m, p) for m, p in pairs if p > 0]
+    if not pairs:
+        return None
+    factor = sum(m for m, _ in pairs) / sum(p for _, p in pairs)
+    left = hours_left * factor
+    return Forecast(factor, len(pairs), left, left / cores if cores else None)
+
+
+def _forecast_text(runs: list[RunStatus], hours_left: float, cores: int | None) -> str:
+    """The forecast's clause of a summary line ("" without a measured run)."""
+    f = forecast(((r.train_s, r.train_plan_s) for r in runs if r.train_s is not None), hours_left, cores)
+    if f is None:
+        return ""
+    wall = f" ({_duration(f.wall_hours * 3600, estimated=True)} on {cores} cores)" if f.wall_hours is not None else ""
+    runs_word = f"{f.runs} run" + "s" * (f.runs != 1)
+    return f"; at the measured speed ({f.factor:.2f}x the plan, from {runs_word}): ~{_hours(f.hours_left)} left{wall}"
+
+
+def _local_cores(grids: list[GridStatus], cores: int) -> int | None:
+    """``cores`` when every grid is in the local mode (its jobs share this machine's cores),
+    None for the cluster mode, whose Slurm jobs run in parallel elsewhere."""
+    return cores if grids and all(gs.grid.mode == "local" for gs in grids) else None
 
 
 # --------------------------------------------------------------------------------------
@@ -339,8 +413,10 @@ def _num(v: float | None, fmt: str) -> str:
     return "" if v is None else format(v, fmt)
 
 
-def render(statuses: list[GridStatus]):
-    """A rich renderable: one table per grid, its summary line, and the total."""
+def render(statuses: list[GridStatus], cores: int | None = None):
+    """A rich renderable: one table per grid, its summary line, and the total. ``cores``: this
+    machine's, over which a local-mode forecast is divided (default ``os.cpu_count()``); a
+    cluster-mode grid's jobs run in parallel on Slurm, so its forecast stays in device-hours."""
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.table import Table
@@ -349,6 +425,7 @@ def render(statuses: list[GridStatus]):
     parts = []
     total_spent = total_all = 0.0
     device = statuses[0].device if statuses else "GPU"
+    cores = cores or os.cpu_count() or 1
     for gs in statuses:
         t = Table(title=f"{gs.grid.name} ({gs.grid.mode}) -> {', '.join(gs.grid.artifacts) or 'no artifacts'}",
                   title_justify="left", expand=False, pad_edge=False)
@@ -369,14 +446,17 @@ def render(statuses: list[GridStatus]):
         counts = ", ".join(f"{n} {s}" for s, n in gs.counts().items())
         steps = sum(r.step for r in gs.runs), sum(r.steps for r in gs.runs)
         hours = (f"no hours: no plan from the presets ({gs.no_plan})" if gs.no_plan else
-                 f"{gs.device}-hours {_hours(spent)} spent, {_hours(whole - spent)} left of {_hours(whole)} (plan)")
+                 f"{gs.device}-hours {_hours(spent)} spent, {_hours(whole - spent)} left of {_hours(whole)} (plan)"
+                 + _forecast_text(gs.runs, whole - spent, _local_cores([gs], cores)))
         parts.append(Text(f"{gs.grid.name}: {len(gs.runs)} runs: {counts}; steps {steps[0]}/{steps[1]}; {hours}\n"))
     if len(statuses) > 1:
         n = sum(len(gs.runs) for gs in statuses)
         done = sum(r.state == "done" for gs in statuses for r in gs.runs)
+        runs = [r for gs in statuses for r in gs.runs]
         hours = ("no hours (no plan from the presets)" if statuses[0].no_plan else
                  f"{device}-hours {_hours(total_spent)} spent, {_hours(total_all - total_spent)} left of "
-                 f"{_hours(total_all)} (plan)")
+                 f"{_hours(total_all)} (plan)"
+                 + _forecast_text(runs, total_all - total_spent, _local_cores(statuses, cores)))
         parts.append(Text(f"all: {done}/{n} runs done; {hours}", style="bold"))
     return Group(*parts)
 
