@@ -117,18 +117,43 @@ def test_cluster_plan_counts_gpu_hours(tmp_path):
 
 
 def test_presets_without_the_grids_scale_give_no_hours_and_say_why(tmp_path):
-    """table9's local ladder uses `micro`, which slurm/presets.yaml has no entry for: the runs
-    are still listed, and the summary names the missing key instead of counting hours."""
+    """A site's presets without table9's local `micro` scale: table9's runs are still listed
+    and its summary names the missing key instead of counting hours, while table13 (scale
+    `small`, priced) keeps its hours, and the total counts table13's alone and names table9."""
+    import yaml
+
+    presets = yaml.safe_load((REPO / "slurm" / "presets.yaml").read_text())
+    del presets["scales"]["micro"]
+    site = tmp_path / "site-presets.yaml"
+    site.write_text(yaml.safe_dump(presets))
     grids = [load_grid(GRIDS / "table9.yaml", "local"), load_grid(GRIDS / "table13.yaml", "local")]
     statuses = collect(grids, Paths(tmp_path / "runs", tmp_path / "results", tmp_path / "logs", tmp_path / "s"),
-                       slurm_query=lambda j: FakeState(""))
+                       presets_file=site, slurm_query=lambda j: FakeState(""))
     assert [len(gs.runs) for gs in statuses] == [len(g.runs) for g in grids]
-    assert all(r.hours_total == 0 for gs in statuses for r in gs.runs)
+    table9, table13 = statuses
+    assert "scales.micro is missing" in table9.no_plan and not table13.no_plan
+    assert all(r.hours_total == 0 for r in table9.runs) and all(r.hours_total > 0 for r in table13.runs)
     console = Console(record=True, width=400)
     console.print(render(statuses))
     text = console.export_text()
-    assert "no hours: no plan from the presets (" in text and "scales.micro is missing" in text
-    assert "-hours" not in text and "all: 0/" in text and "no hours (no plan from the presets)" in text
+    assert "table9: " in text and "no hours: no plan from the presets (" in text
+    whole = sum(r.hours_total for r in table13.runs)
+    total = next(line for line in text.splitlines() if line.startswith("all: 0/"))
+    shown = f"{whole:.2f}" if whole >= 0.1 else f"{whole:.2g}"  # the table's rounding of hours
+    assert f"0 spent, {shown} left of {shown} (plan)" in total, (total, whole)
+    assert "without hours (no plan): table9" in total
+
+
+def test_the_shipped_presets_price_every_local_grid(tmp_path):
+    """Every grid's local scales have an entry in slurm/presets.yaml (table9's ladder included),
+    so `python -m mor status paper` shows hours, and a forecast, for all of them."""
+    from mor.grids import all_grids
+
+    grids = [g for g in (load_grid(p, "local") for p in all_grids(GRIDS)) if g.artifacts]
+    statuses = collect(grids, Paths(tmp_path / "runs", tmp_path / "results", tmp_path / "logs", tmp_path / "s"),
+                       slurm_query=lambda j: FakeState(""))
+    assert {gs.grid.name: gs.no_plan for gs in statuses if gs.no_plan} == {}
+    assert all(r.hours_total > 0 for gs in statuses for r in gs.runs)
 
 
 def test_seeds_the_claims_design_added_are_listed(tmp_path):

@@ -296,21 +296,29 @@ def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None) -> R
     return st
 
 
-def plan_hours(grids: list[Grid], presets_file: Path | None) -> tuple[dict, str]:
-    """(grid, run id) -> {job kind: (wall hours, device-hours)} from the launcher's plan, and
-    the device word ("GPU", or "CPU" when no planned job has a GPU)."""
+def plan_hours(grids: list[Grid], presets_file: Path | None) -> tuple[dict, str, dict[str, str]]:
+    """(grid, run id) -> {job kind: (wall hours, device-hours)} from the launcher's plan, the
+    device word ("GPU", or "CPU" when no planned job has a GPU), and grid -> why the presets
+    give it no plan. A grid the presets cannot price (a scale without an entry) loses its own
+    hours, not every other grid's."""
     from mor.launch.plan import plan_grid
     from mor.launch.slurm import load_presets
 
     presets = load_presets(presets_file) if presets_file else load_presets()
     out: dict[tuple[str, str], dict[str, float]] = {}
+    failed: dict[str, str] = {}
     gpus = False
     for g in grids:
-        for j in plan_grid(g, presets):
+        try:
+            jobs = plan_grid(g, presets)
+        except Exception as e:  # noqa: BLE001 - named in the grid's summary line instead
+            failed[g.name] = str(e)
+            continue
+        for j in jobs:
             devices = j.gpus or j.world_size
             gpus |= j.gpus > 0
             out.setdefault((g.name, j.run_id), {})[j.kind] = (j.hours, j.hours * devices)
-    return out, "GPU" if gpus else "CPU"
+    return out, "GPU" if gpus else "CPU", failed
 
 
 def collect(grids: list[Grid], paths: Paths = Paths(), presets_file: Path | None = None, tags: list[str] | None = None,
@@ -318,14 +326,12 @@ def collect(grids: list[Grid], paths: Paths = Paths(), presets_file: Path | None
     """The status of every run of ``grids`` (the ``tags`` blocks only, like the workflow)."""
     now = time.time() if now is None else now
     try:
-        hours, device = plan_hours(grids, presets_file)
+        hours, device, failed = plan_hours(grids, presets_file)
     except Exception as e:  # a site's broken presets must not hide the runs
-        hours, device, no_plan = {}, "GPU", str(e)
-    else:
-        no_plan = ""
+        hours, device, failed = {}, "GPU", {g.name: str(e) for g in grids}
     out = []
     for g in grids:
-        gs = GridStatus(g, device=device, no_plan=no_plan)
+        gs = GridStatus(g, device=device, no_plan=failed.get(g.name, ""))
         for run in g.select(tags):
             st = run_status(g, run, paths, now, slurm_query)
             h = hours.get((g.name, run.run_id), {})
@@ -452,11 +458,16 @@ def render(statuses: list[GridStatus], cores: int | None = None):
     if len(statuses) > 1:
         n = sum(len(gs.runs) for gs in statuses)
         done = sum(r.state == "done" for gs in statuses for r in gs.runs)
-        runs = [r for gs in statuses for r in gs.runs]
-        hours = ("no hours (no plan from the presets)" if statuses[0].no_plan else
-                 f"{device}-hours {_hours(total_spent)} spent, {_hours(total_all - total_spent)} left of "
-                 f"{_hours(total_all)} (plan)"
-                 + _forecast_text(runs, total_all - total_spent, _local_cores(statuses, cores)))
+        unpriced = [gs.grid.name for gs in statuses if gs.no_plan]
+        if len(unpriced) == len(statuses):
+            hours = "no hours (no plan from the presets)"
+        else:
+            priced = [r for gs in statuses if not gs.no_plan for r in gs.runs]
+            hours = (f"{device}-hours {_hours(total_spent)} spent, {_hours(total_all - total_spent)} left of "
+                     f"{_hours(total_all)} (plan)"
+                     + _forecast_text(priced, total_all - total_spent,
+                                      _local_cores([gs for gs in statuses if not gs.no_plan], cores))
+                     + (f"; without hours (no plan): {', '.join(unpriced)}" if unpriced else ""))
         parts.append(Text(f"all: {done}/{n} runs done; {hours}", style="bold"))
     return Group(*parts)
 
