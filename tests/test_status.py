@@ -286,6 +286,36 @@ def test_rendered_forecast_scales_the_plan_by_the_measured_speed(tmp_path):
     assert wall and int(wall[1]) * 60 + int(wall[2]) == round(k * left / cores * 3600)
 
 
+def test_total_forecast_takes_each_grid_at_its_own_speed(tmp_path):
+    """table10's finished runs took 2x their plan and table13's 0.5x; table12 has none. The
+    total forecasts table10's hours left x 2, table13's x 0.5 and table12's x the factor pooled
+    over all four runs (sum measured / sum planned), each derived here from the plan itself;
+    one pooled factor for everything would give a different total, and the test tells them apart."""
+    paths = Paths(tmp_path / "runs", tmp_path / "results", tmp_path / "logs", tmp_path / "s")
+    speed = {"table10": 2.0, "table13": 0.5, "table12": None}
+    grids, left, measured, planned = [], {}, 0.0, 0.0
+    for name, k in speed.items():
+        grid = load_grid(GRIDS / f"{name}.yaml", "local")
+        grids.append(grid)
+        ids = [r.run_id for r in grid.runs][:2] if k else []
+        train, left[name] = plan_left(grid, ids)
+        for i in ids:
+            planned_s = train[i].hours * 3600 * train[i].world_size
+            paths.run_dir(name, i).mkdir(parents=True)
+            (paths.run_dir(name, i) / "train_summary.json").write_text(json.dumps(
+                {"train_time_s": k * planned_s / train[i].world_size, "world_size": train[i].world_size,
+                 "steps": grid.run(i).config.train.steps}))
+            measured, planned = measured + k * planned_s, planned + planned_s
+    pooled = measured / planned
+    expected = left["table10"] * 2.0 + left["table13"] * 0.5 + left["table12"] * pooled
+    assert abs(expected - sum(left.values()) * pooled) > 0.05
+    console = Console(record=True, width=400)
+    console.print(render(collect(grids, paths, slurm_query=lambda j: FakeState("")), cores=2))
+    total = next(line for line in console.export_text().splitlines() if line.startswith("all: "))
+    assert (f"at the measured speed (each grid at its own speed, {expected / sum(left.values()):.2f}x the plan, "
+            f"from 4 runs): ~{expected:.2f} left (~") in total, (total, expected)
+
+
 def test_cluster_forecast_counts_device_seconds_and_no_cores(tmp_path):
     """On GPUs (135M trains on 2 per job) one run took k x its planned wall time on the plan's
     ranks, another ran on 1 rank for 2k x: both are k x the planned GPU-seconds (train_time_s x

@@ -382,14 +382,35 @@ def forecast(pairs: Iterable[tuple[float, float]], hours_left: float, cores: int
     return Forecast(factor, len(pairs), left, left / cores if cores else None)
 
 
-def _forecast_text(runs: list[RunStatus], hours_left: float, cores: int | None) -> str:
+def forecast_grids(grids: list[tuple[list[tuple[float, float]], float]], cores: int | None = None) -> Forecast | None:
+    """The forecast over several grids, each given as (its (measured, planned) pairs, its plan
+    hours left): each grid's hours left at its own measured factor, and a grid without a
+    finished run at the factor pooled over every grid's runs. Why not one pooled factor: the
+    plan's error depends on the model size (table9's overhead-bound tiny models train at ~1.6x
+    their FLOP price, the larger CPU scales at ~0.7-0.8x), so whichever grids happen to finish
+    first would set the pace of all the rest. The factor reported is the effective one, the
+    forecast's hours left over the plan's. None without a measured run."""
+    pooled = forecast([pair for pairs, _ in grids for pair in pairs], 1.0)
+    if pooled is None:
+        return None
+    left = sum(f.hours_left if (f := forecast(pairs, h)) is not None else h * pooled.factor for pairs, h in grids)
+    plan_left = sum(h for _, h in grids)
+    factor = left / plan_left if plan_left > 0 else pooled.factor
+    return Forecast(factor, pooled.runs, left, left / cores if cores else None)
+
+
+def _measured_pairs(runs: list[RunStatus]) -> list[tuple[float, float]]:
+    return [(r.train_s, r.train_plan_s) for r in runs if r.train_s is not None]
+
+
+def _forecast_text(f: Forecast | None, cores: int | None, per_grid: bool = False) -> str:
     """The forecast's clause of a summary line ("" without a measured run)."""
-    f = forecast(((r.train_s, r.train_plan_s) for r in runs if r.train_s is not None), hours_left, cores)
     if f is None:
         return ""
     wall = f" ({_duration(f.wall_hours * 3600, estimated=True)} on {cores} cores)" if f.wall_hours is not None else ""
     runs_word = f"{f.runs} run" + "s" * (f.runs != 1)
-    return f"; at the measured speed ({f.factor:.2f}x the plan, from {runs_word}): ~{_hours(f.hours_left)} left{wall}"
+    how = "each grid at its own speed, " if per_grid else ""
+    return f"; at the measured speed ({how}{f.factor:.2f}x the plan, from {runs_word}): ~{_hours(f.hours_left)} left{wall}"
 
 
 def _local_cores(grids: list[GridStatus], cores: int) -> int | None:
@@ -453,7 +474,8 @@ def render(statuses: list[GridStatus], cores: int | None = None):
         steps = sum(r.step for r in gs.runs), sum(r.steps for r in gs.runs)
         hours = (f"no hours: no plan from the presets ({gs.no_plan})" if gs.no_plan else
                  f"{gs.device}-hours {_hours(spent)} spent, {_hours(whole - spent)} left of {_hours(whole)} (plan)"
-                 + _forecast_text(gs.runs, whole - spent, _local_cores([gs], cores)))
+                 + _forecast_text(forecast(_measured_pairs(gs.runs), whole - spent, _local_cores([gs], cores)),
+                                  _local_cores([gs], cores)))
         parts.append(Text(f"{gs.grid.name}: {len(gs.runs)} runs: {counts}; steps {steps[0]}/{steps[1]}; {hours}\n"))
     if len(statuses) > 1:
         n = sum(len(gs.runs) for gs in statuses)
@@ -462,11 +484,12 @@ def render(statuses: list[GridStatus], cores: int | None = None):
         if len(unpriced) == len(statuses):
             hours = "no hours (no plan from the presets)"
         else:
-            priced = [r for gs in statuses if not gs.no_plan for r in gs.runs]
+            priced = [gs for gs in statuses if not gs.no_plan]
+            local = _local_cores(priced, cores)
+            per_grid = [(_measured_pairs(gs.runs), sum(r.hours_total - r.hours_spent for r in gs.runs)) for gs in priced]
             hours = (f"{device}-hours {_hours(total_spent)} spent, {_hours(total_all - total_spent)} left of "
                      f"{_hours(total_all)} (plan)"
-                     + _forecast_text(priced, total_all - total_spent,
-                                      _local_cores([gs for gs in statuses if not gs.no_plan], cores))
+                     + _forecast_text(forecast_grids(per_grid, local), local, per_grid=True)
                      + (f"; without hours (no plan): {', '.join(unpriced)}" if unpriced else ""))
         parts.append(Text(f"all: {done}/{n} runs done; {hours}", style="bold"))
     return Group(*parts)
