@@ -197,14 +197,19 @@ def test_launcher_imports_no_torch():
 
 def test_the_snakefile_imports_no_torch():
     """Every mor module the Snakefile and workflows/*.smk import (at the top or inside their
-    functions, all of which run in Snakemake's own process while it builds the DAG) loads
-    without torch: a dry run or a status query should not pay for it, and the throughput
-    protocol they read lives in mor.throughput_protocol for that reason."""
+    functions) and every job kind's settings hook (mor.jobs: the rules' params) runs in
+    Snakemake's own process while it builds the DAG, and loads without torch: a dry run or a
+    status query should not pay for it. The throughput protocol lives in
+    mor.throughput_protocol and the eval kind's settings in mor.eval.settings for that reason."""
     import re
 
+    from mor.jobs import KINDS
+
     sources = [REPO / "Snakefile", *sorted((REPO / "workflows").glob("*.smk"))]
-    modules = sorted({m for f in sources for m in re.findall(r"^\s*(?:from|import)\s+(mor(?:\.\w+)*)", f.read_text(), re.M)})
-    assert "mor.throughput_protocol" in modules and len(modules) > 10, modules
+    modules = {m for f in sources for m in re.findall(r"^\s*(?:from|import)\s+(mor(?:\.\w+)*)", f.read_text(), re.M)}
+    hooks = {k.settings.split(":")[0] for k in KINDS.values() if k.settings}
+    assert {"mor.throughput_protocol", "mor.eval.settings"} <= hooks and len(modules) > 10, (modules, hooks)
+    modules = sorted(modules | hooks)
     code = f"import sys, importlib; [importlib.import_module(m) for m in {modules!r}]; " \
            "bad = 'torch' in sys.modules; print(bad); assert not bad, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=600,  # a hang guard only

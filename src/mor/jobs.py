@@ -96,7 +96,7 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
             outputs=(f"{RUN}/train_summary.json",), summary="mor.train.job:summary", ranks="all", planned=True),
     JobKind("eval", "mor.eval.job:eval_job", preset="eval",
             outputs=("results/runs/{grid}/{run_id}.parquet",), summary="mor.eval.job:summary",
-            settings="mor.eval.job:job_settings", returns=("run_id", "val_nll", "val_tokens"), planned=True),
+            settings="mor.eval.settings:job_settings", returns=("run_id", "val_nll", "val_tokens"), planned=True),
     JobKind("lmeval", "mor.lm_eval.job:lmeval_job", preset="lmeval",
             outputs=(f"{RUN}/lm_eval.json",), summary="mor.lm_eval.job:summary",
             settings="mor.lm_eval.job:job_settings", returns=("run_id", "tasks", "seconds"), planned=True),
@@ -105,7 +105,7 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
             settings="mor.analysis.sidecar:job_settings", planned=True),
     JobKind("throughput", "mor.engine.job:throughput_job", preset="throughput",
             outputs=(f"{RUN}/throughput.json",), summary="mor.engine.job:summary",
-            settings="mor.engine.job:job_settings", planned=True),
+            settings="mor.throughput_protocol:job_settings", planned=True),
 )}
 RUN_KINDS = tuple(k for k in KINDS if k not in ("hub", "data"))  # one job per run of a grid
 

@@ -1,7 +1,7 @@
 """The decoding-throughput protocol's definition, without torch: which grids get a
 ``throughput`` job, the protocol file and its keys, and the Vanilla each run is normalised to.
 
-One home for what three readers need: the job that measures (``mor.engine.job``), the
+One home for what four readers need: the job that measures (``mor.engine.job``), the
 launcher's planner that prices it before anything is submitted (``mor.launch.plan``), and the
 Snakefile that builds the DAG (workflows/common.smk, throughput.smk). The planner and the
 Snakefile must not import torch (``mor.engine`` does), so these live here rather than in
@@ -33,6 +33,12 @@ def load_protocol(mode: str, path: str | Path = PROTOCOL_FILE) -> dict:
     if missing:
         raise ValueError(f"{path}: section {mode!r} lacks {missing}")
     return {k: spec[k] for k in KEYS}
+
+
+def job_settings(run, mode: str, wildcards: dict) -> dict:
+    """The throughput kind's settings hook (``mor.jobs``; Snakemake calls it while it builds the
+    DAG, so it lives here, without torch): the mode's protocol (workflows/throughput.yaml)."""
+    return load_protocol(mode)
 
 
 def baseline(cfg):

@@ -174,8 +174,3 @@ def summary(r: dict) -> str:
             f"FLOPs-predicted speedup over the same-depth Vanilla {r['flops_speedup']:.2f} at the design capacities, "
             f"{r.get('flops_speedup_realised', r['flops_speedup']):.2f} at those the routers kept "
             f"(shares {[round(x, 3) for x in f['recursion_share']]})")
-
-
-def job_settings(run, mode: str, wildcards: dict) -> dict:
-    """The table's settings hook (``mor.jobs``): the mode's protocol (workflows/throughput.yaml)."""
-    return load_protocol(mode)

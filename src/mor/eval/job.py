@@ -114,8 +114,3 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
 def summary(r: dict) -> str:
     """The one line a finished eval job prints."""
     return f"eval {r['run_id']}: val NLL {r['val_nll']:.4f} over {r['val_tokens']} tokens"
-
-
-def job_settings(run, mode: str, wildcards: dict) -> dict:
-    """What decides the row besides the weights: the run's eval.* settings (the rule's params)."""
-    return run.eval_dict()
