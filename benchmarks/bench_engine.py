@@ -3,7 +3,7 @@ decoding speed-up over the same-depth Vanilla, measured vs FLOPs-predicted, in o
 
 Models (random weights, CPU by default): MoR-2/3/4 Middle-Cycle expert-choice with
 recursion-wise caching, and for each the Vanilla of its effective depth (App. E's baseline;
-``mor.engine.job.baseline``). Untrained routers do not keep the capacities trained ones
+``mor.throughput_protocol.baseline``). Untrained routers do not keep the capacities trained ones
 learn, so each router's causal decision is steered to the design capacities: its logit is
 shifted by a constant so that the share of tokens continuing is c_r / c_{r-1} on a
 calibration batch (a bias on the router head, added here only).
@@ -51,7 +51,7 @@ import torch
 from mor.config import ModelConfig, RouterConfig, capacities, load_scales
 from mor.cpu_allocator import tune_cpu_allocator
 from mor.engine import Engine, Request
-from mor.engine.job import baseline, load_protocol
+from mor.throughput_protocol import baseline, load_protocol
 from mor.flops import decode_flops_per_token
 from mor.model.transformer import build_model
 

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mor.config import ModelConfig, RouterConfig, RunConfig
-from mor.engine.job import THROUGHPUT_FILE, baseline, load_protocol, throughput_columns
+from mor.engine.job import throughput_columns
+from mor.throughput_protocol import THROUGHPUT_FILE, baseline, load_protocol
 from mor.reports import render
 from mor.reports.fig4a import pareto, throughput_table
 from mor.results import write_rows

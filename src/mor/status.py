@@ -472,10 +472,10 @@ def render(statuses: list[GridStatus], cores: int | None = None):
         total_spent, total_all = total_spent + spent, total_all + whole
         counts = ", ".join(f"{n} {s}" for s, n in gs.counts().items())
         steps = sum(r.step for r in gs.runs), sum(r.steps for r in gs.runs)
+        local = _local_cores([gs], cores)
         hours = (f"no hours: no plan from the presets ({gs.no_plan})" if gs.no_plan else
                  f"{gs.device}-hours {_hours(spent)} spent, {_hours(whole - spent)} left of {_hours(whole)} (plan)"
-                 + _forecast_text(forecast(_measured_pairs(gs.runs), whole - spent, _local_cores([gs], cores)),
-                                  _local_cores([gs], cores)))
+                 + _forecast_text(forecast(_measured_pairs(gs.runs), whole - spent, local), local))
         parts.append(Text(f"{gs.grid.name}: {len(gs.runs)} runs: {counts}; steps {steps[0]}/{steps[1]}; {hours}\n"))
     if len(statuses) > 1:
         n = sum(len(gs.runs) for gs in statuses)

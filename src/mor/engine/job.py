@@ -29,9 +29,8 @@ import json
 import time
 from pathlib import Path
 
-# the protocol's definition lives without torch, for the planner and the Snakefile (re-exported)
-from mor.throughput_protocol import (ARTIFACTS, KEYS, PROTOCOL_FILE, THROUGHPUT_FILE, VERSION,  # noqa: F401
-                                     baseline, load_protocol)
+# the protocol's definition lives without torch, for the planner and the Snakefile
+from mor.throughput_protocol import PROTOCOL_FILE, VERSION, baseline, load_protocol
 
 
 def requests_from(val_tokens, p: dict):

@@ -20,13 +20,14 @@ from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
 from mor.data.sampler import load_tokens
 from mor.data.tokenizer import vocab_size
-from mor.engine.job import THROUGHPUT_FILE, throughput_columns
+from mor.engine.job import throughput_columns
 from mor.flops import plan_for, train_flops
 from mor.grids import load_grid
 from mor.eval.nll import evaluate
 from mor.lm_eval.job import LM_EVAL_FILE, accuracy_columns, read_result
 from mor.provenance import git_commit
 from mor.results import write_rows
+from mor.throughput_protocol import THROUGHPUT_FILE
 from mor.train.checkpoint import CheckpointError, load_model_weights
 from mor.train.trainer import make_model, pick_device
 
