@@ -381,8 +381,8 @@ def test_hub_tokenizer_batch_encoding_matches_encode(tokenizer, dataset):
 
 
 def _readme_source_block() -> str:
-    """The `source:` line of the README's pre-downloaded-copy recipe, as the README prints it."""
-    text = (REPO / "README.md").read_text()
+    """The `source:` line of the pre-downloaded-copy recipe, as the cluster manual prints it."""
+    text = (REPO / "docs" / "cluster.md").read_text()
     return next(line for line in text.splitlines() if line.startswith("source: {path: /scratch/smollm-corpus"))
 
 
@@ -399,7 +399,7 @@ def test_readme_snapshot_recipe_reads_a_local_copy_of_the_hub_layout(tmp_path, d
     (snap / "cosmopedia-v2").mkdir()  # another subset of the repository, left out by data_files
     pq.write_table(pa.table({"text": ["not fineweb"]}), snap / "cosmopedia-v2" / "train-00000-of-00001.parquet")
     readme = yaml.safe_load(_readme_source_block().replace("/scratch/smollm-corpus", str(snap)))["source"]
-    assert readme["name"] is None and "hf download" in (REPO / "README.md").read_text()
+    assert readme["name"] is None and "hf download" in (REPO / "docs" / "cluster.md").read_text()
     src = resolve(SourceSpec(**readme))
     assert [Path(f.split("::")[-1]).name for f in src.files] == ["train-00000-of-00002.parquet",
                                                                   "train-00001-of-00002.parquet"]
