@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from mor.layout import LM_EVAL_PATTERN, ROW_PATTERN, SIDECAR_PATTERN, SUMMARY_PATTERN, THROUGHPUT_PATTERN
+
 
 def resolve(ref: str) -> Callable[..., Any]:
     """``"package.module:function"`` -> the function (imports the module)."""
@@ -85,7 +87,6 @@ class JobKind:
         return resolve(self.settings)(run, mode, dict(wildcards or {})) if self.settings else {}
 
 
-RUN = "runs/{grid}/{run_id}"
 KINDS: dict[str, JobKind] = {k.name: k for k in (
     JobKind("hub", "mor.lm_eval.hub_cache:fill_hub_cache", preset=None, outputs=("{out}",),
             summary="mor.lm_eval.hub_cache:summary", online=True),
@@ -93,18 +94,18 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
             outputs=("{out}/train/manifest.json", "{out}/val/manifest.json"),
             summary="mor.data.fineweb:summary", online=True),
     JobKind("train", "mor.train.job:train_job", preset="train",
-            outputs=(f"{RUN}/train_summary.json",), summary="mor.train.job:summary", ranks="all", planned=True),
+            outputs=(SUMMARY_PATTERN,), summary="mor.train.job:summary", ranks="all", planned=True),
     JobKind("eval", "mor.eval.job:eval_job", preset="eval",
-            outputs=("results/runs/{grid}/{run_id}.parquet",), summary="mor.eval.job:summary",
+            outputs=(ROW_PATTERN,), summary="mor.eval.job:summary",
             settings="mor.eval.settings:job_settings", returns=("run_id", "val_nll", "val_tokens"), planned=True),
     JobKind("lmeval", "mor.lm_eval.job:lmeval_job", preset="lmeval",
-            outputs=(f"{RUN}/lm_eval.json",), summary="mor.lm_eval.job:summary",
+            outputs=(LM_EVAL_PATTERN,), summary="mor.lm_eval.job:summary",
             settings="mor.lm_eval.job:job_settings", returns=("run_id", "tasks", "seconds"), planned=True),
     JobKind("analysis", "mor.analysis.job:analysis_job", preset="eval",
-            outputs=("results/runs/{grid}/{run_id}.{analysis}.npz",), summary="mor.analysis.job:summary",
+            outputs=(SIDECAR_PATTERN,), summary="mor.analysis.job:summary",
             settings="mor.analysis.sidecar:job_settings", planned=True),
     JobKind("throughput", "mor.engine.job:throughput_job", preset="throughput",
-            outputs=(f"{RUN}/throughput.json",), summary="mor.engine.job:summary",
+            outputs=(THROUGHPUT_PATTERN,), summary="mor.engine.job:summary",
             settings="mor.throughput_protocol:job_settings", planned=True),
 )}
 RUN_KINDS = tuple(k for k in KINDS if k not in ("hub", "data"))  # one job per run of a grid

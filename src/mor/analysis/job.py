@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mor.analysis.sidecar import ANALYSES, VERSION, applies, settings, write_sidecar
+from mor.layout import RunPaths
 
 
 def analysis_job(analysis: str, grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
@@ -44,16 +45,17 @@ def analysis_job(analysis: str, grid: str, run_id: str, mode: str, run_dir: str,
     run = load_grid(grid, mode).run(run_id).config
     if not applies(analysis, run):
         raise ValueError(f"run {run_id} ({run.model.variant}, kv={run.model.kv}): analysis {analysis!r} does not apply")
-    final = Path(run_dir) / "final" / "model.safetensors"
-    if not (Path(run_dir) / "train_summary.json").exists():
-        raise FileNotFoundError(f"{Path(run_dir) / 'train_summary.json'} missing: run {run_id} has not finished training")
+    files = RunPaths.of(run_dir)
+    final = files.weights
+    if not files.summary.exists():
+        raise FileNotFoundError(f"{files.summary} missing: run {run_id} has not finished training")
     paths = data_paths(run.data, Path(data_root))
     dev = pick_device(device)
     model = make_model(run, vocab_size(paths), dev, load_init=False)
     try:
         load_model_weights(final, model)
     except CheckpointError as e:
-        raise CheckpointError(f"run {run_id}: {e}; delete {Path(run_dir) / 'train_summary.json'} and re-run the "
+        raise CheckpointError(f"run {run_id}: {e}; delete {files.summary} and re-run the "
                               "workflow: training resumes from its last checkpoint and writes the final weights again") from None
     model.eval()
     s = settings(analysis, run)

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from mor.atomic import atomic_path
+from mor.layout import sidecar_file
 
 VERSION = 1  # bump when an analysis computes something else: its files are then remade
 ANALYSES = ("depth_cap", "kv")
@@ -42,7 +43,7 @@ def settings(analysis: str, cfg) -> dict:
 
 
 def sidecar_path(results_dir: str | Path, grid: str, run_id: str, analysis: str) -> Path:
-    return Path(results_dir) / "runs" / grid / f"{run_id}.{analysis}.npz"
+    return sidecar_file(results_dir, grid, run_id, analysis)
 
 
 def write_sidecar(path: str | Path, meta: dict, arrays: dict) -> None:

@@ -23,11 +23,11 @@ from mor.data.tokenizer import vocab_size
 from mor.engine.job import throughput_columns
 from mor.flops import plan_for, train_flops
 from mor.grids import load_grid
+from mor.layout import RunPaths
 from mor.eval.nll import evaluate
-from mor.lm_eval.job import LM_EVAL_FILE, accuracy_columns, read_result
+from mor.lm_eval.job import accuracy_columns, read_result
 from mor.provenance import git_commit
 from mor.results import write_rows
-from mor.throughput_protocol import THROUGHPUT_FILE
 from mor.train.checkpoint import CheckpointError, load_model_weights
 from mor.train.trainer import make_model, pick_device
 
@@ -43,8 +43,8 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
 
     g = load_grid(grid, mode)
     run = g.run(run_id).config
-    run_dir_p = Path(run_dir)
-    summary_file = run_dir_p / "train_summary.json"
+    files = RunPaths.of(run_dir)
+    summary_file = files.summary
     if not summary_file.exists():
         raise FileNotFoundError(f"{summary_file} missing: run {run_id} has not finished training")
     redo = (f"delete {summary_file} and re-run the workflow: training resumes from its last checkpoint "
@@ -53,7 +53,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
         summary = json.loads(summary_file.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"run {run_id}: {summary_file} is unreadable ({e}); {redo}") from None
-    final = run_dir_p / "final" / "model.safetensors"
+    final = files.weights
     if summary.get("config_hash") not in (None, run.config_hash):
         raise CheckpointError(f"run {run_id}: {summary_file} was written by training config {summary['config_hash']}, "
                               f"not {run.config_hash}; {redo}")
@@ -74,9 +74,9 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
                                      "no result row was written")
     accuracy = {"accuracy": {}, "avg_accuracy": None}
     if run.eval.lm_eval_tasks:  # written by this run's lmeval job (mor.lm_eval.job), a workflow input
-        accuracy = accuracy_columns(read_result(run_dir_p / LM_EVAL_FILE, run.eval, run_id))
+        accuracy = accuracy_columns(read_result(files.lm_eval, run.eval, run_id))
     # written by this run's throughput job (workflows/throughput.smk) when its grid draws fig4a
-    throughput = throughput_columns(run_dir_p / THROUGHPUT_FILE, run_id)
+    throughput = throughput_columns(files.throughput, run_id)
     shape = model_shape(run.model)
     plan = plan_for(run.model, shape)
     m = run.model

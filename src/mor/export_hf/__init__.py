@@ -30,6 +30,7 @@ from pathlib import Path
 from mor.atomic import replace_dir, temp_sibling
 from mor.config import capacities, model_shape, run_config_from_dict
 from mor.data.paths import data_paths
+from mor.layout import RunPaths, row_file
 from mor.model.transformer import build_model
 from mor.model.tying import kv_producers, model_plan
 
@@ -125,12 +126,12 @@ def _read_json(path: Path, what: str) -> dict:
 
 def val_nll(run_dir: Path, grid: str, run_id: str, results: Path) -> dict:
     """The run's validation NLLs from its result row (``results/runs/<grid>/<id>.parquet``), if any."""
-    row_file = results / "runs" / grid / f"{run_id}.parquet"
-    if not row_file.exists():
+    row = row_file(results, grid, run_id)
+    if not row.exists():
         return {}
     from mor.results import read_rows
 
-    row = read_rows(row_file).to_pylist()[0]
+    row = read_rows(row).to_pylist()[0]
     return {k: row[k] for k in ("val_nll", "val_nll_causal", "val_tokens") if row.get(k) is not None}
 
 
@@ -218,13 +219,14 @@ def export_run(run_dir: str | Path, out_dir: str | Path, data_root: str | Path =
     if routing not in ROUTINGS:
         raise ExportError(f"routing={routing!r}; choose one of {list(ROUTINGS)}")
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    meta = _read_json(run_dir / "config.json", "run config")
+    files = RunPaths.of(run_dir)
+    meta = _read_json(files.config, "run config")
     run = run_config_from_dict(meta["config"])
     why = refusal(run.model)
     if why:
         raise ExportError(f"{run_dir}: cannot export run {run.run_id}: {why}")
-    summary = _read_json(run_dir / "train_summary.json", "training summary (the run has not finished)")
-    final = run_dir / "final" / "model.safetensors"
+    summary = _read_json(files.summary, "training summary (the run has not finished)")
+    final = files.weights
     shape = model_shape(run.model)
     model = build_model(run.model, shape, shape.vocab or meta["vocab_size"])
     load_model_weights(final, model)

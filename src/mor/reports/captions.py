@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from mor.claims import CLAIMS
+from mor.layout import RESULTS, grid_results
 
 SECTIONS = {
     "tables/table9": "5.1 Compute-optimal scaling (isoFLOP)", "figures/fig5a": "5.1 Compute-optimal scaling (isoFLOP)",
@@ -65,7 +66,7 @@ class Captions:
     def _provenance(self, grid: str | None) -> str:
         if grid is None:
             return ""
-        p = self.root / "results" / f"{grid}.parquet"
+        p = grid_results(self.root / RESULTS, grid)
         if not p.exists():
             return f"Grid {grid}: results not built."
         from mor.results import read_frame  # the one reader of result parquet (schema-checked)

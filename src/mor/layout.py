@@ -1,0 +1,130 @@
+"""Where a run's files live: the one place that spells the run-folder layout.
+
+Every job, reader, report and Snakemake rule finds a run's files through this module, so
+changing the layout is an edit here, not a hunt (``tests/test_layout.py`` fails when another
+module spells a pattern again). Torch-free and pure: paths only, nothing is read or created.
+
+    runs/<grid>/<run_id>/                      RunPaths(grid, run_id).dir
+        config.json                            .config         resolved config + git commit
+        train_log.jsonl                        .train_log      one JSON line per step
+        checkpoints/step-<n>/                  .checkpoints
+        final/model.safetensors                .final, .weights
+        final/summary.json                     .final_summary  kept copy of the marker
+        train_summary.json                     .summary        written last: the run trained
+        lm_eval.json                           .lm_eval        the lmeval job's output
+        throughput.json                        .throughput     the throughput job's output
+    results/runs/<grid>/<run_id>.parquet       .row            the eval job's result row
+    results/runs/<grid>/<run_id>.<a>.npz       .sidecar(a)     an analysis job's arrays
+    results/<grid>.parquet                     grid_results(grid)
+
+The ``*_PATTERN`` strings are the same paths with Snakemake wildcards, for rule outputs and
+the job table (``mor.jobs``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+RUNS = "runs"
+RESULTS = "results"
+
+CONFIG_FILE = "config.json"
+TRAIN_LOG_FILE = "train_log.jsonl"
+CHECKPOINTS_DIR = "checkpoints"
+FINAL_DIR = "final"
+WEIGHTS_FILE = "model.safetensors"
+SUMMARY_FILE = "train_summary.json"
+LM_EVAL_FILE = "lm_eval.json"
+THROUGHPUT_FILE = "throughput.json"
+
+RUN_PATTERN = f"{RUNS}/{{grid}}/{{run_id}}"
+SUMMARY_PATTERN = f"{RUN_PATTERN}/{SUMMARY_FILE}"
+LM_EVAL_PATTERN = f"{RUN_PATTERN}/{LM_EVAL_FILE}"
+THROUGHPUT_PATTERN = f"{RUN_PATTERN}/{THROUGHPUT_FILE}"
+ROW_PATTERN = f"{RESULTS}/{RUNS}/{{grid}}/{{run_id}}.parquet"
+SIDECAR_PATTERN = f"{RESULTS}/{RUNS}/{{grid}}/{{run_id}}.{{analysis}}.npz"
+GRID_RESULTS_PATTERN = f"{RESULTS}/{{grid}}.parquet"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The files of run ``run_id`` of grid ``grid`` under ``root`` (the repository root, or
+    wherever ``runs/`` and ``results/`` live). ``RunPaths.of(run_dir)`` starts from a run
+    folder that was passed in (``--run-dir runs/<grid>/<id>``), wherever it is."""
+
+    grid: str
+    run_id: str
+    root: Path = Path(".")
+    run_dir: Path | None = None  # set by ``of``: a run folder outside <root>/runs/
+
+    @classmethod
+    def of(cls, run_dir: str | Path, results_root: str | Path = ".") -> "RunPaths":
+        d = Path(run_dir)
+        return cls(grid=d.parent.name, run_id=d.name, root=Path(results_root), run_dir=d)
+
+    @property
+    def dir(self) -> Path:
+        return self.run_dir if self.run_dir is not None else self.root / RUNS / self.grid / self.run_id
+
+    @property
+    def config(self) -> Path:
+        return self.dir / CONFIG_FILE
+
+    @property
+    def train_log(self) -> Path:
+        return self.dir / TRAIN_LOG_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.dir / CHECKPOINTS_DIR
+
+    @property
+    def final(self) -> Path:
+        return self.dir / FINAL_DIR
+
+    @property
+    def weights(self) -> Path:
+        return self.final / WEIGHTS_FILE
+
+    @property
+    def final_summary(self) -> Path:
+        return self.final / "summary.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.dir / SUMMARY_FILE
+
+    @property
+    def lm_eval(self) -> Path:
+        return self.dir / LM_EVAL_FILE
+
+    @property
+    def throughput(self) -> Path:
+        return self.dir / THROUGHPUT_FILE
+
+    @property
+    def row(self) -> Path:
+        return row_file(self.root / RESULTS, self.grid, self.run_id)
+
+    def sidecar(self, analysis: str) -> Path:
+        return sidecar_file(self.root / RESULTS, self.grid, self.run_id, analysis)
+
+
+def run_dir(runs_root: str | Path, grid: str, run_id: str) -> Path:
+    """``<runs_root>/<grid>/<run_id>``: a run's folder under a ``runs/`` folder."""
+    return Path(runs_root) / grid / run_id
+
+
+def row_file(results_dir: str | Path, grid: str, run_id: str) -> Path:
+    """``<results_dir>/runs/<grid>/<run_id>.parquet``: a run's result row."""
+    return Path(results_dir) / RUNS / grid / f"{run_id}.parquet"
+
+
+def sidecar_file(results_dir: str | Path, grid: str, run_id: str, analysis: str) -> Path:
+    """``<results_dir>/runs/<grid>/<run_id>.<analysis>.npz``: an analysis job's arrays."""
+    return Path(results_dir) / RUNS / grid / f"{run_id}.{analysis}.npz"
+
+
+def grid_results(results_dir: str | Path, grid: str) -> Path:
+    """``<results_dir>/<grid>.parquet``: the merge of a grid's rows."""
+    return Path(results_dir) / f"{grid}.parquet"
