@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from mor.config import ModelConfig, RouterConfig, capacities, load_scales, tokens_kept
 from mor.model.expert_choice import run_expert_choice
-from mor.model.kv_cache import run_kv_layer
+from mor.model.kv_sharing import run_kv_layer
 from mor.model.router import (
     add_rows,
     flat_rows,

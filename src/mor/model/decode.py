@@ -17,7 +17,7 @@ weight g and the gating are the training ones. Token-choice routing is causal as
 each token's depth comes from its own state at the start of the recursion stack.
 Both decisions and the gate are routing.py's ``decide`` / ``token_depths`` and ``gate``.
 
-KV strategies (``model.cfg.kv``, see kv_cache.py): recursion-wise, a token's KV is written
+KV strategies (``model.cfg.kv``, see kv_sharing.py and kv_cache.py): recursion-wise, a token's KV is written
 only into the slots of the recursions it reaches, and recursion r attends over recursion
 r's slot only; shared, recursions r > 1 read the recursion-1 slot; dagger, recursion r's
 slot mirrors recursion 1's with the entries of the tokens that reached r recomputed.

@@ -6,7 +6,7 @@ Hierarchical filtering: candidates at r are the tokens selected at r-1.
 KV sharing (``model.kv`` shared / shared_dagger): the selected tokens of recursion r > 1
 compute queries only and attend over the keys/values recursion 1 computed for its tokens
 (dagger: with their own entries refreshed), causally by original position
-(``kv_cache.run_kv_layer``).
+(``kv_sharing.run_kv_layer``).
 
     H^{r+1}_t = H^r_t + g^r_t * (f(H^r_t) - H^r_t)   if t in top-k_r   (weighted gating)
               = H^r_t                                  otherwise
@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from mor.config import capacities, tokens_kept
-from mor.model.kv_cache import run_kv_layer
+from mor.model.kv_sharing import run_kv_layer
 from mor.model.router import add_rows, flat_rows, take_rows
 from mor.model.router_losses import expert_choice_aux_bce, router_z_loss
 from mor.model.routing import decide, gate
@@ -59,7 +59,7 @@ def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, ma
             h_sel = take_rows(h, flat)  # (B, k, C)
             pos_sel = positions.gather(1, d.idx)  # (B, k)
         out = h_sel
-        for j, layer_id in enumerate(rec):  # KV strategy per layer: kv_cache.run_kv_layer
+        for j, layer_id in enumerate(rec):  # KV strategy per layer: kv_sharing.run_kv_layer
             e = len(model.plan.prefix) + r * len(rec) + j  # effective layer index
             out = run_kv_layer(model, e, layer_id, out, pos_sel, r, kv_store)  # (B, k, C)
         out = model.end_recursion(r, out)  # (B, k, C) recursion PE relaxation hook

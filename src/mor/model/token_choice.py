@@ -35,7 +35,7 @@ with g_t = alpha * f_router(logit of d_t). The router sees gradient only through
 the balancing / z losses); top-1 is not differentiable. Weighted gating is one custom
 Function (``routing._WeightedGate``) whose backward takes the fewest passes over (B, T, C).
 The depth decision and the gate are routing.py's ``token_depths`` / ``decide`` and ``gate``;
-the KV strategies are ``kv_cache.run_kv_layer`` (with the packed rows' ``valid`` mask).
+the KV strategies are ``kv_sharing.run_kv_layer`` (with the packed rows' ``valid`` mask).
 
 KV strategies in training (``model.kv``); recursion 1 always runs on every token:
   recursion_wise  attention at recursion r only among the tokens active at r.
@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import torch
 
-from mor.model.kv_cache import run_kv_layer
+from mor.model.kv_sharing import run_kv_layer
 from mor.model.router_losses import router_z_loss, token_choice_balance_loss
 from mor.model.routing import decide, gate, token_depths
 
@@ -194,7 +194,7 @@ def final_rows(assignment: torch.Tensor, widths: list[int]) -> tuple[torch.Tenso
 
 def _run_recursion(model, r, rec, x, pos, store, valid):
     """Shared layers of recursion r on packed x: (B, k, C) at positions pos (B, k); valid
-    (B, k) marks the running rows (the rest pad). KV strategies: ``kv_cache.run_kv_layer``
+    (B, k) marks the running rows (the rest pad). KV strategies: ``kv_sharing.run_kv_layer``
     over the recursion-1 KV in ``store``."""
     start = len(model.plan.prefix) + r * len(rec)  # effective index of the recursion's first layer
     for j, layer_id in enumerate(rec):

@@ -30,7 +30,7 @@ from mor.model.relax import build_relaxation
 from mor.model.router import ExpertChoiceRouter, TokenChoiceRouter
 from mor.model.token_choice import run_token_choice
 from mor.model.tying import kv_producers, kv_unused, model_plan
-from mor.model.kv_cache import run_kv_layer
+from mor.model.kv_sharing import run_kv_layer
 
 
 @dataclass
