@@ -22,6 +22,10 @@ REPO = Path(__file__).resolve().parent.parent
 GRIDS = REPO / "grids"
 
 
+def no_info(job_id):  # Slurm's node / elapsed / limit: none (no Slurm clients asked)
+    return None
+
+
 class FakeState:
     def __init__(self, state):  # what mor.launch.slurm.slurm_state returns, reduced to .state
         self.state = state
@@ -81,7 +85,7 @@ def snapshot(root: Path) -> dict:
 def test_every_state_progress_eta_and_hours(workspace, tmp_path):
     grid, ids, paths, query = workspace
     before = snapshot(tmp_path)
-    (gs,) = collect([grid], paths, slurm_query=query)
+    (gs,) = collect([grid], paths, slurm_query=query, slurm_info=no_info)
     assert snapshot(tmp_path) == before  # read only
     by = {r.run_id: r for r in gs.runs}
     assert [by[ids[i]].state for i in range(8)] == [
@@ -102,11 +106,79 @@ def test_every_state_progress_eta_and_hours(workspace, tmp_path):
 def test_rendered_table_and_summary(workspace):
     grid, ids, paths, query = workspace
     console = Console(record=True, width=240)
-    console.print(render(collect([grid, load_grid(GRIDS / "table13.yaml", "local")], paths, slurm_query=query)))
+    statuses = collect([grid, load_grid(GRIDS / "table13.yaml", "local")], paths, slurm_query=query, slurm_info=no_info)
+    console.print(render(statuses, wide=True))
     text = console.export_text()
     assert ids[2] in text and "32/128" in text and "5.4321" in text and "loss is nan" in text
     assert "table10: 22 runs: 1 done, 1 trained, 2 running, 1 queued, 1 failed, 1 stopped, 15 not started" in text
-    assert "CPU-hours" in text and "left of" in text and "all: 1/" in text
+    assert re.search(r"^  plan +[\d.]+ of [\d.]+ CPU-h done, [\d.]+ left \(priced, not measured\)", text, re.M)
+    assert re.search(r"^  measured +nothing yet", text, re.M) and "all: 1/" in text
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_the_table_fits_the_terminal_and_never_squeezes_a_number(workspace, width):
+    """At 80, 100 and 120 columns no line is wider than the terminal, nothing is cut ("…"),
+    and every number of every run appears whole on its run's row, formatted here from the
+    collected values (not from the renderer); each run's short name is a unique prefix of its
+    id, and a note sits under the table beside its run's short name."""
+    from mor.status import short_ids
+
+    grid, ids, paths, query = workspace
+    statuses = collect([grid], paths, slurm_query=query, slurm_info=no_info)
+    console = Console(record=True, width=width)
+    console.print(render(statuses, width=width))
+    text = console.export_text()
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width and "…" not in text
+    short = short_ids(ids)
+    assert len(set(short.values())) == len(ids) and all(i.startswith(short[i]) for i in ids)
+    rows = text.split("\nnotes:")[0].splitlines()
+    for r in statuses[0].runs:
+        first = short[r.run_id].split("-")[0]
+        numbers = [f"{r.step}/{r.steps}"] + [f"{v:.3f}" for v in [r.loss] if v is not None] + \
+                  [f"{v:.4f}" for v in [r.val_nll] if v is not None] + [f"{v:.0f}" for v in [r.tokens_per_s] if v]
+        row = next(line for line in rows if line.startswith(first) and r.state in line and all(
+            n in line.split() for n in numbers)) if width >= 80 else None
+        assert row is not None, (r.run_id, numbers)
+    failed = next(r for r in statuses[0].runs if r.state == "failed")
+    notes = " ".join(line.strip() for line in text.split("\nnotes:")[1].splitlines())
+    assert f"{short[failed.run_id]} FloatingPointError: run x: loss is nan" in notes
+
+
+def test_short_ids_keep_the_hash_only_where_it_tells_runs_apart():
+    """Three seeds of one config differ only in their hash: they keep its shortest unique prefix
+    (>= 4); an id whose stem is unique loses its hash; an id without one stays."""
+    from mor.status import short_ids
+
+    ids = ["135M-vanilla-764b48f1", "135M-vanilla-764b0000", "135M-vanilla-5669dc3c", "360M-mor-nr3-73bdb7c3", "odd"]
+    assert short_ids(ids) == {"135M-vanilla-764b48f1": "135M-vanilla-764b4", "135M-vanilla-764b0000": "135M-vanilla-764b0",
+                              "135M-vanilla-5669dc3c": "135M-vanilla-5669", "360M-mor-nr3-73bdb7c3": "360M-mor-nr3",
+                              "odd": "odd"}
+
+
+def test_slurm_notes_give_node_elapsed_limit_and_the_job_logs_last_error(tmp_path):
+    """A running job's note names its node and elapsed time against its limit; a failed one's
+    adds the last error line of its own Slurm log (beside job.json), which beats the rule's."""
+    grid = load_grid(GRIDS / "table10.yaml", "cluster")
+    ids = [r.run_id for r in grid.runs]
+    paths = Paths(tmp_path / "runs", tmp_path / "results", tmp_path / "logs", tmp_path / "logs" / "slurm")
+    for i, job in ((0, "7"), (1, "8")):
+        rec = paths.slurm_job("table10", ids[i], "train")
+        rec.parent.mkdir(parents=True)
+        rec.write_text(json.dumps({"job_id": job}))
+    (paths.slurm_job("table10", ids[1], "train").parent / "8_0_log.err").write_text(
+        "Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory\nsrun: error: node4: task 0\n")
+    rule = paths.rule_log("table10", ids[1], "train")
+    rule.parent.mkdir(parents=True)
+    rule.write_text("LaunchError: Slurm job 8 FAILED\n")
+    from mor.status import JobInfo
+
+    info = {"7": JobInfo("node3", "3:12:05", "1-00:00:00"), "8": JobInfo("node4", "0:04:10", "1-00:00:00")}
+    states = {"7": "RUNNING", "8": "FAILED"}
+    (gs,) = collect([grid], paths, slurm_query=lambda j: FakeState(states[j]), slurm_info=info.get)
+    by = {r.run_id: r for r in gs.runs}
+    assert by[ids[0]].state == "running" and by[ids[0]].note == "Slurm job 7 RUNNING on node3, 3:12:05 of 1-00:00:00"
+    assert by[ids[1]].state == "failed"
+    assert by[ids[1]].note == "Slurm job 8 FAILED on node4, 0:04:10 of 1-00:00:00: torch.OutOfMemoryError: CUDA out of memory"
 
 
 def test_cluster_plan_counts_gpu_hours(tmp_path):
@@ -136,12 +208,12 @@ def test_presets_without_the_grids_scale_give_no_hours_and_say_why(tmp_path):
     console = Console(record=True, width=400)
     console.print(render(statuses))
     text = console.export_text()
-    assert "table9: " in text and "no hours: no plan from the presets (" in text
+    assert "table9: " in text and re.search(r"^  no hours +no plan from the presets \(", text, re.M)
     whole = sum(r.hours_total for r in table13.runs)
-    total = next(line for line in text.splitlines() if line.startswith("all: 0/"))
+    total = text[text.index("all: 0/"):]
     shown = f"{whole:.2f}" if whole >= 0.1 else f"{whole:.2g}"  # the table's rounding of hours
-    assert f"0 spent, {shown} left of {shown} (plan)" in total, (total, whole)
-    assert "without hours (no plan): table9" in total
+    assert f"plan      0.00 of {shown} CPU-h done, {shown} left" in total, (total, whole)
+    assert "no plan from the presets: table9" in total
 
 
 def test_the_shipped_presets_price_every_local_grid(tmp_path):
@@ -238,8 +310,21 @@ def test_forecast_is_a_ratio_of_sums():
     assert forecast([], 10.0) is None and forecast([(50.0, 0.0)], 10.0) is None  # nothing planned to compare with
 
 
-def summary_line(text: str, grid: str) -> str:
-    return next(line for line in text.splitlines() if line.startswith(f"{grid}: "))
+def summary(text: str, head: str) -> dict[str, str]:
+    """The labelled lines under the summary line starting with ``head`` (``table10: ``,
+    ``all: ``): label -> text, an unlabelled line joined to the one above with " | "."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(head))
+    out, last = {}, None
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        label, body = line[:12].strip(), line[12:].strip()
+        if label:
+            out[label], last = body, label
+        else:
+            out[last] += " | " + body
+    return out
 
 
 def write_summary(paths: Paths, run_id: str, summary: dict | str) -> None:
@@ -279,10 +364,17 @@ def test_rendered_forecast_scales_the_plan_by_the_measured_speed(tmp_path):
     write_summary(paths, ids[3], {"train_time_s": 1e6, "world_size": 1, "steps": 1})
     console = Console(record=True, width=400)
     console.print(render(collect([grid], paths, slurm_query=lambda j: FakeState("")), cores=cores))
-    line = summary_line(console.export_text(), "table10")
-    assert "4 trained" in line and f"{left:.2f} left of" in line  # the plan's own numbers are kept
-    assert f"; at the measured speed (2.50x the plan, from 2 runs): ~{k * left:.2f} left (~" in line
-    wall = re.search(r"\(~(\d+)m(\d\d)s on 4 cores\)$", line)  # under an hour: minutes and seconds
+    text = console.export_text()
+    assert "4 trained" in text
+    lines = summary(text, "table10: ")
+    measured = sum(k * train[ids[i]].hours * train[ids[i]].world_size for i in (0, 1))  # device-hours
+    priced = measured / k
+    assert lines["measured"] == f"{measured:.2f} CPU-h of training in 2 runs, priced at {priced:.2f} (2.50x)"
+    assert lines["plan"].endswith(f", {left:.2f} left (priced, not measured)")  # the plan's own numbers are kept
+    # both runs took 2.5x: the range is one point, and it says it rests on the 2 runs
+    assert lines["forecast"].startswith(f"~{k * left:.2f} CPU-h left, {k * left:.2f} to {k * left:.2f} "
+                                        "(2.50x the plan; 2 runs, fastest to slowest); ~"), lines
+    wall = re.search(r"; ~(\d+)m(\d\d)s on 4 cores$", lines["forecast"])  # under an hour: minutes and seconds
     assert wall and int(wall[1]) * 60 + int(wall[2]) == round(k * left / cores * 3600)
 
 
@@ -311,9 +403,14 @@ def test_total_forecast_takes_each_grid_at_its_own_speed(tmp_path):
     assert abs(expected - sum(left.values()) * pooled) > 0.05
     console = Console(record=True, width=400)
     console.print(render(collect(grids, paths, slurm_query=lambda j: FakeState("")), cores=2))
-    total = next(line for line in console.export_text().splitlines() if line.startswith("all: "))
-    assert (f"at the measured speed (each grid at its own speed, {expected / sum(left.values()):.2f}x the plan, "
-            f"from 4 runs): ~{expected:.2f} left (~") in total, (total, expected)
+    total = summary(console.export_text(), "all: ")["forecast"]
+    # the range: table12, never measured, anywhere between the speeds seen (0.5x, 2x) and the plan's (1x)
+    low = left["table10"] * 2.0 + left["table13"] * 0.5 + left["table12"] * 0.5
+    high = left["table10"] * 2.0 + left["table13"] * 0.5 + left["table12"] * 2.0
+    assert total.startswith(f"~{expected:.2f} CPU-h left, {low:.2f} to {high:.2f} "
+                            f"({expected / sum(left.values()):.2f}x the plan); ~"), (total, expected)
+    assert total.endswith(" | rests on table10 2.00x (2 runs), table13 0.50x (2 runs)"
+                          " | not measured yet, priced at 0.50x to 2.00x: table12"), total
 
 
 def test_cluster_forecast_counts_device_seconds_and_no_cores(tmp_path):
@@ -332,16 +429,18 @@ def test_cluster_forecast_counts_device_seconds_and_no_cores(tmp_path):
                                       "steps": grid.run(ids[i]).config.train.steps})
     console = Console(record=True, width=400)
     console.print(render(collect([grid], paths, slurm_query=lambda j: FakeState("")), cores=4))
-    line = summary_line(console.export_text(), "table10")
-    assert line.endswith(f"GPU-hours {train[ids[0]].gpu_hours + train[ids[1]].gpu_hours:.2f} spent, {left:.2f} left "
-                         f"of {left + train[ids[0]].gpu_hours + train[ids[1]].gpu_hours:.2f} (plan); at the measured "
-                         f"speed (0.50x the plan, from 2 runs): ~{k * left:.2f} left")
+    lines = summary(console.export_text(), "table10: ")
+    spent = train[ids[0]].gpu_hours + train[ids[1]].gpu_hours
+    assert lines["plan"] == f"{spent:.2f} of {left + spent:.2f} GPU-h done, {left:.2f} left (priced, not measured)"
+    assert lines["measured"] == f"{k * spent:.2f} GPU-h of training in 2 runs, priced at {spent:.2f} (0.50x)"
+    assert lines["forecast"] == (f"~{k * left:.2f} GPU-h left, {k * left:.2f} to {k * left:.2f} "
+                                 "(0.50x the plan; 2 runs, fastest to slowest)")
 
 
 def test_no_measured_run_no_forecast(workspace, tmp_path):
     """Summaries without the keys (the workspace's "{}") and runs without one add nothing."""
     grid, ids, paths, query = workspace
     console = Console(record=True, width=400)
-    console.print(render(collect([grid, load_grid(GRIDS / "table13.yaml", "local")], paths, slurm_query=query)))
+    console.print(render(collect([grid, load_grid(GRIDS / "table13.yaml", "local")], paths, slurm_query=query, slurm_info=no_info)))
     text = console.export_text()
-    assert "left of" in text and "measured speed" not in text and "cores" not in text
+    assert "CPU-h done" in text and "nothing yet" in text and "forecast" not in text and "cores" not in text

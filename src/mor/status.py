@@ -16,15 +16,29 @@ One table per grid, one row per run, then a summary line per grid and the device
                 that have not started show the plan's estimate instead (``~``)
     loss        last training loss; val NLL of finished runs
 
-Device-hours come from the plan the launcher prints (``mor.launch.plan.plan_grid`` over the
-Slurm presets): a finished job counts whole, a training job in progress by its fraction of
-steps, the rest is left. Those hours are the plan's assumed speeds, so where finished runs
-left a ``train_summary.json`` the summary also scales the hours left by the speed this machine
-measured (``forecast``: measured / planned training time, a ratio of sums over those runs) and,
-in the local mode, divides them over the cores. Slurm's state comes from the launcher's own queries
-(``mor.launch.slurm.slurm_state``) for the job id it recorded in
+Hours come in three labelled kinds, never mixed in one number:
+
+    plan        the launcher's price (``mor.launch.plan.plan_grid`` over the Slurm presets):
+                a finished job counts whole, a training job in progress by its fraction of
+                steps, the rest is left. Assumed speeds, not a measurement.
+    measured    the device-hours the finished runs' ``train_summary.json`` say training took
+                (``train_time_s`` x ``world_size``), next to what the plan priced them at
+    forecast    the plan's hours left at the measured speed (``forecast``: a ratio of sums over
+                those runs) as a point and a range (the fastest and slowest run's speed), naming
+                the grids it rests on; a grid without a finished run is priced between the
+                speeds measured and the plan's own (its error depends on the model size).
+                In the local mode also divided over the machine's cores.
+
+The table fits the terminal: below ``--wide`` the run ids are shortened (their hash dropped,
+or cut to the shortest prefix that stays unique in the grid) and folded, notes move under the
+table, and the numbers' columns are never narrower than their widest number.
+
+Slurm's state comes from the launcher's own queries (``mor.launch.slurm.slurm_state``) for the
+job id it recorded in
 ``logs/slurm/<grid>/<id>/<kind>/job.json``; without Slurm clients those answer "unknown" and
-the files decide. Status only reads: it never writes a file, so it runs beside a workflow.
+the files decide. For a Slurm job the note also gives its node and elapsed time against its
+limit (``sacct``, else ``squeue``) and, for a failed one, the last error line of its Slurm log.
+Status only reads: it never writes a file, so it runs beside a workflow.
 """
 
 from __future__ import annotations
@@ -205,6 +219,55 @@ def slurm_job_state(record: Path, query=None) -> tuple[str, str] | None:
     return query(job_id).state, job_id
 
 
+class JobInfo(NamedTuple):
+    """Where and how long a Slurm job ran, as Slurm prints them ("" when it does not say)."""
+
+    node: str = ""
+    elapsed: str = ""  # [D-]HH:MM:SS
+    limit: str = ""
+
+
+SLURM_CLIENT_S = 10.0  # one sacct / squeue call: only bounds a hung client (status then says less)
+
+
+def slurm_job_info(job_id: str) -> JobInfo | None:
+    """Node, elapsed time and time limit of a Slurm job: sacct first (it remembers ended jobs),
+    else squeue; None when neither answers (no Slurm clients here, slurmdbd down)."""
+    import subprocess
+
+    for cmd in (["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "NodeList,Elapsed,Timelimit"],
+                ["squeue", "-h", "-j", job_id, "-o", "%N|%M|%l"]):
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=SLURM_CLIENT_S, check=False)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+        if p.returncode == 0 and lines:
+            node, elapsed, limit = (part.strip() for part in (lines[-1].split("|") + ["", ""])[:3])
+            return JobInfo("" if node in ("None assigned", "(null)") else node, elapsed, limit)
+    return None
+
+
+def slurm_log_error(record: Path, job_id: str) -> str | None:
+    """The last error line of the job's own Slurm logs (submitit's ``<job id>_<task>_log.err``
+    beside ``job.json``): where a job that died on its node says why."""
+    logs = sorted(record.parent.glob(f"{job_id}_*log.err"), key=lambda p: p.name)
+    errors = [e for p in logs if (e := last_error_line(p))]
+    return errors[-1] if errors else None
+
+
+def slurm_note(job_id: str, state: str, info: JobInfo | None, error: str | None) -> str:
+    """"Slurm job 7 RUNNING on node3, 0:12:03 of 1-00:00:00" (+ ": <last error line>")."""
+    text = f"Slurm job {job_id} {state}"
+    if info and info.node:
+        text += f" on {info.node}"
+    if info and info.elapsed and state not in QUEUED:
+        text += f", {info.elapsed} of {info.limit or '?'}"
+    elif info and info.limit:
+        text += f", limit {info.limit}"
+    return text + (f": {error}" if error else "")
+
+
 def checkpoint_step(run_dir: Path) -> int | None:
     """The step of the run's newest checkpoint (``checkpoints/step-NNNNNN``), where a restarted
     job resumes; None without one."""
@@ -245,8 +308,9 @@ def read_val_nll(path: Path) -> float | None:
     return rows[0].get("val_nll") if rows else None
 
 
-def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None) -> RunStatus:
-    """The state of one run from its files and (when a job was recorded) Slurm."""
+def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None, slurm_info=None) -> RunStatus:
+    """The state of one run from its files and (when a job was recorded) Slurm. ``slurm_query``
+    / ``slurm_info`` replace the Slurm clients (tests)."""
     cfg = run.config
     st = RunStatus(grid.name, run.run_id, cfg.label, "not started", cfg.train.steps)
     run_dir = paths.run_dir(grid.name, run.run_id)
@@ -266,17 +330,19 @@ def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None) -> R
         job = slurm_job_state(paths.slurm_job(grid.name, run.run_id, "eval"), slurm_query)
         st.note = f"eval: Slurm {job[0]} (job {job[1]})" if job and job[0] else "eval pending"
         return st
-    job = slurm_job_state(paths.slurm_job(grid.name, run.run_id, "train"), slurm_query)
+    record = paths.slurm_job(grid.name, run.run_id, "train")
+    job = slurm_job_state(record, slurm_query)
     error = last_error_line(paths.rule_log(grid.name, run.run_id, "train"))
     if job and job[0]:
         state, job_id = job
+        info = (slurm_info or slurm_job_info)(job_id)
         if state in RUNNING:
-            st.state, st.note = "running", f"Slurm job {job_id}"
+            st.state, st.note = "running", slurm_note(job_id, state, info, None)
         elif state in QUEUED:
-            st.state, st.note = "queued", f"Slurm job {job_id} {state}"
+            st.state, st.note = "queued", slurm_note(job_id, state, info, None)
         else:
             st.state = "failed" if state != "COMPLETED" else "stopped"
-            st.note = f"Slurm job {job_id} {state}" + (f": {error}" if error else "")
+            st.note = slurm_note(job_id, state, info, slurm_log_error(record, job_id) or error)
         return st
     log = run_dir / "train_log.jsonl"
     if tail:
@@ -322,7 +388,7 @@ def plan_hours(grids: list[Grid], presets_file: Path | None) -> tuple[dict, str,
 
 
 def collect(grids: list[Grid], paths: Paths = Paths(), presets_file: Path | None = None, tags: list[str] | None = None,
-            slurm_query=None, now: float | None = None) -> list[GridStatus]:
+            slurm_query=None, now: float | None = None, slurm_info=None) -> list[GridStatus]:
     """The status of every run of ``grids`` (the ``tags`` blocks only, like the workflow)."""
     now = time.time() if now is None else now
     try:
@@ -333,7 +399,7 @@ def collect(grids: list[Grid], paths: Paths = Paths(), presets_file: Path | None
     for g in grids:
         gs = GridStatus(g, device=device, no_plan=failed.get(g.name, ""))
         for run in g.select(tags):
-            st = run_status(g, run, paths, now, slurm_query)
+            st = run_status(g, run, paths, now, slurm_query, slurm_info)
             h = hours.get((g.name, run.run_id), {})
             if st.state == "running" and st.tokens_per_s:
                 st.eta_s = (st.steps - st.step) * run.config.train.tokens_per_step / st.tokens_per_s
@@ -361,6 +427,11 @@ class Forecast(NamedTuple):
     runs: int  # the runs it is measured on
     hours_left: float  # the plan's hours left x factor
     wall_hours: float | None  # hours_left / cores (one job per core), None without cores
+    low: float = 0.0  # hours left at the fastest speed the range allows
+    high: float = 0.0  # ... and at the slowest
+    measured: tuple[tuple[str, float, int], ...] = ()  # (grid, its factor, its runs) it rests on
+    unmeasured: tuple[str, ...] = ()  # grids without a finished run (priced by the range below)
+    guess: tuple[float, float] = (1.0, 1.0)  # the factors those grids are priced between
 
 
 def forecast(pairs: Iterable[tuple[float, float]], hours_left: float, cores: int | None = None) -> Forecast | None:
@@ -370,47 +441,56 @@ def forecast(pairs: Iterable[tuple[float, float]], hours_left: float, cores: int
     real speed drifts by more than 2x between days; the finished runs say by how much. A ratio
     of sums, not a mean of ratios, so that each run weighs by its length: applied to the runs
     measured, it gives back the time they took, which a mean would skew towards the short
-    runs' ratios (start-up and noise weigh most there). The other jobs (eval, ...) are assumed
-    off by the same factor. ``cores``: the wall hours with one job per core (the local mode;
-    a lower bound when fewer jobs than cores are left). None without a measured run (a pair
-    without planned seconds is none)."""
+    runs' ratios (start-up and noise weigh most there). The range (``low``, ``high``) is the
+    hours left at the fastest and the slowest single run's ratio. The other jobs (eval, ...)
+    are assumed off by the same factor. ``cores``: the wall hours with one job per core (the
+    local mode; a lower bound when fewer jobs than cores are left). None without a measured
+    run (a pair without planned seconds is none)."""
     pairs = [(m, p) for m, p in pairs if p > 0]
     if not pairs:
         return None
     factor = sum(m for m, _ in pairs) / sum(p for _, p in pairs)
+    ratios = [m / p for m, p in pairs]
     left = hours_left * factor
-    return Forecast(factor, len(pairs), left, left / cores if cores else None)
+    return Forecast(factor, len(pairs), left, left / cores if cores else None,
+                    hours_left * min(ratios), hours_left * max(ratios))
 
 
-def forecast_grids(grids: list[tuple[list[tuple[float, float]], float]], cores: int | None = None) -> Forecast | None:
-    """The forecast over several grids, each given as (its (measured, planned) pairs, its plan
-    hours left): each grid's hours left at its own measured factor, and a grid without a
+def forecast_grids(grids: list[tuple[str, list[tuple[float, float]], float]], cores: int | None = None
+                   ) -> Forecast | None:
+    """The forecast over several grids, each given as (name, its (measured, planned) pairs, its
+    plan hours left): each grid's hours left at its own measured factor, and a grid without a
     finished run at the factor pooled over every grid's runs. Why not one pooled factor: the
     plan's error depends on the model size (table9's overhead-bound tiny models train at ~1.6x
     their FLOP price, the larger CPU scales at ~0.7-0.8x), so whichever grids happen to finish
-    first would set the pace of all the rest. The factor reported is the effective one, the
-    forecast's hours left over the plan's. None without a measured run."""
-    pooled = forecast([pair for pairs, _ in grids for pair in pairs], 1.0)
+    first would set the pace of all the rest. For the same reason the range prices a grid
+    without a finished run anywhere between the slowest and fastest run measured and the plan
+    itself (1.0x): nothing says which of them it resembles. The factor reported is the
+    effective one, the forecast's hours left over the plan's. None without a measured run."""
+    all_pairs = [(m, p) for _, pairs, _ in grids for m, p in pairs if p > 0]
+    pooled = forecast(all_pairs, 1.0)
     if pooled is None:
         return None
-    left = sum(f.hours_left if (f := forecast(pairs, h)) is not None else h * pooled.factor for pairs, h in grids)
-    plan_left = sum(h for _, h in grids)
+    ratios = [m / p for m, p in all_pairs]
+    guess = (min(ratios + [1.0]), max(ratios + [1.0]))
+    left = low = high = 0.0
+    measured, unmeasured = [], []
+    for name, pairs, h in grids:
+        f = forecast(pairs, h)
+        if f is not None:
+            left, low, high = left + f.hours_left, low + f.low, high + f.high
+            measured.append((name, f.factor, f.runs))
+        else:
+            left, low, high = left + h * pooled.factor, low + h * guess[0], high + h * guess[1]
+            unmeasured.append(name)
+    plan_left = sum(h for _, _, h in grids)
     factor = left / plan_left if plan_left > 0 else pooled.factor
-    return Forecast(factor, pooled.runs, left, left / cores if cores else None)
+    return Forecast(factor, pooled.runs, left, left / cores if cores else None, low, high,
+                    tuple(measured), tuple(unmeasured), guess)
 
 
 def _measured_pairs(runs: list[RunStatus]) -> list[tuple[float, float]]:
     return [(r.train_s, r.train_plan_s) for r in runs if r.train_s is not None]
-
-
-def _forecast_text(f: Forecast | None, cores: int | None, per_grid: bool = False) -> str:
-    """The forecast's clause of a summary line ("" without a measured run)."""
-    if f is None:
-        return ""
-    wall = f" ({_duration(f.wall_hours * 3600, estimated=True)} on {cores} cores)" if f.wall_hours is not None else ""
-    runs_word = f"{f.runs} run" + "s" * (f.runs != 1)
-    how = "each grid at its own speed, " if per_grid else ""
-    return f"; at the measured speed ({how}{f.factor:.2f}x the plan, from {runs_word}): ~{_hours(f.hours_left)} left{wall}"
 
 
 def _local_cores(grids: list[GridStatus], cores: int) -> int | None:
@@ -440,13 +520,138 @@ def _num(v: float | None, fmt: str) -> str:
     return "" if v is None else format(v, fmt)
 
 
-def render(statuses: list[GridStatus], cores: int | None = None):
-    """A rich renderable: one table per grid, its summary line, and the total. ``cores``: this
-    machine's, over which a local-mode forecast is divided (default ``os.cpu_count()``); a
-    cluster-mode grid's jobs run in parallel on Slurm, so its forecast stays in device-hours."""
+_HASH = re.compile(r"-[0-9a-f]{8}$")
+
+
+def short_ids(run_ids: list[str]) -> dict[str, str]:
+    """Run id -> a shorter name that stays unique among ``run_ids``: the id without its
+    8-hex config hash where that is unique, else with the shortest prefix of the hash (at
+    least 4) that is. Every short name is a prefix of its id, so ``runs/<grid>/<short>*``
+    still finds the run's folder."""
+    out: dict[str, str] = {}
+    for n in (0, 4, 5, 6, 7, 8):
+        cut = {r: (_HASH.sub("", r) + ("-" + r[-8:][:n] if n else "")) if _HASH.search(r) else r
+               for r in run_ids if r not in out}
+        seen: dict[str, int] = {}
+        for v in cut.values():
+            seen[v] = seen.get(v, 0) + 1
+        out.update({r: v for r, v in cut.items() if seen[v] == 1 or n == 8})
+    return {r: out.get(r, r) for r in run_ids}
+
+
+def _hours_lines(device: str, spent: float, whole: float, measured_s: float, measured_runs: int, priced_s: float,
+                 f: Forecast | None, cores: int | None) -> list[tuple[str, str]]:
+    """(label, text) lines of a summary: plan, measured and forecast, each saying what it is."""
+    unit = f"{device}-h"
+    lines = [("plan", f"{_hours(spent)} of {_hours(whole)} {unit} done, {_hours(whole - spent)} left "
+                      "(priced, not measured)")]
+    if measured_runs:
+        ratio = f", priced at {_hours(priced_s / 3600)} ({measured_s / priced_s:.2f}x)" if priced_s else ""
+        lines.append(("measured", f"{_hours(measured_s / 3600)} {unit} of training in {measured_runs} run"
+                                  + "s" * (measured_runs != 1) + ratio))
+    else:
+        lines.append(("measured", "nothing yet (no finished run with a train_summary.json)"))
+    if f is not None:
+        wall = f"; {_duration(f.wall_hours * 3600, estimated=True)} on {cores} cores" if f.wall_hours is not None else ""
+        basis = "" if f.measured else f"; {f.runs} run" + "s" * (f.runs != 1) + ", fastest to slowest"
+        lines.append(("forecast", f"~{_hours(f.hours_left)} {unit} left, {_hours(f.low)} to {_hours(f.high)} "
+                                  f"({f.factor:.2f}x the plan{basis}){wall}"))
+        if f.measured:
+            lines.append(("", "rests on " + ", ".join(f"{g} {k:.2f}x ({n} run{'s' * (n != 1)})"
+                                                      for g, k, n in f.measured)))
+        if f.unmeasured:
+            lines.append(("", f"not measured yet, priced at {f.guess[0]:.2f}x to {f.guess[1]:.2f}x: "
+                              + ", ".join(f.unmeasured)))
+    return lines
+
+
+def _summary(head: str, lines: list[tuple[str, str]], style: str = ""):
+    """The grid's (or the total's) summary: its head line, then the labelled lines aligned,
+    each folding within its own column."""
     from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table.grid(padding=(0, 2, 0, 0), pad_edge=False)
+    t.add_column(no_wrap=True, min_width=10)
+    t.add_column()
+    for label, text in lines:
+        t.add_row(f"  {label}", text)
+    return Group(Text(head, style=style), t)
+
+
+def _fold_id(name: str, width: int) -> str:
+    """A run id cut into lines of at most ``width`` at its dashes (then anywhere)."""
+    lines, cur = [], ""
+    for part in name.split("-"):
+        piece = part if not cur else f"-{part}"
+        if cur and len(cur) + len(piece) > width:
+            lines.append(cur + "-")
+            cur = part
+        else:
+            cur += piece
+    lines.append(cur)
+    return "\n".join(ln[i:i + width] for ln in lines for i in range(0, max(1, len(ln)), width))
+
+
+NARROW_RUN_MIN = 12  # the run column's narrowest (folded) width
+
+
+def _table(gs: GridStatus, width: int, wide: bool):
+    """One grid's table. Wide: full ids, a progress bar and the notes in a column. Narrow:
+    short ids folded into what the numbers leave, notes listed under the table."""
     from rich.progress_bar import ProgressBar
     from rich.table import Table
+    from rich.text import Text
+
+    names = {r.run_id: r.run_id for r in gs.runs} if wide else short_ids([r.run_id for r in gs.runs])
+    cells = [[names[r.run_id], r.state, f"{r.step}/{r.steps}", _num(r.tokens_per_s, ".0f"),
+              _duration(r.eta_s, r.estimated), _num(r.loss, ".3f"), _num(r.val_nll, ".4f")] for r in gs.runs]
+    heads = ["run", "state", "steps", "tok/s", "ETA", "loss", "val NLL"]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
+    t = Table(box=None, pad_edge=False, expand=False, padding=(0, 1), header_style="bold underline")
+    if wide:
+        t.add_column("run", no_wrap=True)
+    else:  # what the other columns and the gaps (2 each) leave, never less than NARROW_RUN_MIN
+        run_w = max(NARROW_RUN_MIN, min(widths[0], width - sum(widths[1:]) - 2 * (len(heads) - 1)))
+        t.add_column("run", no_wrap=True, width=run_w)
+        for c in cells:
+            c[0] = _fold_id(c[0], run_w)
+    t.add_column("state", no_wrap=True, min_width=widths[1])
+    if wide:
+        t.add_column("progress", no_wrap=True, width=16)
+    for i, h in enumerate(heads[2:], start=2):
+        t.add_column(h, justify="right", no_wrap=True, min_width=widths[i])
+    if wide:
+        t.add_column("note")
+    for r, c in zip(gs.runs, cells):
+        row = [c[0], Text(r.state, style=STYLE[r.state])]
+        if wide:
+            row.append(ProgressBar(total=max(1, r.steps), completed=r.step, width=16,
+                                   complete_style="green" if r.state in ("done", "trained") else "yellow"))
+        row += c[2:]
+        if wide:
+            row.append(r.note)
+        t.add_row(*row)
+    parts = [t]
+    notes = [(names[r.run_id], r.note) for r in gs.runs if r.note]
+    if notes and not wide:  # under the table: the id, then the note folding in its own column
+        grid = Table.grid(padding=(0, 1, 0, 0), pad_edge=False)
+        grid.add_column(no_wrap=True)
+        grid.add_column()
+        for name, note in notes:
+            grid.add_row(f"  {name}", note)
+        parts += [Text("notes:"), grid]
+    parts.append(Text(""))
+    return parts
+
+
+def render(statuses: list[GridStatus], cores: int | None = None, width: int = 80, wide: bool = False):
+    """A rich renderable: one table per grid, its summary lines, and the total. ``cores``: this
+    machine's, over which a local-mode forecast is divided (default ``os.cpu_count()``); a
+    cluster-mode grid's jobs run in parallel on Slurm, so its forecast stays in device-hours.
+    ``width``: the terminal's columns the narrow table is fitted to (``wide``: none)."""
+    from rich.console import Group
     from rich.text import Text
 
     parts = []
@@ -454,44 +659,41 @@ def render(statuses: list[GridStatus], cores: int | None = None):
     device = statuses[0].device if statuses else "GPU"
     cores = cores or os.cpu_count() or 1
     for gs in statuses:
-        t = Table(title=f"{gs.grid.name} ({gs.grid.mode}) -> {', '.join(gs.grid.artifacts) or 'no artifacts'}",
-                  title_justify="left", expand=False, pad_edge=False)
-        for name, kw in (("run", {"no_wrap": True}), ("state", {"no_wrap": True}), ("progress", {}), ("steps", {"justify": "right"}),
-                         ("tok/s", {"justify": "right"}), ("ETA", {"justify": "right"}),
-                         ("loss", {"justify": "right"}), ("val NLL", {"justify": "right"}), ("note", {})):
-            t.add_column(name, **kw)
-        for r in gs.runs:
-            bar = ProgressBar(total=max(1, r.steps), completed=r.step, width=16,
-                              complete_style="green" if r.state in ("done", "trained") else "yellow")
-            t.add_row(r.run_id, Text(r.state, style=STYLE[r.state]), bar, f"{r.step}/{r.steps}",
-                      _num(r.tokens_per_s, ".0f"), _duration(r.eta_s, r.estimated), _num(r.loss, ".3f"),
-                      _num(r.val_nll, ".4f"), r.note)
-        parts.append(t)
+        parts.append(Text(f"{gs.grid.name} ({gs.grid.mode}) -> {', '.join(gs.grid.artifacts) or 'no artifacts'}",
+                          style="bold"))
+        parts += _table(gs, width, wide)
         spent = sum(r.hours_spent for r in gs.runs)
         whole = sum(r.hours_total for r in gs.runs)
         total_spent, total_all = total_spent + spent, total_all + whole
         counts = ", ".join(f"{n} {s}" for s, n in gs.counts().items())
         steps = sum(r.step for r in gs.runs), sum(r.steps for r in gs.runs)
         local = _local_cores([gs], cores)
-        hours = (f"no hours: no plan from the presets ({gs.no_plan})" if gs.no_plan else
-                 f"{gs.device}-hours {_hours(spent)} spent, {_hours(whole - spent)} left of {_hours(whole)} (plan)"
-                 + _forecast_text(forecast(_measured_pairs(gs.runs), whole - spent, local), local))
-        parts.append(Text(f"{gs.grid.name}: {len(gs.runs)} runs: {counts}; steps {steps[0]}/{steps[1]}; {hours}\n"))
+        head = f"{gs.grid.name}: {len(gs.runs)} runs: {counts}; steps {steps[0]}/{steps[1]}"
+        if gs.no_plan:
+            lines = [("no hours", f"no plan from the presets ({gs.no_plan})")]
+        else:
+            pairs = _measured_pairs(gs.runs)
+            lines = _hours_lines(gs.device, spent, whole, sum(m for m, _ in pairs), len(pairs),
+                                 sum(p for _, p in pairs), forecast(pairs, whole - spent, local), local)
+        parts += [_summary(head, lines), Text("")]
     if len(statuses) > 1:
         n = sum(len(gs.runs) for gs in statuses)
         done = sum(r.state == "done" for gs in statuses for r in gs.runs)
         unpriced = [gs.grid.name for gs in statuses if gs.no_plan]
+        lines = []
         if len(unpriced) == len(statuses):
-            hours = "no hours (no plan from the presets)"
+            lines.append(("no hours", "no plan from the presets"))
         else:
             priced = [gs for gs in statuses if not gs.no_plan]
             local = _local_cores(priced, cores)
-            per_grid = [(_measured_pairs(gs.runs), sum(r.hours_total - r.hours_spent for r in gs.runs)) for gs in priced]
-            hours = (f"{device}-hours {_hours(total_spent)} spent, {_hours(total_all - total_spent)} left of "
-                     f"{_hours(total_all)} (plan)"
-                     + _forecast_text(forecast_grids(per_grid, local), local, per_grid=True)
-                     + (f"; without hours (no plan): {', '.join(unpriced)}" if unpriced else ""))
-        parts.append(Text(f"all: {done}/{n} runs done; {hours}", style="bold"))
+            per_grid = [(gs.grid.name, _measured_pairs(gs.runs), sum(r.hours_total - r.hours_spent for r in gs.runs))
+                        for gs in priced]
+            pairs = [pair for _, ps, _ in per_grid for pair in ps]
+            lines += _hours_lines(device, total_spent, total_all, sum(m for m, _ in pairs), len(pairs),
+                                  sum(p for _, p in pairs), forecast_grids(per_grid, local), local)
+            if unpriced:
+                lines.append(("no hours", f"no plan from the presets: {', '.join(unpriced)}"))
+        parts.append(_summary(f"all: {done}/{n} runs done", lines, style="bold"))
     return Group(*parts)
 
 
@@ -505,6 +707,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default=".", help="the repository root holding runs/, results/ and logs/")
     p.add_argument("--watch", nargs="?", const=10.0, type=float, default=None, metavar="SECONDS",
                    help="refresh every SECONDS (default 10) until interrupted")
+    p.add_argument("--wide", action="store_true", help="full run ids, progress bars and notes in the table, "
+                                                       "however wide it gets (default: fit the terminal)")
 
 
 def main(a: argparse.Namespace) -> int:
@@ -516,18 +720,19 @@ def main(a: argparse.Namespace) -> int:
     tags = [t for t in a.tags.split(",") if t]
     grids = with_design_seeds(resolve_targets(a.targets, grids_dir, a.mode), paths.results)
     presets = Path(a.presets) if a.presets else None
-    console = Console() if Console().is_terminal else Console(width=220)  # piped: never wrap a row
+    # the terminal's width ($COLUMNS, else 80 when piped); --wide: as wide as the rows are
+    console = Console(width=100_000) if a.wide else Console()
+    show = lambda: render(collect(grids, paths, presets, tags), width=console.width, wide=a.wide)  # noqa: E731
     if a.watch is None:
-        console.print(render(collect(grids, paths, presets, tags)))
+        console.print(show())
         return 0
     from rich.live import Live
 
-    with Live(render(collect(grids, paths, presets, tags)), console=console, screen=False,
-              refresh_per_second=1) as live:
+    with Live(show(), console=console, screen=False, refresh_per_second=1) as live:
         try:
             while True:
                 time.sleep(a.watch)
-                live.update(render(collect(grids, paths, presets, tags)))
+                live.update(show())
         except KeyboardInterrupt:
             pass
     return 0
