@@ -66,7 +66,7 @@ def test_shipped_presets_cover_every_paper_scale_and_job_kind():
 
 BAD_PRESETS = [
     ("scales: {135M: {train: {gpus_per_node: two}}}",
-     "scales.135M.train.gpus_per_node: expected an integer >= 0, got 'two'"),
+     "scales.135M.train.gpus_per_node: expected an integer >= 0 and <= 64, got 'two'"),
     ("scales: {135M: {train: {gpu: 1}}}", "scales.135M.train: unknown key(s) ['gpu']"),
     ("scales: {999M: {train: {}}}", "scales.999M: unknown scale '999M'"),
     ("scales: {135M: {training: {}}}", "scales.135M: unknown job kind(s) ['training']"),
@@ -90,6 +90,97 @@ def test_bad_presets_fail_naming_the_file_and_the_key(tmp_path, text, message):
         load_presets(path)
     assert str(err.value).startswith(f"{path}: "), str(err.value)
     assert message in str(err.value)
+
+
+# every number a preset entry can hold, each given values no site means: NaN, infinities, null,
+# empty text, a boolean, a number far out of range, and (for the strictly positive ones) zero
+NUMERIC_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "mem_gb", "time_min", "signal_delay_s",
+                "max_timeouts", "tflops_per_gpu", "peak_tflops_per_gpu", "tokens_per_s_per_cpu", "gpu_memory_gib")
+NOT_NUMBERS = (".nan", ".inf", "-.inf", "null", "''", "true", "1.0e+30", "'nan'", "'inf'")
+POSITIVE_KEYS = ("nodes", "cpus_per_task", "mem_gb", "time_min", "tflops_per_gpu", "tokens_per_s_per_cpu")
+
+
+def _bad_entries():
+    for key in NUMERIC_KEYS:
+        for value in NOT_NUMBERS + (("0",) if key in POSITIVE_KEYS else ()):
+            for where in ("scales.135M.train", "defaults", "data"):
+                yield key, value, where
+
+
+def _preset_text(where: str, key: str, value: str) -> str:
+    entry = f"{{{key}: {value}}}"
+    if where == "defaults":
+        return f"defaults: {entry}\nscales: {{135M: {{train: {{gpus_per_node: 1}}}}}}"
+    if where == "data":
+        return f"data: {entry}\nscales: {{135M: {{train: {{gpus_per_node: 1}}}}}}"
+    return f"scales: {{135M: {{train: {entry}}}}}"
+
+
+BAD_ENTRIES = list(_bad_entries())
+
+
+def test_every_number_of_a_preset_is_finite_and_in_range(tmp_path, monkeypatch):
+    """Each of the %d (key, value, place) combinations is refused with an error that starts
+    with the file and names the place and the key; none gives a preset (a NaN or inf once
+    passed, since ``x <= 0`` is false for NaN)."""
+    monkeypatch.delenv("MOR_SITE", raising=False)
+    path = tmp_path / "bad.yaml"
+    accepted = []
+    for key, value, where in BAD_ENTRIES:
+        path.write_text(_preset_text(where, key, value))
+        try:
+            load_presets(path)
+        except PresetError as e:
+            msg = str(e)
+            assert msg.startswith(f"{path}") and f"{where}.{key}" in msg, (key, value, where, msg)
+        else:
+            accepted.append((key, value, where))
+    assert accepted == []
+    assert len(BAD_ENTRIES) == 342  # counted in the report: 12 keys x 9 (+1 zero for 6) x 3 places
+
+
+test_every_number_of_a_preset_is_finite_and_in_range.__doc__ %= len(BAD_ENTRIES)
+
+SITE_OK = {"gpu": "H200", "gpu_memory_gib": 140.4, "gpus_per_node": 8, "peak_tflops_per_gpu": 989,
+           "tflops_per_gpu": "{train: 420, eval: 200}", "throughput_source": "assumed until measured"}
+BAD_SITES = [(k, v) for k in ("gpu_memory_gib", "peak_tflops_per_gpu", "gpus_per_node")
+             for v in NOT_NUMBERS + ("0", "-1")] + \
+            [("gpu", "null"), ("gpu", "''"), ("throughput_source", "null"), ("tflops_per_gpu", "{}"),
+             ("tflops_per_gpu", "null"), ("tflops_per_gpu", "{train: .nan}"), ("tflops_per_gpu", "{train: .inf}"),
+             ("tflops_per_gpu", "{train: 0}"), ("tflops_per_gpu", "{train: 2000}"), ("tflops_per_gpu", "{training: 1}")]
+
+
+@pytest.mark.parametrize("key, value", BAD_SITES)
+def test_bad_site_profiles_are_refused_naming_the_file_and_key(tmp_path, monkeypatch, key, value):
+    """A site profile's numbers are finite and in range (a sustained rate above the GPU's peak
+    is out of range), its names non-empty and its throughput mapping non-empty: the site with
+    ``gpu_memory_gib: .nan`` once planned "nan GiB" and a false "22 train jobs do not fit",
+    ``tflops_per_gpu: {}`` moved table10's estimate from 276 to 1,159 GPU-h."""
+    from mor.launch.slurm import load_site
+
+    monkeypatch.delenv("MOR_SITE", raising=False)
+    site = tmp_path / "mysite.yaml"
+    site.write_text("".join(f"{k}: {value if k == key else v}\n" for k, v in SITE_OK.items()))
+    with pytest.raises(PresetError) as err:
+        load_site(site)
+    assert str(err.value).startswith(f"{site}: {key}"), str(err.value)
+    presets = tmp_path / "p.yaml"
+    presets.write_text(f"site: {site}\nscales: {{135M: {{train: {{gpus_per_node: 1}}}}}}")
+    with pytest.raises(PresetError, match=key):
+        load_presets(presets)
+
+
+def test_empty_entries_are_refused_and_an_empty_mapping_means_the_defaults(tmp_path, monkeypatch):
+    monkeypatch.delenv("MOR_SITE", raising=False)
+    path = tmp_path / "p.yaml"
+    for text, where in (("scales: {135M: {train: null}}", "scales.135M.train: is empty"),
+                        ("scales: {135M: {}}", "scales.135M: expected a non-empty mapping"),
+                        ("scales: {135M: {train: {}}}\ndata: null", "data: is empty")):
+        path.write_text(text)
+        with pytest.raises(PresetError, match=where):
+            load_presets(path)
+    path.write_text("defaults: {mem_gb: 12}\nscales: {135M: {train: {}}}")
+    assert load_presets(path).get("135M", "train").mem_gb == 12
 
 
 def test_missing_preset_file_and_entry_are_named(tmp_path):

@@ -21,6 +21,7 @@ submitit's watcher). The Snakemake process never imports torch or Slurm tooling.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import time
@@ -116,32 +117,42 @@ class Preset:
 
 
 _FIELDS = {f.name: f for f in fields(Preset)}
-_NON_NEGATIVE = ("peak_tflops_per_gpu", "gpu_memory_gib")
-_INT_MIN = {"nodes": 1, "gpus_per_node": 0, "tasks_per_node": 0, "cpus_per_task": 1, "time_min": 1,
-            "signal_delay_s": 0, "max_timeouts": 0}
-_POSITIVE = ("mem_gb", "tflops_per_gpu", "tokens_per_s_per_cpu")
+# every number has a range; the upper ends only catch a typo or a unit slip (GiB for MiB), no site is near them
+_NON_NEGATIVE = {"peak_tflops_per_gpu": 1e5, "gpu_memory_gib": 1e4}  # 0 = unknown
+_INT_RANGE = {"nodes": (1, 10_000), "gpus_per_node": (0, 64), "tasks_per_node": (0, 1024),
+              "cpus_per_task": (1, 4096), "time_min": (1, 366 * 24 * 60), "signal_delay_s": (0, 86_400),
+              "max_timeouts": (0, 10_000)}
+_POSITIVE = {"mem_gb": 1e5, "tflops_per_gpu": 1e5, "tokens_per_s_per_cpu": 1e9}
 _STR_OR_NULL = ("partition", "account", "qos", "constraint")
+
+
+def finite_number(where: str, value: Any, low: float, high: float, low_open: bool = False,
+                  error: type[Exception] = PresetError) -> float:
+    """``value`` as a float in [low, high] (or (low, high]); NaN, inf, booleans, null and text that
+    is not a number fail, naming ``where``. YAML reads ``1e3`` as a string, so numeric text counts."""
+    num = None
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            num = float(value)
+        except ValueError:
+            num = None
+    bound = f"> {low:g}" if low_open else f">= {low:g}"
+    if num is None or not math.isfinite(num) or num < low or (low_open and num == low) or num > high:
+        raise error(f"{where}: expected a finite number {bound} and <= {high:g}, got {value!r}")
+    return num
 
 
 def _check_value(where: str, key: str, value: Any) -> Any:
     """One field of an entry, coerced like the run configs (YAML gives 1e3 as a string)."""
-    if key in _INT_MIN:
-        if isinstance(value, bool) or not isinstance(value, int) or value < _INT_MIN[key]:
-            raise PresetError(f"{where}.{key}: expected an integer >= {_INT_MIN[key]}, got {value!r}")
+    if key in _INT_RANGE:
+        lo, hi = _INT_RANGE[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise PresetError(f"{where}.{key}: expected an integer >= {lo} and <= {hi}, got {value!r}")
         return value
     if key in _POSITIVE:
-        try:
-            num = float(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
-        except ValueError:
-            num = None
-        if num is None or not num > 0:
-            raise PresetError(f"{where}.{key}: expected a number > 0, got {value!r}")
-        return num
+        return finite_number(f"{where}.{key}", value, 0.0, _POSITIVE[key], low_open=True)
     if key in _NON_NEGATIVE:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-        if not ok:
-            raise PresetError(f"{where}.{key}: expected a number >= 0 (0 = unknown), got {value!r}")
-        return float(value)
+        return finite_number(f"{where}.{key} (0 = unknown)", value, 0.0, _NON_NEGATIVE[key])
     if key in _STR_OR_NULL:
         if value is not None and not isinstance(value, str):
             raise PresetError(f"{where}.{key}: expected a string or null, got {value!r}")
@@ -164,13 +175,19 @@ def _check_value(where: str, key: str, value: Any) -> Any:
         for k, v in value.items():
             if not isinstance(k, str) or not isinstance(v, (str, int, float, bool)) or v is False:
                 raise PresetError(f"{where}.{key}.{k}: expected a string, number or true, got {v!r}")
+            if isinstance(v, float) and not math.isfinite(v):
+                raise PresetError(f"{where}.{key}.{k}: expected a finite number, got {v!r}")
         return dict(value)
     raise AssertionError(key)
 
 
-def _check_entry(where: str, raw: Any) -> dict:
-    if raw is None:
+def _check_entry(where: str, raw: Any, optional: bool = False) -> dict:
+    """An entry's settings. ``{}`` means "the defaults"; a bare key (null) is refused unless the
+    entry is ``optional`` (``defaults``): a value left out by mistake should not run on defaults."""
+    if raw is None and optional:
         return {}
+    if raw is None:
+        raise PresetError(f"{where}: is empty (null); give its settings, or {{}} for the defaults")
     if not isinstance(raw, dict):
         raise PresetError(f"{where}: expected a mapping of settings, got {raw!r}")
     unknown = sorted(set(raw) - set(_FIELDS))
@@ -266,16 +283,22 @@ def load_site(name: str | Path) -> Site:
     missing = sorted(SITE_KEYS - set(raw))
     if unknown or missing:
         raise PresetError(f"{where}: unknown key(s) {unknown} / missing key(s) {missing}; a site has {sorted(SITE_KEYS)}")
-    for key in ("gpu_memory_gib", "peak_tflops_per_gpu"):
-        if isinstance(raw[key], bool) or not isinstance(raw[key], (int, float)) or raw[key] <= 0:
-            raise PresetError(f"{where}: {key}: expected a number > 0, got {raw[key]!r}")
-    if isinstance(raw["gpus_per_node"], bool) or not isinstance(raw["gpus_per_node"], int) or raw["gpus_per_node"] < 1:
-        raise PresetError(f"{where}: gpus_per_node: expected an integer >= 1, got {raw['gpus_per_node']!r}")
+    for key in ("gpu", "throughput_source"):
+        if not isinstance(raw[key], str) or not raw[key].strip():
+            raise PresetError(f"{where}: {key}: expected a non-empty string, got {raw[key]!r}")
+    finite_number(f"{where}: gpu_memory_gib", raw["gpu_memory_gib"], 0.0, _NON_NEGATIVE["gpu_memory_gib"], low_open=True)
+    finite_number(f"{where}: peak_tflops_per_gpu", raw["peak_tflops_per_gpu"], 0.0, _NON_NEGATIVE["peak_tflops_per_gpu"],
+                  low_open=True)
+    if isinstance(raw["gpus_per_node"], bool) or not isinstance(raw["gpus_per_node"], int) or \
+            not 1 <= raw["gpus_per_node"] <= _INT_RANGE["gpus_per_node"][1]:
+        raise PresetError(f"{where}: gpus_per_node: expected an integer >= 1 and <= {_INT_RANGE['gpus_per_node'][1]}, "
+                          f"got {raw['gpus_per_node']!r}")
     tput = raw["tflops_per_gpu"]
-    if not isinstance(tput, dict) or set(tput) - set(KINDS) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in tput.values()):
-        raise PresetError(f"{where}: tflops_per_gpu: expected a mapping job kind ({list(KINDS)}) -> TFLOP/s > 0, "
-                          f"got {tput!r}")
+    if not isinstance(tput, dict) or not tput or set(tput) - set(KINDS):
+        raise PresetError(f"{where}: tflops_per_gpu: expected a non-empty mapping job kind ({list(KINDS)}) -> TFLOP/s "
+                          f"(a kind left out keeps the entry's own figure), got {tput!r}")
+    for kind, v in tput.items():
+        finite_number(f"{where}: tflops_per_gpu.{kind}", v, 0.0, float(raw["peak_tflops_per_gpu"]), low_open=True)
     return Site(path.stem, str(raw["gpu"]), float(raw["gpu_memory_gib"]), raw["gpus_per_node"],
                 float(raw["peak_tflops_per_gpu"]), {k: float(v) for k, v in tput.items()}, str(raw["throughput_source"]))
 
@@ -305,7 +328,7 @@ def load_presets(path: str | Path = DEFAULT_PRESETS, site: str | Path | None = N
                           "['data', 'defaults', 'scales', 'site']")
     chosen = site or os.environ.get(SITE_ENV) or raw.get("site")
     site_profile = load_site(chosen) if chosen else None
-    defaults = _check_entry(f"{path}: defaults", raw.get("defaults"))
+    defaults = _check_entry(f"{path}: defaults", raw.get("defaults"), optional=True)
     scales_raw = raw.get("scales")
     if not isinstance(scales_raw, dict) or not scales_raw:
         raise PresetError(f"{path}: key scales: expected a mapping of scale -> {{train: ..., eval: ...}}")
@@ -316,8 +339,8 @@ def load_presets(path: str | Path = DEFAULT_PRESETS, site: str | Path | None = N
         where = f"{path}: scales.{scale}"
         if scale not in known_scales:
             raise PresetError(f"{where}: unknown scale {scale!r}; grids/scales.yaml has {sorted(known_scales)}")
-        if not isinstance(kinds, dict):
-            raise PresetError(f"{where}: expected a mapping of job kind -> settings, got {kinds!r}")
+        if not isinstance(kinds, dict) or not kinds:
+            raise PresetError(f"{where}: expected a non-empty mapping of job kind -> settings, got {kinds!r}")
         bad = sorted(set(kinds) - set(KINDS))
         if bad:
             raise PresetError(f"{where}: unknown job kind(s) {bad}; allowed kinds are {list(KINDS)}")
