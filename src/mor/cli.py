@@ -14,13 +14,47 @@ which the Snakemake rules run (see ``python -m mor.launch --help``).
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
 
-from mor.grids import GridError, all_grids, load_grid
+from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS
 
 LAUNCH_VERBS = (*KINDS, "plan")  # handed to mor.launch whole
+# The suite's domain errors, (module, class): each message starts with the file it is about and
+# says what to do, so the CLI prints it as one line instead of a traceback. Looked up only in
+# modules already imported (an error of a module never imported cannot have been raised), so
+# the CLI itself never imports torch for them.
+DOMAIN_ERRORS = (("mor.grids", "GridError"), ("mor.config", "ConfigError"), ("mor.yaml_io", "YamlError"),
+                 ("mor.launch.slurm", "PresetError"), ("mor.launch.slurm", "LaunchError"),
+                 ("mor.results", "ResultsError"), ("mor.export_hf", "ExportError"),
+                 ("mor.train.checkpoint", "CheckpointError"), ("mor.train_log", "TrainLogError"),
+                 ("mor.data.fineweb", "SettingsError"), ("mor.data.shards", "ShardError"),
+                 ("mor.data.source", "SourceError"), ("mor.lm_eval.tasks", "TaskDataError"),
+                 ("mor.lm_eval.hub_cache", "HubCacheError"), ("mor.model.init_from_hf", "InitCheckpointError"))
+
+
+def is_domain_error(e: BaseException) -> bool:
+    for module, name in DOMAIN_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(e, cls):
+            return True
+    return False
+
+
+def one_line(e: BaseException) -> str:
+    """``error: <message>`` on one line: a multi-line message's lines joined with "; "."""
+    if isinstance(e, OSError) and not is_domain_error(e):
+        if e.errno == errno.ENOSPC:
+            text = str(e) if "No space left" in str(e) and e.filename is None else (
+                f"{e.filename or 'a file'}: no space left on device; free space and run the same command again "
+                "(what was written before is intact)")
+        else:
+            text = f"{e.filename}: {e.strerror}" if e.filename else str(e)
+    else:
+        text = str(e)
+    return "error: " + "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _runs(a) -> int:
@@ -71,18 +105,39 @@ def _status(a) -> int:
 
 def _export_hf(a) -> int:
     from mor.export_hf import ExportError, export_run
+    from mor.layout import RunPaths
 
-    try:
-        out = export_run(a.run_dir, a.out_dir, a.data_root, a.results, a.routing)
-    except ExportError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    files = RunPaths.of(a.run_dir)
+    if files.dir.is_dir() and not files.weights.exists():  # a run still training (or stopped) is not corrupt
+        raise ExportError(f"{a.run_dir}: unfinished run: no final weights ({files.weights} does not exist yet); "
+                          "let the workflow finish its training (it resumes from the last checkpoint), then export")
+    out = export_run(a.run_dir, a.out_dir, a.data_root, a.results, a.routing)
     print(f"exported {a.run_dir} -> {out}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else list(argv)
+    """Exit 0 on success; a domain error or a file system error (full disk, no permission) is one
+    line on stderr and exit 2 (1 for a failed Slurm job); a closed pipe (``| head``) ends quietly."""
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except BrokenPipeError:  # the reader went away: stdout's last flush at exit must not fail again
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - only the suite's own errors and OSErrors are turned into one line
+        if not (is_domain_error(e) or isinstance(e, OSError)):
+            raise
+        print(one_line(e), file=sys.stderr)
+        launch = sys.modules.get("mor.launch.slurm")
+        return 1 if launch and isinstance(e, launch.LaunchError) else 2
+
+
+def _main(args: list[str]) -> int:
     if args and args[0] in LAUNCH_VERBS:
         from mor.launch.__main__ import main as launch_main
 
@@ -139,11 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_export_hf)
 
     a = ap.parse_args(args)
-    try:
-        return a.fn(a)
-    except GridError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return a.fn(a)
 
 
 if __name__ == "__main__":
