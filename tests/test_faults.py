@@ -378,3 +378,136 @@ def test_lock_files_are_stale_only_when_no_workflow_holds_the_folder(tmp_path):
                       "print(clear_stale_locks(sys.argv[1]))", str(tmp_path)],
                      env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=60)
     assert gone.stdout.strip().endswith("True") and not (locks / "0.input.lock").exists()
+
+
+# ------------------------------------------------------------------ a SIGKILLed workflow, two writers
+def _state(pid: int) -> str | None:
+    from procs import stat
+
+    s = stat(pid)
+    return None if s is None else str(s["state"])
+
+
+def _lease_holder(lease: Path) -> int | None:
+    """The pid written in a run's writer lock (None before a train job took it)."""
+    try:
+        text = lease.read_text()
+    except OSError:
+        return None
+    return int(text.split()[1]) if text.startswith("pid ") else None
+
+
+def _lease_free(lease: Path) -> bool:
+    import fcntl
+
+    fd = os.open(lease, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_a_sigkilled_workflow_leaves_no_trainer_behind_and_loses_no_step(tmp_path, data_root):
+    """Snakemake runs a long local train job; once the trainer logs a step it is frozen
+    (SIGSTOP, so it is certainly mid-run whatever the machine's speed), Snakemake is SIGKILLed
+    (it cannot kill its jobs), and the trainer is let go. It notices its workflow is gone,
+    stops at the end of its step with a checkpoint of that step, logs why and exits; its run's
+    writer lock is free for the next run, which resumes from that checkpoint."""
+    from deadlines import wait_for
+    from test_slurm_workflow import write_grid
+
+    grids = tmp_path / "grids"
+    grid = write_grid(grids, "orphan", steps=20_000, tying=False, checkpoint_every=10_000)
+    run_id = load_grid(grid, "local").runs[0].run_id
+    run_dir = tmp_path / "runs" / "orphan" / run_id
+    lease = run_dir.parent / f".{run_id}.writer.lock"
+    cmd = [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--profile", str(REPO / "local"), "tables/table10",
+           "--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}"]
+    flow = subprocess.Popen(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    trainer = None
+    try:
+        log = run_dir / "train_log.jsonl"
+        wait_for(lambda: (log.exists() and log.read_text().count("\n") >= 1) or flow.poll() is not None,
+                 "first logged step", 600)
+        assert flow.poll() is None, "the workflow ended before its trainer logged a step"
+        trainer = _lease_holder(lease)
+        assert trainer and _state(trainer) not in (None, "Z")
+        os.kill(trainer, signal.SIGSTOP)
+        wait_for(lambda: _state(trainer) == "T", "the trainer to freeze", 60)
+        os.kill(flow.pid, signal.SIGKILL)
+        flow.wait()
+        os.kill(trainer, signal.SIGCONT)
+        wait_for(lambda: _state(trainer) in (None, "Z"), "the orphaned trainer to stop", 300)
+    finally:
+        if flow.poll() is None:
+            os.killpg(flow.pid, signal.SIGKILL)
+            flow.wait()
+        if trainer and _state(trainer) not in (None, "Z"):
+            os.kill(trainer, signal.SIGKILL)
+    text = (tmp_path / "logs" / "orphan" / run_id / "train.log").read_text()
+    assert f"the workflow that started this job (Snakemake, pid {flow.pid}) is gone" in text, text[-2000:]
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    last = steps[-1]
+    assert last < 20_000 and f"stopped by SIGTERM after step {last}" in text, text[-2000:]
+    ckpt = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["path"]
+    assert ckpt == f"step-{last:06d}"  # every step trained is in the checkpoint: nothing lost
+    assert not (run_dir / "train_summary.json").exists() and _lease_free(lease)
+
+
+def _train_cmd(grid: Path, run_id: str, data_root: Path) -> list[str]:
+    return [sys.executable, "-m", "mor.launch", "train", "--grid", str(grid), "--run-id", run_id, "--mode", "local",
+            "--run-dir", f"runs/{grid.stem}/{run_id}", "--data-root", str(data_root), "--launcher", "local"]
+
+
+def test_a_second_writer_on_one_run_waits_for_the_first_and_then_refuses(tmp_path, data_root):
+    """While one process holds a run's writer lock, a train job for the same run waits for it
+    and, at its (here zero) wait limit, refuses naming the holder and writing nothing; once the
+    holder is gone a waiting job takes the lock and trains."""
+    from deadlines import deadline
+
+    grid, run_id = _one_run_grid(tmp_path)
+    run_dir = tmp_path / "runs" / grid.stem / run_id
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from mor.launch.lease import run_lease\nwith run_lease(Path(sys.argv[1])):\n"
+                               "    print('held', flush=True); sys.stdin.read()", str(run_dir)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        refused = run_group(_train_cmd(grid, run_id, data_root), cwd=tmp_path, env=dict(env, MOR_LEASE_WAIT_S="0"),
+                            timeout=deadline(120))
+        assert refused.returncode == 2, refused.stderr[-2000:]
+        err = [ln for ln in refused.stderr.splitlines() if ln.startswith("error: ")]
+        assert len(err) == 1 and f"{Path('runs') / grid.stem / run_id}: another writer holds this run (pid {holder.pid} on " \
+            in err[0], refused.stderr[-2000:]
+        assert not (run_dir / "train_log.jsonl").exists() and not (run_dir / "checkpoints").exists()
+        waiting = subprocess.Popen(_train_cmd(grid, run_id, data_root), cwd=tmp_path, env=env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            assert waiting.stderr.readline().startswith(f"mor: waiting up to 300s for the writer of runs/{grid.stem}/")
+            holder.communicate(input="", timeout=deadline(60))  # the first writer ends: the lock drops
+            out, _ = waiting.communicate(timeout=deadline(600))
+        finally:
+            if waiting.poll() is None:
+                os.killpg(waiting.pid, signal.SIGKILL)
+                waiting.wait()
+        assert waiting.returncode == 0 and (run_dir / "train_summary.json").exists(), out[-2000:]
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def test_a_job_started_by_hand_is_not_tied_to_a_workflow(monkeypatch):
+    """$MOR_WORKFLOW_PID that is no ancestor (a leaked variable, a pid reused) is ignored: the
+    job is not stopped; one that is an ancestor is watched, and its end is noticed."""
+    from mor.launch import lease
+
+    monkeypatch.setenv(lease.WORKFLOW_PID_ENV, str(os.getpid()))  # this process is no ancestor of itself
+    assert lease.workflow_pid() is None and lease.watch_workflow(on_gone=lambda pid: pytest.fail("stopped")) is None
+    monkeypatch.setenv(lease.WORKFLOW_PID_ENV, str(os.getppid()))
+    assert lease.workflow_pid() == os.getppid()

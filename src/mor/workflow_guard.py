@@ -11,6 +11,11 @@ the exclusive flock: getting it proves no other Snakemake of this workflow is al
 directory, so any lock files are stale and it removes them. Otherwise it leaves them, and
 Snakemake reports the live run as usual.
 
+The same parse puts this process's pid in ``$MOR_WORKFLOW_PID``, which every job it starts
+inherits: a local job watches that process and stops when it is gone, and a train job holds
+its run folder's writer lock (``mor.launch.lease``), so a workflow killed with SIGKILL leaves no
+trainer behind and a re-run never adds a second writer.
+
 The flock file lives on the working directory's file system. On a cluster, run one
 workflow per directory from one login node at a time (flock over NFS is node-local on some
 sites); the Slurm launcher's ``job.json`` records keep a re-run from double-submitting.
@@ -32,6 +37,8 @@ def clear_stale_locks(workdir: str | Path = ".") -> bool:
     the shared workflow flock for the life of this process. True if lock files were removed."""
     meta = Path(workdir) / ".snakemake"
     meta.mkdir(parents=True, exist_ok=True)
+    # the local jobs this Snakemake starts watch this pid and stop when it is gone (mor.launch.lease)
+    os.environ["MOR_WORKFLOW_PID"] = str(os.getpid())
     if _held:
         return False
     fd = os.open(meta / "mor-workflow.flock", os.O_RDWR | os.O_CREAT, 0o644)  # O_CLOEXEC: jobs never hold it

@@ -23,6 +23,7 @@ process stays light (no torch): Snakemake runs many of them side by side on a lo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ from mor.atomic import write_text_atomic
 from mor.data.fineweb import SettingsError
 from mor.grids import GridError, load_grid
 from mor.jobs import KINDS, RUN_KINDS
+from mor.launch.lease import LeaseError
 from mor.launch.slurm import DEFAULT_PRESETS, LaunchError, PresetError, load_presets
 from mor.lm_eval.hub_cache import HubCacheError
 from mor.train.stop import Preempted
@@ -82,10 +84,17 @@ PREEMPTED_EXIT = 75  # EX_TEMPFAIL: stopped by a signal with its checkpoint save
 
 def _local(a) -> int:
     """In this process; a train job is never distributed here (a local run inside an salloc stays one process).
-    SIGTERM / SIGUSR2 stop a train job at the end of its step with a checkpoint (``mor.train.stop``)."""
+    SIGTERM / SIGUSR2 stop a train job at the end of its step with a checkpoint (``mor.train.stop``).
+    Under a workflow the job stops when its Snakemake is gone, and a train job holds its run
+    folder's writer lock while it runs (``mor.launch.lease``): never two writers on one run."""
+    from mor.launch.lease import run_lease, watch_workflow
+
     spec = KINDS[a.kind]
+    watch_workflow()
+    lease = run_lease(Path(a.run_dir), what=f"{a.kind} job") if a.kind == "train" else contextlib.nullcontext()
     try:
-        r = spec.run(**job_kwargs(a, a.threads))
+        with lease:
+            r = spec.run(**job_kwargs(a, a.threads))
     except Preempted as e:
         print(f"error: {a.kind} of {a.run_id}: {e}", file=sys.stderr)
         return PREEMPTED_EXIT
@@ -226,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         return a.fn(a)
-    except (GridError, PresetError, SettingsError, HubCacheError) as e:
+    except (GridError, PresetError, SettingsError, HubCacheError, LeaseError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except LaunchError as e:
