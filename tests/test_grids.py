@@ -113,7 +113,7 @@ modes:
         (lambda t: t.replace("[135M]", "[999M]"), r"g\.yaml: .*model\.scale='999M' has no entry in the mode's scale_map"),
         (lambda t: t.replace("train.tokens: 4096", "train.tokens: 10"), r"g\.yaml: .*less than one step"),
         (lambda t: t.replace("name: g", "name: other"), r"g\.yaml: key name: 'other' must equal the file name"),
-        (lambda t: t + "  : [\n", r"g\.yaml: not valid YAML"),
+        (lambda t: t + "  : [\n", r"g\.yaml, line \d+: not valid YAML"),
     ],
 )
 def test_bad_grids_fail_with_file_and_key(tmp_path, mutate, message):

@@ -82,7 +82,7 @@ scales:
 
 
 @pytest.mark.parametrize("text, message", [
-    ("defaults: {partition: debug\n", r"presets\.yaml: not valid YAML"),
+    ("defaults: {partition: debug\n", r"presets\.yaml, line \d+: not valid YAML"),
     ("", r"presets\.yaml: the preset file is empty"),
     (GOOD_PRESETS.replace("cpus_per_task: 1", "cpu_per_task: 1"),
      r"presets\.yaml: scales\.tiny\.train: unknown key\(s\) \['cpu_per_task'\]"),

@@ -9,6 +9,7 @@ unknown keys, so a typo in a grid fails before any job starts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-import yaml
+from mor.yaml_io import YamlError, key_line, load_derived, load_yaml, where
 
 SCALES_FILE = Path(__file__).resolve().parents[2] / "grids" / "scales.yaml"
 
@@ -92,13 +93,15 @@ class ScaleShape:
 
 
 def read_yaml_mapping(path: Path, error: type[Exception], what: str, missing_hint: str = "") -> dict:
-    """Parse a YAML file whose top level must be a mapping; errors start with the file."""
+    """Parse a YAML file whose top level must be a mapping; errors start with the file (and
+    the line of a syntax error). Through the one cached reader (mor.yaml_io): read once per
+    process, the caller gets its own copy."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = load_yaml(path)
     except FileNotFoundError:
         raise error(f"{path}: {what} not found{missing_hint}") from None
-    except yaml.YAMLError as e:
-        raise error(f"{path}: not valid YAML: {e}") from None
+    except YamlError as e:
+        raise error(str(e)) from None
     if raw is None:
         raise error(f"{path}: the {what} is empty; it must be a mapping at the top level")
     if not isinstance(raw, dict):
@@ -107,17 +110,25 @@ def read_yaml_mapping(path: Path, error: type[Exception], what: str, missing_hin
 
 
 def load_scales(path: Path = SCALES_FILE) -> dict[str, ScaleShape]:
-    """Read every named scale from YAML (the one place model sizes live)."""
-    raw = yaml.safe_load(Path(path).read_text())
-    if not isinstance(raw, dict) or not isinstance(raw.get("scales"), dict):
-        raise ConfigError(f"{path}: expected a mapping with key 'scales'")
-    out = {}
-    for name, row in raw["scales"].items():
-        try:
-            out[str(name)] = from_dict(ScaleShape, {"name": str(name), **row}, where=f"{path}:scales.{name}")
-        except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from None
-    return out
+    """Read every named scale from YAML (the one place model sizes live). Built once per
+    process while the file is unchanged (every run's plan and FLOPs ask for it)."""
+    path = Path(path)
+
+    def build(raw: Any) -> dict[str, ScaleShape]:
+        if not isinstance(raw, dict) or not isinstance(raw.get("scales"), dict):
+            raise ConfigError(f"{path}: expected a mapping with key 'scales'")
+        out = {}
+        for name, row in raw["scales"].items():
+            try:
+                out[str(name)] = from_dict(ScaleShape, {"name": str(name), **row}, where=f"{path}:scales.{name}")
+            except ConfigError as e:
+                raise ConfigError(f"{where(path, key_line(path, ['scales', name]))}: {e}") from None
+        return out
+
+    try:
+        return dict(load_derived(path, build))
+    except YamlError as e:
+        raise ConfigError(str(e)) from None
 
 
 # --------------------------------------------------------------------------------------
@@ -282,7 +293,7 @@ class TrainConfig:
     # The default forward-pass size (execution.micro_batch 0, capped at the per-rank batch).
     # Under data_order "rank" it is also the sampler's draw size (a draw is keyed by (seed,
     # step, draw, rank)), so it decides WHICH sequences a step trains on; under "sequence" it
-    # does not, but it stays hashed like every train field. How many sequences go through one
+    # does not, and it is no part of the run id (ORDER_NEUTRAL_FIELDS). How many sequences go through one
     # forward pass is execution.micro_batch (ExecConfig): a memory setting that renames nothing.
     micro_batch: int = 16
     lr: float = 3e-3
@@ -441,6 +452,13 @@ LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0, ("model"
 # value every shipped grid had, so no existing run id changes. A run that had set another
 # value (none of the shipped grids did) now shares the id of its "auto" twin: it trains the same.
 RETIRED_FIELDS = {("model", "attention"): "auto"}
+# Fields that decide nothing about what is trained under one data order, hashed there at the
+# one value every shipped grid has, so no existing id moves and a change of them renames
+# nothing. train.micro_batch under data_order "sequence": sequence j of step s is keyed by
+# (seed, s, j) whatever the draw size, and the passes the step is cut into are a memory
+# setting (like execution.micro_batch); under "rank" it keys the draws, and stays hashed.
+# (docs/grids.md, "Run identity", lists what is and is not in the id, and why.)
+ORDER_NEUTRAL_FIELDS = {"sequence": {("train", "micro_batch"): 16}}
 
 
 def _digest(obj: Any) -> str:
@@ -473,6 +491,8 @@ class RunConfig:
                 out[section] = {k: v for k, v in out[section].items() if k != name}
         for (section, name), value in RETIRED_FIELDS.items():
             out[section] = {**out[section], name: value}
+        for (section, name), value in ORDER_NEUTRAL_FIELDS.get(self.train.data_order, {}).items():
+            out[section] = {**out[section], name: value}
         return out
 
     def eval_dict(self) -> dict[str, Any]:
@@ -480,17 +500,19 @@ class RunConfig:
         d = self.to_dict()
         return {k: d[k] for k in EVAL_FIELDS}
 
-    @property
+    # Cached: the config is frozen, and Snakemake's input functions and the plan ask a run for
+    # its id many times per run (computing it is an asdict, a JSON dump and a sha256).
+    @functools.cached_property
     def config_hash(self) -> str:
         """Hash of the training fields: the run's identity, also guarding resume."""
         return _digest(self.training_dict())
 
-    @property
+    @functools.cached_property
     def eval_hash(self) -> str:
         """Hash of the eval fields: when it changes, only the eval job re-runs."""
         return _digest(self.eval_dict())
 
-    @property
+    @functools.cached_property
     def run_id(self) -> str:
         m = self.model
         parts = [self.paper_scale or m.scale, m.variant]
@@ -539,7 +561,9 @@ def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
         raise ConfigError(f"{where}: {e}" if where else str(e)) from None
 
 
+@functools.lru_cache(maxsize=None)
 def _resolved_hints(cls: type) -> dict[str, Any]:
+    """The resolved field types of a config dataclass (cached: from_dict runs per run)."""
     import typing
 
     return typing.get_type_hints(cls)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 import re
 from dataclasses import dataclass
@@ -30,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from mor.budget import resolve_budget
 from mor.config import ConfigError, RunConfig, load_scales, read_yaml_mapping, run_config_from_dict
+from mor.yaml_io import YamlError, key_line, load_derived, where
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO / "workflows" / "schemas" / "grid.schema.yaml"
@@ -69,17 +70,29 @@ class Grid:
 
     def run(self, run_id: str) -> Run:
         """The run with this id: one the grid lists, or a further seed of one of its blocks
-        (``...-s<seed>-<hash>``, e.g. a seed the claims' adaptive design added)."""
-        for r in self.runs:
-            if r.run_id == run_id:
-                return r
+        (``...-s<seed>-<hash>``, e.g. a seed the claims' adaptive design added). A lookup
+        costs a dict access (Snakemake asks once per input function per job), and the grid
+        with more seeds is expanded once per seed count, not once per lookup."""
+        hit = self._by_id.get(run_id)
+        if hit is not None:
+            return hit
         m = re.search(r"-s(\d+)-[0-9a-f]{8}$", run_id)
         if m and int(m.group(1)) <= MAX_SEEDS:
-            more = load_grid(self.path, self.mode, seeds={b: int(m.group(1)) + 1 for b in self.blocks})
-            for r in more.runs:
-                if r.run_id == run_id:
-                    return r
+            hit = self._with_seeds(int(m.group(1)) + 1)._by_id.get(run_id)
+            if hit is not None:
+                return hit
         raise GridError(f"{self.path}: no run with id {run_id!r} in mode {self.mode!r}")
+
+    @functools.cached_property
+    def _by_id(self) -> dict[str, Run]:
+        return {r.run_id: r for r in self.runs}
+
+    def _with_seeds(self, n: int) -> "Grid":
+        """This grid with every block at ``n`` seeds (expanded once per n, then kept)."""
+        more = self.__dict__.setdefault("_more_seeds", {})  # frozen: the cache lives beside the fields
+        if n not in more:
+            more[n] = load_grid(self.path, self.mode, seeds={b: n for b in self.blocks})
+        return more[n]
 
     @property
     def blocks(self) -> tuple[str, ...]:
@@ -128,19 +141,29 @@ def _load_yaml(path: Path) -> dict:
     return read_yaml_mapping(path, GridError, "grid file")
 
 
+def _schema_validator(schema: dict) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(schema)
+
+
 def _validate_structure(path: Path, raw: dict) -> None:
-    schema = yaml.safe_load(SCHEMA_FILE.read_text())
-    validator = jsonschema.Draft202012Validator(schema)
+    try:
+        validator = load_derived(SCHEMA_FILE, _schema_validator)  # parsed and built once per process
+    except YamlError as e:
+        raise GridError(str(e)) from None
     errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
-        where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
+        keys = ".".join(str(p) for p in e.absolute_path) or "<top level>"
         hint = ""
         if e.validator == "additionalProperties" and "properties" in e.schema:
             hint = f"; allowed keys are {sorted(e.schema['properties'])}"
         elif e.validator == "enum":
             hint = f"; allowed values are {e.validator_value}"
-        raise GridError(f"{path}: key {where}: {e.message}{hint}")
+        at = list(e.absolute_path)
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict) and "properties" in e.schema:
+            at += sorted(str(k) for k in e.instance if k not in e.schema["properties"])[:1]  # the unknown key's line
+        line = key_line(path, at)
+        raise GridError(f"{path}: key {keys}: {e.message}{hint}" + (f" ({where(path, line)})" if line else ""))
 
 
 def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int] | None = None) -> Grid:

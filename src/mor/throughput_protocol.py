@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import yaml
+from mor.yaml_io import load_yaml
 
 PROTOCOL_FILE = Path(__file__).resolve().parents[2] / "workflows" / "throughput.yaml"
 VERSION = 4  # 3: continuous depth-wise batching engine, row fill, passes/token; 4: live sequences admitted by memory; bump when the job measures something else: its files are then remade
@@ -25,7 +25,7 @@ KEYS = ("requests", "gen_mean", "gen_std", "gen_max", "warmup_tokens", "fixed_ba
 
 def load_protocol(mode: str, path: str | Path = PROTOCOL_FILE) -> dict:
     """The protocol of ``mode`` (the file's section of that name); a missing key fails."""
-    raw = yaml.safe_load(Path(path).read_text())
+    raw = load_yaml(path)  # parsed once per process: Snakemake asks for it once per run (job_settings)
     if mode not in raw:
         raise ValueError(f"{path}: no throughput protocol for mode {mode!r}; sections: {sorted(raw)}")
     spec = raw[mode]
