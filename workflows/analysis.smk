@@ -21,6 +21,8 @@ rule analysis:
         settings=job_settings("analysis"),  # an edit of the eval.* settings it uses re-runs it
         version=ANALYSIS_VERSION,
     threads: config["threads"]
+    resources:
+        **job_resources("analysis"),  # the Slurm preset's GPUs, memory, time (common.smk)
     log:
         "logs/{grid}/{run_id}/analysis-{analysis}.log",
     shell:

@@ -31,10 +31,11 @@ PY = f"{shlex.quote(sys.executable)} -m mor"  # quoted: a checkout path may hold
 LAUNCHER = config.get("launcher", "local")
 PRESETS = Path(config.get("presets") or Path(workflow.basedir) / "slurm" / "presets.yaml").absolute()
 LAUNCH_ARGS = f"--launcher {LAUNCHER}"
+PRESET_TABLE = None  # the parsed preset file (launcher slurm): the rules' resources come from it
 if LAUNCHER == "slurm":
     from mor.launch.slurm import load_presets
 
-    load_presets(PRESETS)
+    PRESET_TABLE = load_presets(PRESETS)
     LAUNCH_ARGS += f" --presets {shlex.quote(str(PRESETS))}"
 
 # Parse and validate every grid now: a malformed grid stops the workflow before any job.
@@ -75,6 +76,30 @@ def job_settings(kind):
         return json.dumps(KINDS[kind].settings_of(run_config(wildcards), MODE, dict(wildcards.items())), sort_keys=True)
 
     return inner
+
+
+def job_resources(kind):
+    """A job rule's ``resources:``: its kind (``job_kind``) and, with the Slurm launcher, the
+    preset the launcher submits it with (the run's scale and ``KINDS[kind].preset``, or the
+    top-level ``data`` entry), as Snakemake resources (mor.launch.resources): GPUs, tasks,
+    CPUs, memory, time limit, and partition / account / QoS / constraint where the file sets
+    them. So the dry run shows them, ``--resources gpu=N`` caps the GPUs in flight, and
+    Snakemake's own Slurm executor would ask for the same. Local launcher: the kind only."""
+    out = {"job_kind": kind}
+    if PRESET_TABLE is None:
+        return out
+    from mor.launch.resources import INT_RESOURCES, STR_RESOURCES, preset_resources, resource
+
+    key = KINDS[kind].preset
+    if key == "data":  # one entry, no run: plain values
+        return {**out, **preset_resources(PRESET_TABLE.data)}
+    every = [PRESET_TABLE.data_entry, *PRESET_TABLE.entries.values()]
+    names = list(INT_RESOURCES) + [n for n in STR_RESOURCES if any(p and n in preset_resources(p) for p in every)]
+
+    def one(name):
+        return lambda wildcards: resource(PRESET_TABLE, run_config(wildcards).model.scale, key, name)
+
+    return {**out, **{name: one(name) for name in names}}
 
 
 def lm_eval_task_inputs(wildcards):

@@ -93,7 +93,7 @@ rule fineweb:
         tokenizer=hub_name,
     threads: workflow.cores if LAUNCHER == "local" else 1
     resources:
-        job_kind="data",
+        **job_resources("data"),  # the Slurm preset's GPUs, memory, time (common.smk)
     message:
         (f"rule fineweb (python -m mor.launch data): FineWeb-Edu -> {{output}}: {FINEWEB_SETTINGS.total_tokens / 1e9:.2f}B tokens of "
          f"{FINEWEB_SETTINGS.source.path} ({FINEWEB_SETTINGS.source.name}), {FINEWEB_WHERE}")

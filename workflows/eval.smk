@@ -15,6 +15,8 @@ rule eval:
         eval_settings=job_settings("eval"),  # an edit of eval.* re-runs this job alone
         schema=SCHEMA_VERSION,  # a new result schema (mor.results) regenerates every row, never a training
     threads: config["threads"]
+    resources:
+        **job_resources("eval"),  # the Slurm preset's GPUs, memory, time (common.smk)
     log:
         "logs/{grid}/{run_id}/eval.log",
     shell:

@@ -35,7 +35,7 @@ rule lmeval:
         lm_eval_settings=job_settings("lmeval"),  # an edit of eval.lm_eval_* re-runs this job alone (+ its eval)
     threads: config["threads"]
     resources:
-        job_kind="lmeval",
+        **job_resources("lmeval"),  # the Slurm preset's GPUs, memory, time (common.smk)
     log:
         "logs/{grid}/{run_id}/lmeval.log",
     shell:

@@ -19,7 +19,7 @@ rule throughput:
         torch_threads=config["threads"],  # the timing's torch threads; `threads` may be raised to reserve cores
     threads: config["threads"]
     resources:
-        job_kind="throughput",
+        **job_resources("throughput"),  # the Slurm preset's GPUs, memory, time (common.smk)
     log:
         "logs/{grid}/{run_id}/throughput.log",
     shell:

@@ -11,7 +11,7 @@ rule train:
         mode=MODE,
     threads: config["threads"]
     resources:
-        job_kind="train",
+        **job_resources("train"),  # the Slurm preset's GPUs, memory, time (common.smk)
     log:
         "logs/{grid}/{run_id}/train.log",
     shell:

@@ -1,0 +1,69 @@
+"""A job's Slurm preset as Snakemake resources: what each rule's ``resources:`` declares.
+
+Why: the launcher (``python -m mor.launch <kind> --launcher slurm``) submits a job with the
+preset of its run's scale and kind (``mor.launch.slurm.Presets.get``); before this module
+Snakemake saw only ``job_kind=train``, so neither its dry run nor its scheduler knew what a
+job would ask of the cluster. The rules now declare the same preset's numbers, taken from
+the same ``Presets`` object and the same ``(scale, kind)`` key as the launcher and
+``mor.launch plan`` (``mor.jobs.KINDS[kind].preset``), so
+
+* ``snakemake --profile slurm -n`` prints, for every job, its GPUs, memory and time limit;
+* ``--resources gpu=16`` caps the GPUs in flight (Snakemake counts each job's ``gpu``);
+* the names are the ones Snakemake's own Slurm executor plugin reads (``slurm_partition``,
+  ``slurm_account``, ``runtime`` in minutes, ``mem_mb`` per node, ``cpus_per_task``,
+  ``nodes``, ``tasks``, ``gpu``, ``qos``, ``constraint``), so that executor could submit the
+  same jobs (docs/grids.md says which of the two paths a site should use).
+
+Pure and torch-free (Snakemake calls it while it builds the DAG, once per job and resource).
+"""
+
+from __future__ import annotations
+
+from mor.launch.slurm import Preset, PresetError, Presets
+
+# Resource names, in the order the dry run prints them. Integers: Snakemake sums them for
+# --resources; strings: passed through (only where the preset sets them).
+INT_RESOURCES = ("nodes", "tasks", "gpu", "cpus_per_task", "mem_mb", "runtime")
+STR_RESOURCES = ("slurm_partition", "slurm_account", "qos", "constraint")
+NAMES = INT_RESOURCES + STR_RESOURCES
+
+
+def preset_resources(preset: Preset) -> dict[str, int | str]:
+    """One job's resources from its preset: the numbers ``submitit_parameters`` submits."""
+    out: dict[str, int | str] = {
+        "nodes": preset.nodes,
+        "tasks": preset.world_size,  # processes of the whole job (one per GPU)
+        "gpu": preset.gpus,  # GPUs of the whole job (nodes x gpus_per_node)
+        "cpus_per_task": preset.cpus_per_task,
+        "mem_mb": round(preset.mem_gb * 1024),  # per node, like Slurm's --mem (mem_gb is GiB there too)
+        "runtime": preset.time_min,
+    }
+    for key, name in (("partition", "slurm_partition"), ("account", "slurm_account"), ("qos", "qos"),
+                      ("constraint", "constraint")):
+        if getattr(preset, key):
+            out[name] = getattr(preset, key)
+    return out
+
+
+def job_preset(presets: Presets, scale: str, preset_key: str) -> Preset | None:
+    """The preset the launcher would submit with (``presets.data`` for the data job), or
+    None where the file has none for this kind at this scale: such a job gets no resources
+    here, the launcher fails it when it runs, and ``mor.launch plan`` names it first
+    (``NO PRESET``, or an error for a scale the file lacks altogether). Failing here instead
+    would stop the dry run of every target for one grid's missing entry."""
+    if preset_key == "data":
+        return presets.data
+    try:
+        return presets.get(scale, preset_key)
+    except PresetError:
+        return None
+
+
+def resource(presets: Presets, scale: str, preset_key: str, name: str) -> int | str | None:
+    """One resource of one job: its preset's value; 0 (or None for a string resource the
+    preset leaves unset) where there is nothing to ask for."""
+    p = job_preset(presets, scale, preset_key)
+    values = preset_resources(p) if p is not None else {}
+    if name in INT_RESOURCES:
+        return int(values.get(name, 0))
+    return values.get(name)

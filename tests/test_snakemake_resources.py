@@ -1,0 +1,110 @@
+"""Snakemake sees each job's Slurm resources (issue 29): the dry run of ``--profile slurm``
+prints, for every train / eval / lmeval / analysis / throughput job, the GPUs, tasks, nodes,
+time limit and memory that ``mor.launch plan`` plans for the same job from the same preset
+file, and nothing for a job the plan does not have (or the other way round)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from mor.grids import all_grids, load_grid
+from mor.jobs import KINDS
+from mor.launch.plan import plan_grid
+from mor.launch.resources import preset_resources, resource
+from mor.launch.slurm import PresetError, load_presets
+
+REPO = Path(__file__).resolve().parents[1]
+RULE_KIND = {"train": "train", "eval": "eval", "lmeval": "lmeval", "analysis": "analysis", "throughput": "throughput"}
+
+
+def dry_run_jobs(text: str) -> list[dict]:
+    """Every job block of a dry run: its rule, wildcards and resources (as strings)."""
+    jobs = []
+    for block in re.split(r"\n(?=rule \w+:\n)", text):
+        m = re.match(r"rule (\w+):\n", block)
+        if not m:
+            continue
+        fields = dict(re.findall(r"^    (\w+): (.*)$", block, re.M))
+        pairs = lambda s: dict(p.split("=", 1) for p in s.split(", ") if "=" in p)  # noqa: E731
+        jobs.append({"rule": m.group(1), "wildcards": pairs(fields.get("wildcards", "")),
+                     "resources": pairs(fields.get("resources", ""))})
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    from conftest import run_group
+
+    wd = tmp_path_factory.mktemp("slurm-dry")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    env.pop("MOR_SITE", None)
+    proc = run_group([sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--profile",
+                      str(REPO / "slurm"), "-n", "--nolock", "--directory", str(wd), "--config",
+                      f"grids_dir={REPO / 'grids'}", f"data_root={wd / 'data'}", "--", "all"], cwd=REPO, env=env, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc.stdout
+
+
+def test_every_job_shows_the_resources_the_plan_prints(dry_run):
+    presets = load_presets()
+    dry = {}
+    for job in dry_run_jobs(dry_run):
+        if job["rule"] not in RULE_KIND:
+            continue
+        w = job["wildcards"]
+        dry[(w["grid"], RULE_KIND[job["rule"]], w["run_id"], w.get("analysis", ""))] = job["resources"]
+    planned, unpriced = {}, set()
+    for path in all_grids():
+        grid = load_grid(path, "cluster")
+        scale = {r.run_id: r.config.model.scale for r in grid.runs}
+        try:
+            jobs = plan_grid(grid, presets)
+        except PresetError:  # a scale the preset file lacks: the plan stops, the dry run asks for nothing
+            unpriced.add(grid.name)
+            continue
+        for j in jobs:
+            planned[(grid.name, j.kind, j.run_id, j.analysis)] = (j, scale[j.run_id])
+    for key in [k for k in dry if k[0] in unpriced]:
+        assert int(dry.pop(key)["gpu"]) == 0, key
+    assert set(dry) == set(planned)  # the same jobs
+    assert {k[1] for k in dry} == set(RULE_KIND.values())  # every job kind is there
+    for key, res in dry.items():
+        j, scale = planned[key]
+        assert res["job_kind"] == j.kind, key
+        if j.missing_preset:  # the plan warns NO PRESET; the workflow asks for nothing
+            assert int(res["gpu"]) == 0 and int(res["runtime"]) == 0, key
+            continue
+        got = {k: int(res[k]) for k in ("gpu", "nodes", "tasks", "runtime", "mem_mb", "cpus_per_task")}
+        preset = presets.get(scale, KINDS[j.kind].preset)
+        assert got == {"gpu": j.gpus, "nodes": j.nodes, "tasks": j.world_size, "runtime": j.time_min,
+                       "mem_mb": round(preset.mem_gb * 1024), "cpus_per_task": preset.cpus_per_task}, key
+    # the issue's example: a 135M train job of table10 asks for 1 x 2 GPUs for 24:00
+    train135 = [r for (g, k, rid, _), r in dry.items() if g == "table10" and k == "train" and rid.startswith("135M-")]
+    assert train135 and all((r["nodes"], r["gpu"], r["runtime"]) == ("1", "2", "1440") for r in train135)
+
+
+def test_the_data_job_names_its_preset(dry_run):
+    """The fineweb rule prints a message instead of its block: it names the data preset."""
+    data = load_presets().data
+    line = next(ln for ln in dry_run.splitlines() if "rule fineweb" in ln)
+    assert f"{data.cpus_per_task} CPUs, 0 GPUs, {data.mem_gb:g} GB, {data.time_min // 60}:{data.time_min % 60:02d} h" in line
+
+
+def test_preset_resources_follow_the_preset(tmp_path):
+    """Partition, account, QoS and constraint appear where the file sets them; a kind without
+    an entry at a scale gets no resources (the launcher fails it, the plan warns)."""
+    f = tmp_path / "p.yaml"
+    f.write_text("defaults: {partition: gpu, account: lab, qos: null}\nscales:\n"
+                 "  tiny: {train: {nodes: 2, gpus_per_node: 4, cpus_per_task: 6, mem_gb: 1.5, time_min: 90}}\n"
+                 "data: {gpus_per_node: 0, cpus_per_task: 3, mem_gb: 4, time_min: 60}\n")
+    p = load_presets(f, site=None)
+    got = preset_resources(p.get("tiny", "train"))
+    assert got == {"nodes": 2, "tasks": 8, "gpu": 8, "cpus_per_task": 6, "mem_mb": 1536, "runtime": 90,
+                   "slurm_partition": "gpu", "slurm_account": "lab"}
+    assert resource(p, "tiny", "eval", "gpu") == 0 and resource(p, "tiny", "eval", "slurm_partition") is None
+    assert resource(p, "", "data", "cpus_per_task") == 3 and resource(p, "", "data", "gpu") == 0
