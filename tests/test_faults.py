@@ -1,4 +1,4 @@
-"""Faults users meet, each answered by a clear error and nothing lost.
+"""Faults users meet, each provoked for real and answered by a clear error, nothing lost.
 
 - malformed grids that used to be accepted (an unknown artifact, a reference row with an
   unknown key) stop the workflow when the Snakefile is parsed, naming the file and the key;
@@ -6,12 +6,22 @@
   and leaves the first one's locks alone; the first then finishes as if alone;
 - a full disk (ENOSPC, a small tmpfs) during a checkpoint write or a parquet write raises
   the OSError and leaves the previous checkpoint / results file whole, with no temporary;
+  during a train job (room for one checkpoint and a half), collection and rendering: one line
+  naming the file, the last good checkpoint / outputs intact, a clean resume once space is back;
+- a truncated, garbled, empty or missing file in the newest checkpoint: the resume names it
+  and goes on from the previous good checkpoint, ending bit for bit as an undisturbed run;
+- a SIGKILLed Snakemake: its local trainer notices, checkpoints the step in progress and
+  exits; a second writer on one run waits for the first, then refuses naming it;
 - a corrupt token file or corrupt final weights under the local launcher: exit 1 with an
   error that names the file.
+
+Every wait is on an event (a file, a line, a process state); deadlines only bound a hang and
+scale with the machine (tests/deadlines.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -26,6 +36,8 @@ import pytest
 import yaml
 
 from conftest import REPO, run_group
+from deadlines import deadline, wait_for
+from test_checkpoint import reference  # noqa: F401 - the undisturbed run the damaged ones are held to
 from test_workflow import E2E_GRID, SNAKEMAKE
 
 from mor.grids import SCHEMA_FILE, load_grid
@@ -40,7 +52,7 @@ def run_snakemake(workdir: Path, grids: Path, data_root: Path, *args: str, popen
     if popen:
         return subprocess.Popen(cmd, cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
-    return run_group(cmd, cwd=checkout, env=env, timeout=900)
+    return run_group(cmd, cwd=checkout, env=env, timeout=deadline(900))
 
 
 def e2e_grids(root: Path, text: str = E2E_GRID) -> Path:
@@ -94,14 +106,12 @@ def _group_stopped(pgid: int) -> bool:
 def test_a_second_workflow_in_the_same_folder_refuses_and_the_first_finishes(tmp_path, data_root):
     """The first Snakemake is frozen (SIGSTOP to its group) once it holds its locks, so the
     second one certainly meets a live owner; then it is resumed and finishes."""
-    from test_slurm_workflow import wait_for
-
     grids = e2e_grids(tmp_path)
     first = run_snakemake(tmp_path, grids, data_root, popen=True)
     locks = tmp_path / ".snakemake" / "locks"
     try:
         wait_for(lambda: (locks.is_dir() and any(locks.iterdir())) or first.poll() is not None,
-                 "the first workflow's locks", within_s=300, every_s=0.05)
+                 "the first workflow's locks", 300)
         assert first.poll() is None, first.communicate()[0]
         os.killpg(first.pid, signal.SIGSTOP)
         wait_for(lambda: _group_stopped(first.pid), "the first workflow to stop", 60)
@@ -116,7 +126,7 @@ def test_a_second_workflow_in_the_same_folder_refuses_and_the_first_finishes(tmp
         assert sorted(p.name for p in locks.iterdir()) == held
 
         os.killpg(first.pid, signal.SIGCONT)
-        out, _ = first.communicate(timeout=900)
+        out, _ = first.communicate(timeout=deadline(900))
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
@@ -131,21 +141,33 @@ def test_a_second_workflow_in_the_same_folder_refuses_and_the_first_finishes(tmp
 
 
 # ------------------------------------------------------------------ a full disk
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 1 MiB tmpfs (root only): writes past its size fail with ENOSPC, as on a full disk."""
+@contextlib.contextmanager
+def tmpfs(mnt: Path, size: str):
+    """A tmpfs of ``size`` at ``mnt`` (root only): writes past its size fail with ENOSPC, as on a
+    full disk. Skips with the reason where mounting is impossible."""
     if os.geteuid() != 0 or not sys.platform.startswith("linux"):
         pytest.skip("mounting a small tmpfs needs root on Linux")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", f"mor-enospc-{uuid.uuid4().hex[:6]}", str(mnt)],
-                          capture_output=True, text=True, check=False)
+    mnt.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", f"mor-enospc-{uuid.uuid4().hex[:6]}",
+                           str(mnt)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     try:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs."""
+    with tmpfs(tmp_path / "small", "1m") as mnt:
+        yield mnt
+
+
+def _disk_bytes(folder: Path) -> int:
+    """What the files under ``folder`` take on disk (blocks, as a tmpfs counts them)."""
+    return sum(p.stat().st_blocks * 512 for p in folder.rglob("*") if p.is_file())
 
 
 def _fill(folder: Path, leave: int) -> None:
@@ -212,12 +234,131 @@ def test_a_full_disk_during_a_parquet_write_keeps_the_previous_results(small_dis
     assert _no_temporaries(small_disk) == []
 
 
+def test_a_full_disk_during_training_fails_clearly_keeps_the_last_checkpoint_and_resumes(tmp_path, data_root):
+    """A run whose folder is on a disk with room for one checkpoint and a half: the first
+    checkpoint (step 2) fits, the second cannot (the old one stays until the new one is whole),
+    so training stops with a one-line error naming the checkpoint and the disk; step 2's
+    checkpoint is intact and no temporary is left. With the space back, the same command
+    resumes at step 2 and ends with the weights and losses of an undisturbed run."""
+    from safetensors.torch import load_file
+    from test_slurm_workflow import write_grid
+
+    from mor.train.checkpoint import load_latest
+
+    grid = write_grid(tmp_path / "grids", "disk", steps=8, tying=False, checkpoint_every=2)
+    run_id = load_grid(grid, "local").runs[0].run_id
+    (tmp_path / "ref").mkdir()
+    ref = _launch("train", grid, run_id, tmp_path / "ref", data_root)  # the undisturbed run, on a normal disk
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    ref_dir = tmp_path / "ref" / "runs" / "disk" / run_id
+    one = _disk_bytes(ref_dir / "checkpoints" / "step-000008")
+    with tmpfs(tmp_path / "disk", "64m") as mnt:
+        (mnt / "runs" / "disk").mkdir(parents=True)
+        _fill(mnt, leave=int(1.5 * one) + 256 * 1024)  # + the config, logs and pointer files
+        full = _launch("train", grid, run_id, mnt, data_root)
+        run_dir = mnt / "runs" / "disk" / run_id
+        assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]
+        errors = [ln for ln in full.stderr.splitlines() if ln.startswith("error: ")]
+        assert len(errors) == 1 and "No space left on device" in errors[0], full.stderr[-3000:]
+        assert f"checkpoint {run_dir / 'checkpoints' / 'step-000004'} could not be written" in errors[0]
+        assert "the previous checkpoint" in errors[0] and "resumes from it once there is room" in errors[0]
+        config_hash = json.loads((run_dir / "checkpoints" / "step-000002" / "state.json").read_text())["config_hash"]
+        path, state, _, _ = load_latest(run_dir / "checkpoints", config_hash)  # sizes and digests check out
+        assert path.name == "step-000002" and state["step"] == 2
+        assert _no_temporaries(mnt) == [] and not (run_dir / "final").exists()
+
+        (mnt / "ballast").unlink()  # space is back
+        again = _launch("train", grid, run_id, mnt, data_root)
+        assert again.returncode == 0, again.stderr[-3000:]
+        summary = json.loads((run_dir / "train_summary.json").read_text())
+        assert summary["resumed_from"] == 2
+        got, want = (load_file(str(d / "final" / "model.safetensors")) for d in (run_dir, ref_dir))
+        assert got.keys() == want.keys() and all(torch_equal(got[k], want[k]) for k in want)
+        keep = ("step", "loss", "grad_norm")
+        rows = lambda d: [{k: json.loads(ln)[k] for k in keep} for ln in (d / "train_log.jsonl").read_text().splitlines()]  # noqa: E731
+        assert rows(run_dir) == rows(ref_dir)  # each step once, the same losses
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+def test_a_full_disk_during_collection_and_rendering_keeps_the_previous_outputs(tmp_path, capsys, monkeypatch):
+    """``mor collect`` and ``mor report`` writing to a full disk (result rows as an eval job
+    writes them, numbers made up): exit 2, one line naming the file and what to do; the
+    previous grid table and the previous rendered table are whole, no temporary is left;
+    with the space back the same commands write them again."""
+    from test_reports import _row
+
+    from mor.cli import main
+    from mor.config import ModelConfig, RunConfig
+    from mor.results import write_rows
+
+    mk = lambda **kw: RunConfig(grid="table10", paper_scale="135M", model=ModelConfig(scale="small", **kw))  # noqa: E731
+    runs = [mk(), mk(variant="vanilla", reduced=True, num_recursions=2), mk(variant="recursive", tying="cycle",
+                                                                            num_recursions=2)]
+    rows = [tmp_path / "rows" / f"{i}.parquet" for i in range(len(runs))]
+    for path, run, nll in zip(rows, runs, (5.0, 5.4, 5.2)):
+        write_rows(path, [_row(run, val_nll=nll)])
+    grid = tmp_path / "table10.yaml"
+    grid.write_text("reference:\n  - {paper_scale: 135M, variant: recursive, tying: cycle, num_recursions: 2, val_nll: 3.0071}\n")
+    with tmpfs(tmp_path / "disk", "4m") as mnt:
+        monkeypatch.chdir(mnt)
+        table, artifact = mnt / "table10.parquet", mnt / "tables" / "table10"
+        collect = ["collect", "--grid", "table10", "--out", str(table), *map(str, rows)]
+        report = ["report", "--artifact", "tables/table10", "--results", str(table), "--grid", str(grid)]
+        assert main(collect) == 0 and main(report) == 0
+        capsys.readouterr()
+        before = {p: p.read_bytes() for p in [table, *artifact.rglob("*")] if p.is_file()}
+        assert len(before) >= 3  # the grid table, the table's csv and html
+        _fill(mnt, leave=0)
+        for argv, named in ((collect, f"while writing {table}"), (report, "while writing tables/table10")):
+            assert main(argv) == 2, argv[0]
+            lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+            assert len(lines) == 1 and lines[0].startswith("error: No space left on device " + named), lines
+            assert "is unchanged: free space and run again" in lines[0]
+        after = {p: p.read_bytes() for p in [table, *artifact.rglob("*")] if p.is_file()}
+        assert after == before and _no_temporaries(mnt) == []
+        (mnt / "ballast").unlink()
+        assert main(collect) == 0 and main(report) == 0
+
+
+# ------------------------------------------------------------------ a damaged latest checkpoint
+def _truncate(f: Path) -> None:
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])  # a copy or a disk that stopped half-way
+
+
+@pytest.mark.parametrize("damage, file, said", [
+    (_truncate, "model.safetensors", "is truncated or overwritten"),
+    (lambda f: f.write_text('{"step": 8, "fi'), "state.json", "is missing, corrupt or from an older format"),
+    (lambda f: f.write_bytes(b""), "optimizer.safetensors", "is truncated or overwritten"),
+    (lambda f: f.unlink(), "model.safetensors", "is missing"),
+], ids=["truncated-weights", "garbled-state", "empty-moments", "missing-weights"])
+def test_a_damaged_latest_checkpoint_resumes_from_the_previous_good_one(reference, data_root, tmp_path, capsys,
+                                                                          damage, file, said):
+    """A run killed after step 8 (checkpoints at 4 and 8) whose newest checkpoint is then
+    damaged: the resume names the bad file, takes step 4's, and ends bit for bit where an
+    undisturbed run ends; never a half-read state."""
+    from test_checkpoint import _assert_same_run, _partial, _trainer
+
+    run, ref = reference
+    d = tmp_path / "run"
+    _partial(run, d, data_root, 8)
+    bad = d / "checkpoints" / "step-000008" / file
+    damage(bad)
+    assert _trainer(run, d, data_root).fit()["resumed_from"] == 4
+    assert f"skipping checkpoint {bad.parent}: {bad} {said}" in capsys.readouterr().err
+    _assert_same_run(ref, d)
+
+
 # ------------------------------------------------------------------ corrupt inputs under the local launcher
 def _launch(kind: str, grid: Path, run_id: str, workdir: Path, data_root: Path, *extra: str
             ) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "mor.launch", kind, "--grid", str(grid), "--run-id", run_id, "--mode", "local",
            "--run-dir", f"runs/{grid.stem}/{run_id}", "--data-root", str(data_root), "--launcher", "local", *extra]
-    return run_group(cmd, cwd=workdir, env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=600)
+    return run_group(cmd, cwd=workdir, env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=deadline(600))
 
 
 def _one_run_grid(tmp_path: Path) -> tuple[Path, str]:
@@ -289,7 +430,7 @@ def test_a_checkout_under_a_path_with_a_space_and_non_ascii_characters_runs_end_
     cmd = [str(venv / "bin" / "python"), "-m", "snakemake", "--snakefile", str(checkout / "Snakefile"),
            "--profile", str(checkout / "local"), "tables/table10", "figures/fig6", "--directory", str(work),
            "--config", f"grids_dir={grids}", f"data_root={data}"]
-    proc = run_group(cmd, cwd=checkout, env=dict(os.environ, PYTHONPATH=str(checkout / "src")), timeout=900)
+    proc = run_group(cmd, cwd=checkout, env=dict(os.environ, PYTHONPATH=str(checkout / "src")), timeout=deadline(900))
     logs = "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-1500:]}" for p in sorted((work / "logs").rglob("*.log"))
                      ) if (work / "logs").exists() else ""
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:] + logs
@@ -311,7 +452,7 @@ def _inner_pytest(tmp_path: Path, test_file: str, env: dict, *args: str) -> subp
     env.pop("MOR_SUITE_ID", None)
     return subprocess.run([sys.executable, "-m", "pytest", str(REPO / "tests" / test_file), "-q", "-rfEs",
                            "-m", "slow or not slow", "-p", "no:cacheprovider", *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=deadline(300))
 
 
 def test_asked_for_slurm_tests_fail_with_the_reason_when_the_cluster_cannot_start(tmp_path):
@@ -369,14 +510,14 @@ def test_lock_files_are_stale_only_when_no_workflow_holds_the_folder(tmp_path):
         (locks / "0.input.lock").write_text("x")  # its own lock, as Snakemake would write
         again = run_group([sys.executable, "-c", "import sys; from mor.workflow_guard import clear_stale_locks; "
                            "print(clear_stale_locks(sys.argv[1]))", str(tmp_path)],
-                          env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=60)
+                          env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=deadline(60))
         assert again.stdout.strip() == "False" and (locks / "0.input.lock").exists()
         assert "another Snakemake workflow is running" in again.stderr
     finally:
-        holder.communicate(input="", timeout=60)
+        holder.communicate(input="", timeout=deadline(60))
     gone = run_group([sys.executable, "-c", "import sys; from mor.workflow_guard import clear_stale_locks; "
                       "print(clear_stale_locks(sys.argv[1]))", str(tmp_path)],
-                     env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=60)
+                     env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=deadline(60))
     assert gone.stdout.strip().endswith("True") and not (locks / "0.input.lock").exists()
 
 
@@ -416,7 +557,6 @@ def test_a_sigkilled_workflow_leaves_no_trainer_behind_and_loses_no_step(tmp_pat
     (it cannot kill its jobs), and the trainer is let go. It notices its workflow is gone,
     stops at the end of its step with a checkpoint of that step, logs why and exits; its run's
     writer lock is free for the next run, which resumes from that checkpoint."""
-    from deadlines import wait_for
     from test_slurm_workflow import write_grid
 
     grids = tmp_path / "grids"
@@ -467,8 +607,6 @@ def test_a_second_writer_on_one_run_waits_for_the_first_and_then_refuses(tmp_pat
     """While one process holds a run's writer lock, a train job for the same run waits for it
     and, at its (here zero) wait limit, refuses naming the holder and writing nothing; once the
     holder is gone a waiting job takes the lock and trains."""
-    from deadlines import deadline
-
     grid, run_id = _one_run_grid(tmp_path)
     run_dir = tmp_path / "runs" / grid.stem / run_id
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))

@@ -66,7 +66,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         _fsync_file(tmp)
         os.replace(tmp, path)
     except Exception as e:
-        if _out_of_space(e):  # writers (pyarrow, safetensors) say so without naming the file
+        if out_of_space(e):  # writers (pyarrow, safetensors) say so without naming the file
             raise OSError(errno.ENOSPC, f"No space left on device while writing {path}; the previous "
                                         f"{path.name} (if any) is unchanged: free space and run again") from e
         raise
@@ -75,7 +75,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             tmp.unlink()
 
 
-def _out_of_space(e: BaseException) -> bool:
+def out_of_space(e: BaseException) -> bool:
     """ENOSPC, as an OSError or quoted by a writer's own exception (safetensors: 'os error 28')."""
     return getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e)
 

@@ -14,49 +14,14 @@ which the Snakemake rules run (see ``python -m mor.launch --help``).
 from __future__ import annotations
 
 import argparse
-import errno
 import sys
 from pathlib import Path
 
+from mor.errors import is_domain_error, one_line
 from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS
 
 LAUNCH_VERBS = (*KINDS, "plan")  # handed to mor.launch whole
-# The suite's domain errors, (module, class): each message starts with the file it is about and
-# says what to do, so the CLI prints it as one line instead of a traceback. Looked up only in
-# modules already imported (an error of a module never imported cannot have been raised), so
-# the CLI itself never imports torch for them.
-DOMAIN_ERRORS = (("mor.grids", "GridError"), ("mor.config", "ConfigError"), ("mor.yaml_io", "YamlError"),
-                 ("mor.launch.slurm", "PresetError"), ("mor.launch.slurm", "LaunchError"),
-                 ("mor.results", "ResultsError"), ("mor.export_hf", "ExportError"),
-                 ("mor.train.checkpoint", "CheckpointError"), ("mor.train_log", "TrainLogError"),
-                 ("mor.data.fineweb", "SettingsError"), ("mor.data.shards", "ShardError"),
-                 ("mor.data.source", "SourceError"), ("mor.lm_eval.tasks", "TaskDataError"),
-                 ("mor.lm_eval.hub_cache", "HubCacheError"), ("mor.model.init_from_hf", "InitCheckpointError"))
-
-
-def is_domain_error(e: BaseException) -> bool:
-    for module, name in DOMAIN_ERRORS:
-        cls = getattr(sys.modules.get(module), name, None)
-        if cls is not None and isinstance(e, cls):
-            return True
-    return False
-
-
-def one_line(e: BaseException) -> str:
-    """``error: <message>`` on one line: a multi-line message's lines joined with "; "."""
-    if isinstance(e, OSError) and not is_domain_error(e):
-        if e.errno == errno.ENOSPC:
-            text = str(e) if "No space left" in str(e) and e.filename is None else (
-                f"{e.filename or 'a file'}: no space left on device; free space and run the same command again "
-                "(what was written before is intact)")
-        else:
-            text = f"{e.filename}: {e.strerror}" if e.filename else str(e)
-    else:
-        text = str(e)
-    return "error: " + "; ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
 def _runs(a) -> int:
     if a.check:
         for p in all_grids():

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from mor.atomic import write_text_atomic
+from mor.errors import is_domain_error, one_line
 from mor.data.fineweb import SettingsError
 from mor.grids import GridError, load_grid
 from mor.jobs import KINDS, RUN_KINDS
@@ -235,11 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         return a.fn(a)
-    except (GridError, PresetError, SettingsError, HubCacheError, LeaseError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (GridError, PresetError, SettingsError, HubCacheError, LeaseError) as e:  # before anything ran
+        print(one_line(e), file=sys.stderr)
         return 2
-    except LaunchError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - a job that failed on a domain or file-system error: one line
+        if not (is_domain_error(e) or isinstance(e, OSError)):
+            raise  # a bug: its traceback is what a fix needs
+        print(one_line(e), file=sys.stderr)
         return 1
 
 

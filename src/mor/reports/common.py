@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from mor.atomic import remove_stale, replace_dir, temp_sibling
+from mor.atomic import out_of_space, remove_stale, replace_dir, temp_sibling
 from mor.results import read_frame
 
 TYING_NAMES = {"cycle": "Cycle", "sequence": "Sequence", "middle_cycle": "Middle-Cycle",
@@ -222,12 +223,21 @@ class OutputDir:
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            if self.final.parent.name == "tables":  # the report shows a table's HTML (write_html_table)
-                for csv in sorted(self.tmp.glob("*.csv")):
-                    write_html_table(csv)
-            replace_dir(self.tmp, self.final)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            if exc_type is None:
+                if self.final.parent.name == "tables":  # the report shows a table's HTML (write_html_table)
+                    for csv in sorted(self.tmp.glob("*.csv")):
+                        write_html_table(csv)
+                replace_dir(self.tmp, self.final)
+        except OSError as e:
+            exc = e
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        if exc is not None and out_of_space(exc):  # matplotlib and pandas name only the temporary file
+            raise OSError(errno.ENOSPC, f"No space left on device while writing {self.final}; the previous "
+                                        f"{self.final.name} (if any) is unchanged: free space and run again") from exc
+        if exc is not None and exc_type is None:
+            raise exc
 
     def files(self) -> list[Path]:
         return sorted(self.final.iterdir())
