@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mor.cli import main, one_line
+from mor.cli import main
+from mor.errors import one_line
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -60,7 +61,8 @@ def test_a_checkpoint_error_and_a_full_disk_read_as_one_line():
     e = CheckpointError("runs/g/r/checkpoints: no intact checkpoint\n  delete runs/g/r/checkpoints to start again")
     assert one_line(e) == "error: runs/g/r/checkpoints: no intact checkpoint; delete runs/g/r/checkpoints to start again"
     full = OSError(errno.ENOSPC, "No space left on device", "results/table10.parquet")
-    assert one_line(full).startswith("error: results/table10.parquet: no space left on device; free space")
+    assert one_line(full) == ("error: results/table10.parquet: No space left on device; free space and run the same "
+                              "command again (what was written before is intact)")
 
 
 def test_a_closed_pipe_ends_quietly():
