@@ -3,8 +3,8 @@ per process, however many runs ask for it, and a run lookup is a dict access.
 
 The reads are counted at the one parser call (``mor.yaml_io._parse``) while a grid of 10 and
 one of 1,000 runs go through everything the workflow and the launcher do per run: expand
-both modes, plan the cluster jobs with the presets, look every run up by id, and call every
-job kind's settings hook (the rules' params)."""
+both modes, plan the cluster jobs with the presets, collect ``mor status`` of every run,
+look every run up by id, and call every job kind's settings hook (the rules' params)."""
 
 from __future__ import annotations
 
@@ -43,9 +43,13 @@ def parses(monkeypatch):
 
 
 def _every_per_run_step(path: Path) -> int:
-    """What Snakemake's parse and input functions and ``mor.launch plan`` do, for every run."""
+    """What Snakemake's parse and input functions, ``mor.launch plan`` and ``mor status`` do,
+    for every run."""
     from mor.launch.plan import plan_grid
     from mor.launch.slurm import load_presets
+    from mor.status import Paths, collect
+
+    root = path.parent
 
     n = 0
     for mode in ("local", "cluster"):
@@ -53,6 +57,9 @@ def _every_per_run_step(path: Path) -> int:
         n = len(grid.runs)
         if mode == "cluster":
             assert len(plan_grid(grid, load_presets())) >= 3 * n  # train, eval, lmeval per run
+            statuses = collect([grid], Paths(runs=root / "runs", results=root / "results", logs=root / "logs",
+                                             slurm_logs=root / "logs" / "slurm"))
+            assert [r.state for r in statuses[0].runs] == ["not started"] * n  # `mor status`, every run
         for r in grid.runs:
             assert grid.run(r.run_id) is r
             for kind, analysis in run_jobs(grid, r.config) + [("throughput", "")]:
