@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import pytest
+from deadlines import deadline
 
 REPO = Path(__file__).resolve().parent.parent
 UP_SH = REPO / "slurm" / "testcluster" / "up.sh"
@@ -85,9 +86,9 @@ def _cluster_answers() -> bool:
     if not (shutil.which("sinfo") and shutil.which("sacct")):
         return False
     try:
-        subprocess.run(["sinfo", "-h"], check=True, capture_output=True, timeout=20)
+        subprocess.run(["sinfo", "-h"], check=True, capture_output=True, timeout=deadline(20))
         subprocess.run(["sacct", "-n", "-X", "-S", "now-1minutes"], check=True,
-                       capture_output=True, timeout=20)
+                       capture_output=True, timeout=deadline(20))
     except (OSError, subprocess.SubprocessError):
         return False
     return True
@@ -121,7 +122,7 @@ def daemon_pids() -> dict[str, int]:
 
 def _queue() -> set[str]:
     try:
-        out = subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True, text=True, timeout=30,
+        out = subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True, text=True, timeout=deadline(30),
                              check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return set()
@@ -154,7 +155,7 @@ def ensure_cluster() -> None:
     before = daemon_pids()
     try:
         proc = subprocess.run(["bash", str(UP_SH)], stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=UP_TIMEOUT_S)
+                              capture_output=True, text=True, timeout=deadline(UP_TIMEOUT_S))
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr or b""
         if isinstance(err, bytes):
@@ -175,7 +176,7 @@ def _stop_what_up_started(before: dict[str, int]) -> None:
     """After a failed up.sh: down.sh if it left daemons running that were not running before."""
     now = daemon_pids()
     if any(before.get(name) != pid for name, pid in now.items()) and os.environ.get("MOR_KEEP_SLURM") != "1":
-        subprocess.run(["bash", str(DOWN_SH)], stdin=subprocess.DEVNULL, capture_output=True, timeout=300, check=False)
+        subprocess.run(["bash", str(DOWN_SH)], stdin=subprocess.DEVNULL, capture_output=True, timeout=deadline(300), check=False)
         for pid in now.values():
             reap(pid)
 
@@ -188,12 +189,12 @@ def release_cluster() -> list[str]:
     done = []
     new = sorted(_queue() - (_Session.jobs_before or set()), key=int)
     if new:
-        subprocess.run(["scancel", *new], capture_output=True, timeout=30, check=False)
+        subprocess.run(["scancel", *new], capture_output=True, timeout=deadline(30), check=False)
         done.append(f"cancelled Slurm jobs {' '.join(new)}")
     if _Session.started_daemons and os.environ.get("MOR_KEEP_SLURM") != "1" and os.geteuid() == 0:
         pids = daemon_pids()
         proc = subprocess.run(["bash", str(DOWN_SH)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=300, check=False)
+                              timeout=deadline(300), check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"{DOWN_SH} failed (rc={proc.returncode}):\n{proc.stdout + proc.stderr}")
         for pid in pids.values():
@@ -225,9 +226,9 @@ def stop_daemon(name: str, within_s: float = 30) -> None:
     comm = Path(f"/proc/{pid}/comm")
     assert comm.exists() and comm.read_text().strip() == name, f"pid {pid} in {pid_file} is not {name}"
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + within_s
+    end = time.monotonic() + deadline(within_s)  # a hang bound, scaled by the machine factor
     while _pid_alive(pid):
-        assert time.monotonic() < deadline, f"{name} (pid {pid}) still running {within_s}s after SIGTERM"
+        assert time.monotonic() < end, f"{name} (pid {pid}) still running {deadline(within_s):.0f}s after SIGTERM"
         time.sleep(0.2)
     reap(pid)
 
@@ -235,5 +236,5 @@ def stop_daemon(name: str, within_s: float = 30) -> None:
 def restart_cluster() -> None:
     """up.sh again: it restarts whatever daemon is not running and waits until sacct answers."""
     proc = subprocess.run(["bash", str(UP_SH)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=UP_TIMEOUT_S, check=False)
+                          timeout=deadline(UP_TIMEOUT_S), check=False)
     assert proc.returncode == 0, f"{UP_SH} failed (rc={proc.returncode}):\n{(proc.stdout + proc.stderr)[-6000:]}"

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from deadlines import deadline
 
 submitit = pytest.importorskip("submitit")
 
@@ -29,18 +30,18 @@ def _executor(folder: Path) -> "submitit.AutoExecutor":
 
 def _wait_done(job, within_s: float) -> float:
     """Poll job.done() (result file or sacct state); return seconds waited."""
-    t0 = time.monotonic()
+    t0, limit = time.monotonic(), deadline(within_s)  # a hang bound, scaled by the machine factor
     while not job.done():
-        if time.monotonic() - t0 > within_s:
+        if time.monotonic() - t0 > limit:
             info = job.get_info(mode="force")
-            pytest.fail(f"job {job.job_id} not done after {within_s}s (sacct: {info})")
+            pytest.fail(f"job {job.job_id} not done after {limit:.0f}s (sacct: {info})")
         time.sleep(0.5)
     return time.monotonic() - t0
 
 
 def _sacct_state(job_id: str) -> str:
     out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"],
-                         capture_output=True, text=True, timeout=30, check=True).stdout
+                         capture_output=True, text=True, timeout=deadline(30), check=True).stdout
     return out.strip().splitlines()[-1].split()[0] if out.strip() else ""
 
 
@@ -50,25 +51,25 @@ def test_submitit_job_returns_result(slurm_cluster, tmp_path):
     _wait_done(job, JOB_DONE_WITHIN_S)
     assert job.result() == 5050
     # accounting works: the job reaches COMPLETED in slurmdbd
-    deadline = time.monotonic() + 60
+    end = time.monotonic() + deadline(60)
     while (state := _sacct_state(job.job_id)) != "COMPLETED":
-        assert time.monotonic() < deadline, f"sacct state of {job.job_id}: {state!r}"
+        assert time.monotonic() < end, f"sacct state of {job.job_id}: {state!r}"
         time.sleep(0.5)
 
 
 def test_scancelled_job_raises_from_result(slurm_cluster, tmp_path):
     job = _executor(tmp_path / "submitit").submit(time.sleep, 600)
     try:
-        deadline = time.monotonic() + JOB_DONE_WITHIN_S
+        end = time.monotonic() + deadline(JOB_DONE_WITHIN_S)
         while job.get_info(mode="force").get("State") != "RUNNING":
-            assert time.monotonic() < deadline, f"job {job.job_id} never started"
+            assert time.monotonic() < end, f"job {job.job_id} never started"
             time.sleep(0.5)
 
-        subprocess.run(["scancel", job.job_id], check=True, timeout=30)
+        subprocess.run(["scancel", job.job_id], check=True, timeout=deadline(30))
         _wait_done(job, JOB_DONE_WITHIN_S)  # a deadline against a hang, not a timing
         with pytest.raises(submitit.core.utils.UncompletedJobError) as err:
             job.result()
         assert "CANCELLED" in str(err.value), str(err.value)
         assert _sacct_state(job.job_id) == "CANCELLED"
     finally:  # a failed assertion must not leave a 10-minute job behind
-        subprocess.run(["scancel", job.job_id], capture_output=True, timeout=30, check=False)
+        subprocess.run(["scancel", job.job_id], capture_output=True, timeout=deadline(30), check=False)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from deadlines import deadline
 from slurm_cluster import restart_cluster, slurm_tests_enabled, stop_daemon
 from submitit.core.utils import JobPaths, cloudpickle_dump
 from test_slurm_workflow import job_ids, launch, sacct_states, wait_for, write_grid, write_presets
@@ -314,7 +315,7 @@ def test_without_mor_tests_the_slurm_fixture_skips_before_starting_anything(tmp_
     env.update(MOR_SLURM_STATE=str(state), PYTHONPATH=str(REPO / "src"))
     proc = subprocess.run([sys.executable, "-m", "pytest", str(REPO / "tests" / "test_slurm_cluster.py"), "-q", "-rs",
                            "-p", "no:cacheprovider", "-k", "returns_result"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=deadline(120), check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 skipped" in proc.stdout and "MOR_TESTS=all bash scripts/test.sh" in proc.stdout, proc.stdout
     assert not state.exists()
@@ -330,16 +331,16 @@ STEPS, EVERY = 600, 20
 
 def _squeue(job_id: str) -> str:
     return subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
-                          timeout=30, check=False).stdout.strip()
+                          timeout=deadline(30), check=False).stdout.strip()
 
 
 def _sacct_fails() -> bool:
-    return subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, timeout=30, check=False).returncode != 0
+    return subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, timeout=deadline(30), check=False).returncode != 0
 
 
 def suspend(jid: str) -> None:
     """Freeze a running job (SIGSTOP to its processes) and wait until Slurm says SUSPENDED."""
-    subprocess.run(["scontrol", "suspend", jid], check=True, timeout=30, capture_output=True)
+    subprocess.run(["scontrol", "suspend", jid], check=True, timeout=deadline(30), capture_output=True)
     wait_for(lambda: _squeue(jid) == "SUSPENDED", f"job {jid} to be SUSPENDED", 60)
 
 
@@ -370,8 +371,8 @@ def _cancel(launcher, jid: str) -> str:
     """scancel without a signal option of the suspended job (Slurm ends a suspended job at
     once, without the SIGTERM grace): the launcher's output once it has exited."""
     assert _squeue(jid) == "SUSPENDED", f"job {jid} is not frozen mid-training: {_squeue(jid)}"
-    subprocess.run(["scancel", jid], check=True, timeout=30)
-    out, _ = launcher.communicate(timeout=FAIL_WITHIN_S)  # TimeoutExpired: it did not notice within a minute
+    subprocess.run(["scancel", jid], check=True, timeout=deadline(30))
+    out, _ = launcher.communicate(timeout=deadline(FAIL_WITHIN_S))  # TimeoutExpired: it did not notice within a minute
     return out
 
 
@@ -425,7 +426,7 @@ def test_with_slurmdbd_down_jobs_are_reattached_not_duplicated_and_faults_still_
         grid, run_id, first, jid, folder = _start_training(tmp_path, data_root, "nodb")
         launchers.append(first)
         first.send_signal(signal.SIGKILL)  # no chance to cancel: the job runs on
-        first.wait(timeout=30)
+        first.wait(timeout=deadline(30))
         second = launch("train", grid, run_id, tmp_path, data_root, "--launcher", "slurm",
                         "--presets", str(tmp_path / "presets.yaml"), popen=True)
         launchers.append(second)

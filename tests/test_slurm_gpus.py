@@ -16,6 +16,7 @@ import subprocess
 
 import pytest
 
+from deadlines import deadline
 from test_slurm_faults import fake  # noqa: F401  (fixture: fake sbatch / sacct / squeue on PATH)
 
 from mor.launch.slurm import LaunchError, Preset, load_presets, pythonpath_setup, submit_and_wait
@@ -42,7 +43,7 @@ def _parse(env0: str) -> dict[str, str]:
 
 @pytest.mark.slurm
 def test_node_advertises_gpus_as_gres(slurm_cluster):
-    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%G"], capture_output=True, text=True, timeout=30,
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%G"], capture_output=True, text=True, timeout=deadline(30),
                          check=True).stdout.split()
     assert out == [f"gpu:{NODE_GPUS}"], out
 

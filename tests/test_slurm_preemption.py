@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from deadlines import deadline
 from test_slurm_workflow import JOB_S, job_ids, launch, sacct_states, squeue_state, wait_for
 
 from mor.grids import load_grid
@@ -112,7 +113,7 @@ def test_usr2_checkpoints_the_step_boundary_requeues_and_resumes_two_ranks_bit_i
         assert launcher.poll() is None, launcher.communicate()[0]
         jid = job_ids(tmp_path)[f"{run_id}/train"]
         seen = len(_logged_steps(run_dir))  # steps done when the signal leaves (at least)
-        subprocess.run(["scancel", "--signal=USR2", jid], check=True, timeout=30)
+        subprocess.run(["scancel", "--signal=USR2", jid], check=True, timeout=deadline(30))
         # rank 0 checkpoints, then submitit's handler runs `scontrol requeue`: the job pends again
         wait_for(lambda: squeue_state(jid) == "PENDING" or launcher.poll() is not None, "the requeued job to pend", 60)
         assert launcher.poll() is None, launcher.communicate()[0]
@@ -126,8 +127,8 @@ def test_usr2_checkpoints_the_step_boundary_requeues_and_resumes_two_ranks_bit_i
         assert latest["path"] == f"step-{stopped[-1]:06d}", latest
         assert not (run_dir / "train_summary.json").exists()
 
-        subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True, timeout=30)  # not 121 s
-        out, _ = launcher.communicate(timeout=JOB_S)
+        subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True, timeout=deadline(30))  # not 121 s
+        out, _ = launcher.communicate(timeout=deadline(JOB_S))
     finally:
         if launcher.poll() is None:
             launcher.kill()

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from deadlines import deadline
 from conftest import run_group
 from mor.grids import load_grid
 from test_launch import single_process_reference
@@ -66,7 +67,7 @@ def env() -> dict:
 def snakemake(workdir: Path, *config: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--profile", str(REPO / "slurm"),
            "tables/table10", "--directory", str(workdir), "--config", "mode=local", *config]
-    return run_group(cmd, cwd=REPO, env=env(), timeout=2 * JOB_S)
+    return run_group(cmd, cwd=REPO, env=env(), timeout=deadline(2 * JOB_S))
 
 
 def launch(kind: str, grid: Path, run_id: str, workdir: Path, data_root: Path, *extra: str, popen=False):
@@ -74,7 +75,7 @@ def launch(kind: str, grid: Path, run_id: str, workdir: Path, data_root: Path, *
            "--run-dir", f"runs/{grid.stem}/{run_id}", "--data-root", str(data_root), *extra]
     if popen:
         return subprocess.Popen(cmd, cwd=workdir, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return run_group(cmd, cwd=workdir, env=env(), timeout=JOB_S)
+    return run_group(cmd, cwd=workdir, env=env(), timeout=deadline(JOB_S))
 
 
 def job_ids(workdir: Path) -> dict[str, str]:
@@ -86,22 +87,24 @@ def job_ids(workdir: Path) -> dict[str, str]:
 def sacct_states(job_id: str) -> list[str]:
     """Every state sacct recorded for the job, oldest first (a requeue leaves a REQUEUED record)."""
     out = subprocess.run(["sacct", "-n", "-X", "-P", "--duplicates", "-j", job_id, "-o", "State"],
-                         capture_output=True, text=True, timeout=30, check=True).stdout
+                         capture_output=True, text=True, timeout=deadline(30), check=True).stdout
     return [ln.split()[0] for ln in out.splitlines() if ln.strip()]
 
 
 def squeue_state(job_id: str) -> str:
     return subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
-                          timeout=30, check=False).stdout.strip()
+                          timeout=deadline(30), check=False).stdout.strip()
 
 
 PREEMPT_STEPS = 300  # the signal lands within a few steps of the first checkpoint (step 10)
 
 
 def wait_for(pred, what: str, within_s: float = JOB_S, every_s: float = 0.2):
-    deadline = time.monotonic() + within_s
+    """Poll for an event; ``within_s`` (scaled by the machine factor) only bounds a hang."""
+    limit = deadline(within_s)
+    end = time.monotonic() + limit
     while not (value := pred()):
-        assert time.monotonic() < deadline, f"timed out after {within_s}s waiting for {what}"
+        assert time.monotonic() < end, f"timed out after {limit:.0f}s waiting for {what}"
         time.sleep(every_s)
     return value
 
@@ -183,19 +186,19 @@ def test_preempted_job_requeues_and_resumes_to_the_uninterrupted_result(slurm_cl
                  "the first checkpoint", every_s=0.05)
         assert launcher.poll() is None, launcher.communicate()[0]
         jid = job_ids(tmp_path)[f"{run.run_id}/train"]
-        subprocess.run(["scontrol", "suspend", jid], check=True, timeout=30)
+        subprocess.run(["scontrol", "suspend", jid], check=True, timeout=deadline(30))
         wait_for(lambda: squeue_state(jid) == "SUSPENDED", "the job to be suspended", 60)
         assert not (run_dir / "train_summary.json").exists()  # frozen before the end
         steps_done = len((run_dir / "train_log.jsonl").read_text().splitlines())
-        subprocess.run(["scontrol", "resume", jid], check=True, timeout=30)
+        subprocess.run(["scontrol", "resume", jid], check=True, timeout=deadline(30))
         # slurmd resumes the step a moment after squeue says RUNNING, and a suspended step drops
         # signals: wait until the job trains again (its log grows)
         wait_for(lambda: len((run_dir / "train_log.jsonl").read_text().splitlines()) > steps_done,
                  "the job to train again", 60, every_s=0.02)
-        subprocess.run(["scancel", "--signal=USR2", jid], check=True, timeout=30)  # as submitit's job._interrupt()
+        subprocess.run(["scancel", "--signal=USR2", jid], check=True, timeout=deadline(30))  # as submitit's job._interrupt()
         wait_for(lambda: squeue_state(jid) == "PENDING", "the requeued job to pend", 60)
-        subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True, timeout=30)
-        out, _ = launcher.communicate(timeout=JOB_S)
+        subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True, timeout=deadline(30))
+        out, _ = launcher.communicate(timeout=deadline(JOB_S))
     finally:
         if launcher.poll() is None:
             launcher.kill()
