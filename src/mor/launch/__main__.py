@@ -76,7 +76,8 @@ def job_kwargs(a, threads: int, preset=None) -> dict:
         kw["tasks_dir"] = str(Path(a.tasks_dir).absolute()) if a.tasks_dir else None
     if a.kind == "train" and preset is not None:
         kw.update(parallel=preset.parallel, peak_tflops=preset.peak_tflops_per_gpu if preset.gpus_per_node else 0.0,
-                  execution=dict(preset.execution))  # how it computes (mor.config.ExecConfig), not its identity
+                  execution=dict(preset.execution),  # how it computes (mor.config.ExecConfig), not its identity
+                  live_curves=preset.live_curves)  # mor.train.live_curves; $MOR_LIVE_CURVES wins (any launcher)
     return kw
 
 

@@ -81,6 +81,7 @@ class Preset:
     tokens_per_s_per_cpu: float = 350_000.0  # data job: tokenizer throughput per core, plan estimates only
     gpu_memory_gib: float = 0.0  # memory of one GPU (the site's): sizes execution.micro_batch 'auto' (0 = unknown)
     execution: dict = field(default_factory=dict)  # ExecConfig keys for the train job (how it computes)
+    live_curves: str = ""  # train: mirror the train log to tensorboard / wandb (offline), comma-separated; "" = off
 
     @property
     def exec_config(self) -> ExecConfig:
@@ -157,6 +158,13 @@ def _check_value(where: str, key: str, value: Any) -> Any:
         if value is not None and not isinstance(value, str):
             raise PresetError(f"{where}.{key}: expected a string or null, got {value!r}")
         return value or None
+    if key == "live_curves":
+        from mor.train.live_curves import parse_setting  # torch-free (its sinks import torch when they start)
+
+        try:
+            return ",".join(parse_setting(value if isinstance(value, str) else str(value), f"{where}.{key}"))
+        except ValueError as e:
+            raise PresetError(str(e)) from None
     if key == "parallel":
         if value not in PARALLEL:
             raise PresetError(f"{where}.{key}: {value!r} is not allowed; choose one of {list(PARALLEL)}")

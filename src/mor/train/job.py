@@ -8,6 +8,7 @@ torch.distributed and passes this rank's ``dist``. It writes ``runs/<grid>/<run_
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from mor.config import exec_config
@@ -15,17 +16,19 @@ from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
 from mor.data.tokenizer import vocab_size
 from mor.grids import load_grid
+from mor.train.live_curves import LIVE_CURVES_ENV, LiveCurves, parse_setting
 from mor.train.stop import StopRequest, stop_on_signals
 from mor.train.trainer import DistInfo, Trainer
 
 
 def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = "data",
               device: str = "auto", dist: DistInfo | None = None, threads: int = 0, parallel: str = "ddp",
-              peak_tflops: float = 0.0, execution: dict | None = None) -> dict:
+              peak_tflops: float = 0.0, execution: dict | None = None, live_curves: str = "") -> dict:
     """Train (or resume) one run of a grid; returns the training summary.
 
     ``execution`` (the preset's ExecConfig keys: micro-batch, checkpointing, loss chunk, ...)
-    changes how the run computes, never its id or what it trains.
+    changes how the run computes, never its id or what it trains; so does ``live_curves`` (the
+    preset's, or ``$MOR_LIVE_CURVES``: the train log mirrored to TensorBoard / W&B offline).
 
     With ``dist.world_size > 1`` (torch.distributed already initialised by
     ``mor.launch.distributed``) the model is wrapped for ``parallel`` ('ddp' or 'fsdp').
@@ -43,6 +46,9 @@ def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = 
     trainer = cls(run, Path(run_dir), paths.train_tokens, vocab_size(paths), device=device, dist=dist,
                   threads=threads, peak_tflops=peak_tflops, execution=exec_config(execution), parallel=parallel)
     trainer.stop = StopRequest()
+    sinks = parse_setting(os.environ.get(LIVE_CURVES_ENV) or live_curves, f"${LIVE_CURVES_ENV} / live_curves")
+    if sinks:  # off by default; the preset's live_curves or $MOR_LIVE_CURVES (mor.train.live_curves)
+        trainer.curves = LiveCurves(sinks, Path(run_dir), run.run_id, run.to_dict())
     with stop_on_signals(trainer.stop):  # SIGTERM / SIGUSR2: checkpoint at the step boundary, raise Preempted
         return trainer.fit()
 

@@ -189,6 +189,8 @@ class Trainer:
     # set by the train job (mor.train.job): a signal asks the loop to checkpoint and stop at the
     # end of the step in progress (mor.train.stop); None = no preemption handling
     stop: StopRequest | None = None
+    # set by the train job: live curves (mor.train.live_curves) fed each logged row; None = off
+    curves = None
 
     def __init__(
         self,
@@ -392,6 +394,9 @@ class Trainer:
         if self.dist.is_main:  # one writer: ranks replacing the same file concurrently would race
             self._trim_log(self.step)
         log = open(self.run_dir / "train_log.jsonl", "a") if self.dist.is_main else None
+        curves = self.curves if self.dist.is_main else None
+        if curves is not None:
+            curves.start(self.step)
         bar = tqdm(total=t.steps, initial=self.step, disable=not self.progress, desc=self.run.run_id,
                    unit="step", mininterval=2.0, dynamic_ncols=True)
         try:
@@ -408,6 +413,8 @@ class Trainer:
                 if log and (self.step % t.log_every == 0 or self.step == t.steps):
                     log.write(json.dumps(last) + "\n")
                     log.flush()
+                    if curves is not None:
+                        curves.write(last)
                 bar.update(1)
                 bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:.0f}")
                 saved = self.step % t.checkpoint_every == 0 and self.step < t.steps
@@ -421,6 +428,8 @@ class Trainer:
             bar.close()
             if log:
                 log.close()
+            if curves is not None:
+                curves.close()
         if resumed_from != t.steps:  # a run resumed at its last step already has this checkpoint
             self.save()
         summary = {
