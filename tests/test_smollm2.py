@@ -67,6 +67,23 @@ def test_one_step_at_lr_1e30_leaves_every_weight_bit_for_bit():
     assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
 
 
+def test_compare_finds_the_largest_difference_and_a_changed_prediction():
+    from mor.lm_eval.parity import compare
+
+    a = {"t": {"acc": 0.5, "docs": {0: {"ll": [-1.0, -2.0], "acc": 1.0}, 1: {"ll": [-3.0, -1.0], "acc": 0.0}}}}
+    b = {"t": {"acc": 0.5, "docs": {0: {"ll": [-1.0, -2.00002], "acc": 1.0}, 1: {"ll": [-3.0, -1.0], "acc": 0.0}}}}
+    res = compare(a, b)
+    assert res["max_abs_ll_diff"] == pytest.approx(2e-5) and res["identical_accuracies"]
+    assert res["tasks"]["t"] == {"n": 2, "continuations": 4, "max_abs_ll_diff": pytest.approx(2e-5), "acc_mor": 0.5,
+                                 "acc_hf": 0.5, "same_prediction": 2}
+    b["t"] = {"acc": 1.0, "docs": {0: {"ll": [-1.0, -2.0], "acc": 1.0}, 1: {"ll": [-3.0, -4.0], "acc": 1.0}}}
+    res = compare(a, b)
+    assert not res["identical_accuracies"] and res["tasks"]["t"]["same_prediction"] == 1
+    assert res["max_abs_ll_diff"] == 3.0
+    with pytest.raises(ValueError, match="different documents"):
+        compare(a, {"t": {"acc": 0.5, "docs": {0: a["t"]["docs"][0]}}})
+
+
 # --------------------------------------------------------------------------------- real weights
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
@@ -204,3 +221,23 @@ def test_greedy_export_hf_then_automodel_equals_transformers(smollm2, ours, prom
         got = model.generate(torch.tensor(prompts), max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False,
                              use_cache=False)
     assert got[:, PROMPT_LEN:].tolist() == reference
+
+
+def test_lm_eval_adapter_equals_lm_eval_hf_backend_per_document(smollm2, ours, hf, tmp_path_factory):
+    """The six benchmarks, the first document of each (lm-eval's limit on the shuffled copies),
+    scored by the mor adapter and by lm-eval's own hf backend: the full 100-document comparison
+    is `python -m mor.lm_eval.parity --limit 100` (docs/real_weights.md)."""
+    from mor.lm_eval import offline_env
+    from mor.lm_eval.parity import TASKS, compare, lms, per_document
+    from mor.lm_eval.tasks import build
+
+    offline_env(tmp_path_factory.mktemp("hf-datasets"))
+    tasks_dir = tmp_path_factory.mktemp("lm_eval") / "tasks"
+    build(tasks_dir, list(TASKS))
+    mor, hf_lm = lms(ours, hf[0], smollm2.folder / "tokenizer.json", max_length=256, batch=16)
+    a, b = (per_document(lm, TASKS, 1, tasks_dir, 256) for lm in (mor, hf_lm))
+    res = compare(a, b)
+    assert set(res["tasks"]) == set(TASKS) and all(r["n"] == 1 for r in res["tasks"].values())
+    assert sum(r["continuations"] for r in res["tasks"].values()) >= 6 * 2  # every choice of every document
+    assert res["max_abs_ll_diff"] <= 1e-4
+    assert res["identical_accuracies"] and all(r["same_prediction"] == 1 for r in res["tasks"].values())
