@@ -10,10 +10,10 @@ data rules, collect) and of a bare Snakefile with as many trivial jobs in the sa
     project / bare       the ratio the target bounds (<= 2x)
     project share        the time spent in this project's code (the Snakefile's and the rule
                          files' own code, the grid expansion, every input / params /
-                         resources function), measured with cProfile in a second dry run:
-                         the inclusive time of every call from Snakemake into a function of
-                         src/mor/, workflows/ or the Snakefile, as a fraction, applied to the
-                         unprofiled wall time; per run in ms (target <= 10 ms)
+                         resources function, and the libraries they call), measured by
+                         sampling the stack every millisecond in a second dry run (SAMPLER),
+                         as a fraction applied to the unsampled wall time; per run in ms
+                         (target <= 10 ms)
     Snakemake share      the rest
     s / run              wall seconds per run
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pstats
 import subprocess
 import sys
 import tempfile
@@ -97,23 +96,52 @@ def _run_measured(cmd: list[str], cwd: Path, env: dict) -> tuple[float, float, s
     return wall, rss, out
 
 
-def project_share(profile: Path) -> tuple[float, float]:
-    """(seconds inside this project's code, total profiled seconds) from a cProfile dump: the
-    inclusive time of each call edge from a non-project caller into a project function."""
-    st = pstats.Stats(str(profile))
-    roots = (str(REPO / "src" / "mor"), str(REPO / "workflows"), str(REPO / "Snakefile"))
+# Run Snakemake in this process with a thread that samples the main thread's stack every
+# millisecond. A sample belongs to the project when, walking from the innermost frame out, the
+# first frame that is the project's or Snakemake's is the project's: time in a library the
+# project calls (yaml, jsonschema, json, hashlib) is the project's, time in Snakemake's
+# machinery that the project's code calls (``include:``, a rule's decorators) is Snakemake's.
+SAMPLER = """
+import os, sys, threading, time, json
+roots = tuple(json.loads(os.environ["BENCH_PROJECT_ROOTS"]))
+mine = lambda f: f.startswith(roots)
+theirs = lambda f: "/snakemake" in f and "site-packages" in f
+counts = {"project": 0, "snakemake": 0, "other": 0}
+main_id = threading.main_thread().ident
+done = threading.Event()
+def sample():
+    while not done.is_set():
+        frame = sys._current_frames().get(main_id)
+        who = "other"
+        while frame is not None:
+            f = frame.f_code.co_filename
+            if mine(f):
+                who = "project"; break
+            if theirs(f):
+                who = "snakemake"; break
+            frame = frame.f_back
+        counts[who] += 1
+        time.sleep(0.001)
+sys.setswitchinterval(0.0005)
+t = threading.Thread(target=sample, daemon=True); t.start()
+from snakemake.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code
+else:
+    code = 0
+done.set(); t.join()
+print("\\n@@SAMPLES " + json.dumps(counts), flush=True)
+sys.exit(code or 0)
+"""
 
-    def ours(func) -> bool:
-        return func[0].startswith(roots)
 
-    inside = 0.0
-    for func, (_cc, _nc, _tt, _ct, callers) in st.stats.items():
-        if not ours(func):
-            continue
-        for caller, edge in callers.items():
-            if not ours(caller):
-                inside += edge[3]  # cumulative time of calls on this edge
-    return inside, st.total_tt
+def project_share(out: str) -> float:
+    """The project's fraction of the samples of a sampled dry run (SAMPLER's output)."""
+    counts = json.loads(out.rpartition("@@SAMPLES ")[2].splitlines()[0])
+    total = sum(counts.values())
+    return counts["project"] / total if total else 0.0
 
 
 def jobs_of(out: str) -> int:
@@ -135,7 +163,7 @@ def bench_size(runs: int, work: Path, env: dict, profile: bool = True) -> dict:
     base = [str(Path(sys.executable).with_name("snakemake")), "-n", "--profile", str(REPO / "local"),
             "--snakefile", str(REPO / "Snakefile"), "--directory", str(wd), "--nolock",
             "--config", f"grids_dir={grids}", f"data_root={wd / 'data'}"]
-    target = [f"results/{name}.parquet"]
+    target = ["--", f"results/{name}.parquet"]
     wall, rss, out = _run_measured(base + target, REPO, env)
     jobs = jobs_of(out)
     chain = max(1, round((jobs - 1) / runs))
@@ -148,11 +176,10 @@ def bench_size(runs: int, work: Path, env: dict, profile: bool = True) -> dict:
     row = {"runs": runs, "jobs": jobs, "wall_s": wall, "peak_mib": rss, "bare_jobs": jobs_of(bout),
            "bare_wall_s": bwall, "bare_peak_mib": brss, "ratio": wall / bwall, "s_per_run": wall / runs}
     if profile:
-        prof = work / f"dag{runs}.prof"
-        _run_measured([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "snakemake", *base[1:], *target],
-                      REPO, env)
-        inside, total = project_share(prof)
-        frac = inside / total if total else 0.0
+        env = {**env, "BENCH_PROJECT_ROOTS": json.dumps([str(REPO / "src" / "mor"), str(REPO / "workflows"),
+                                                         str(REPO / "Snakefile")])}
+        _, _, sampled = _run_measured([sys.executable, "-c", SAMPLER, *base[1:], *target], REPO, env)
+        frac = project_share(sampled)
         row.update(project_fraction=frac, project_s=frac * wall, snakemake_s=(1 - frac) * wall,
                    project_ms_per_run=1000 * frac * wall / runs)
     return row
@@ -160,17 +187,31 @@ def bench_size(runs: int, work: Path, env: dict, profile: bool = True) -> dict:
 
 def bench_plan(env: dict) -> dict:
     grids = sorted(str(p) for p in (REPO / "grids").glob("*.yaml") if p.name != "scales.yaml")
+    tracked = subprocess.run(["git", "ls-files", "grids/*.yaml"], cwd=REPO, capture_output=True, text=True)
+    if tracked.returncode == 0 and tracked.stdout.strip():  # the committed grids (not a half-written new one)
+        grids = [g for g in grids if Path(g).relative_to(REPO).as_posix() in tracked.stdout.split()]
+    from mor.grids import load_grid
+    from mor.launch.plan import plan_grid
+    from mor.launch.slurm import PresetError, load_presets
+
+    skipped = []
+    for g in list(grids):  # a grid the shipped presets cannot price stops the plan: left out, and named
+        try:
+            plan_grid(load_grid(g, "cluster"), load_presets())
+        except PresetError as e:
+            grids.remove(g)
+            skipped.append(f"{Path(g).name}: {e}")
     args = [a for g in grids for a in ("--grid", g)]
     wall, rss, _ = _run_measured([sys.executable, "-m", "mor.launch", "plan", *args], REPO, env)
     start, _, _ = _run_measured([sys.executable, "-c", "pass"], REPO, env)
-    return {"grids": len(grids), "plan_wall_s": wall, "interpreter_s": start, "beyond_start_s": wall - start,
+    return {"grids": len(grids), "skipped": skipped, "plan_wall_s": wall, "interpreter_s": start, "beyond_start_s": wall - start,
             "plan_peak_mib": rss}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, nargs="+", default=list(SIZES))
-    ap.add_argument("--no-profile", action="store_true", help="skip the cProfile dry runs (no project share)")
+    ap.add_argument("--no-profile", action="store_true", help="skip the sampled dry runs (no project share)")
     ap.add_argument("--out", help="write the figures as JSON here")
     a = ap.parse_args(argv)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
@@ -180,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mor.launch plan over {plan['grids']} grids: {plan['plan_wall_s']:.2f} s "
               f"({plan['beyond_start_s']:.2f} s beyond the interpreter's {plan['interpreter_s']:.2f} s start)",
               flush=True)
+        for line in plan["skipped"]:
+            print(f"  left out (the plan cannot price it): {line}", flush=True)
         print(f"{'runs':>5} {'jobs':>6} {'wall s':>7} {'MiB':>5} {'bare s':>7} {'MiB':>5} {'ratio':>5} "
               f"{'project s':>9} {'ms/run':>6} {'snakemake s':>11} {'s/run':>6}", flush=True)
         for n in a.runs:

@@ -484,8 +484,7 @@ class RunConfig:
 
     def training_dict(self) -> dict[str, Any]:
         """The fields that decide the trained weights (model, train, data)."""
-        d = self.to_dict()
-        out = {k: d[k] for k in TRAINING_FIELDS}
+        out = {k: dataclasses.asdict(getattr(self, k)) for k in TRAINING_FIELDS}  # == to_dict()[k], cheaper
         for (section, name), default in LATER_FIELDS.items():
             if out[section].get(name) == default:
                 out[section] = {k: v for k, v in out[section].items() if k != name}
@@ -497,8 +496,7 @@ class RunConfig:
 
     def eval_dict(self) -> dict[str, Any]:
         """The fields that decide what the eval job measures of those weights."""
-        d = self.to_dict()
-        return {k: d[k] for k in EVAL_FIELDS}
+        return {k: dataclasses.asdict(getattr(self, k)) for k in EVAL_FIELDS}  # == to_dict()[k], cheaper
 
     # Cached: the config is frozen, and Snakemake's input functions and the plan ask a run for
     # its id many times per run (computing it is an asdict, a JSON dump and a sha256).
