@@ -232,6 +232,8 @@ def materialise(name: str, root: Path | str | None = None) -> Path:
         build_tokenizer(reader).save(str(tmp / "tokenizer.json"))
         (tmp / _DONE).write_text(json.dumps({"start_point": name, "what": START_POINTS[name].what,
                                              "gguf": str(src), "gguf_sha256": sha256_file(src)}, indent=2) + "\n")
+        if folder.exists() and not done.is_file():  # left half-written by a killed process
+            shutil.rmtree(folder, ignore_errors=True)
         try:
             tmp.rename(folder)
         except OSError:  # another process finished first
