@@ -95,7 +95,7 @@ def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
 
     with Browser(browser) as b:
         categories, rows, widths = b.run(read_report)
-    assert set(categories) == {CLAIMS_CATEGORY, SHARING}
+    assert set(categories) == {CLAIMS_CATEGORY, CURVES_CATEGORY, SHARING}  # claims and curves first (mor.reports.landing)
     header, body = rows[0], rows[1:]
     assert len(body) == len(CLAIMS)  # every claim rendered as a table row
     shown = {r[header.index("claim")]: r[header.index("verdict")] for r in body}
@@ -111,7 +111,7 @@ def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
             shutil.copy(shot, Path(os.environ["MOR_REPORT_SHOT"]) / shot.name)
 
 
-SHARING, CLAIMS_CATEGORY = "App. F Parameter sharing", "0 The paper's claims, checked"
+SHARING, CLAIMS_CATEGORY, CURVES_CATEGORY = "App. F Parameter sharing", "0 The paper's claims, checked", "1 Training curves"
 # a navigation link whose text is NAME is shown
 LINK = "[...document.querySelectorAll('a')].some(a => a.innerText.trim() == `NAME`)"
 # a result row that names the file NAME, with its view button, is shown

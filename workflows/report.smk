@@ -1,10 +1,23 @@
 # Tables and figures, redrawn from a grid's parquet alone; the claims table; the `paper`
 # target. Every artifact is flagged for Snakemake's report (`--report report.html`), under
 # its paper section, with a caption (workflows/report/artifact.rst -> mor.reports.captions).
+# The report opens on the results (mor.reports.landing): workflow.rst's landing text, the claims
+# and the training curves first in the menu, the DAG one click away under Workflow.
 from mor.reports.captions import Captions, section
+from mor.reports.landing import CURVES_CATEGORY, landing_rst
+
+
+report: "report/workflow.rst"
+
+
+def landing(categories):
+    """workflow.rst: the landing page's text for the report's categories (Snakemake's objects)."""
+    return landing_rst([c.name for c in categories])
+
 
 # read when the report is rendered (claims verdicts, run counts, commits): never a param
 config["mor_captions"] = Captions(ARTIFACT_GRID, grids_dir=GRIDS_DIR)
+config["mor_landing"] = landing
 CAPTION = "report/artifact.rst"
 config["mor_curve_caption"] = curves_caption  # (common.smk)
 
@@ -48,13 +61,14 @@ rule figure:
 
 
 # Training loss (and MoR router loss) against tokens for every run of a grid, from the train
-# logs (mor.reports.curves); listed in the report under the grid's section.
+# logs (mor.reports.curves); listed in the report's second section (after the claims), one
+# entry per grid.
 rule curves:
     input:
         results="results/{grid}.parquet",
     output:
         report(directory("figures/curves/{grid}"), patterns=["{file}.png"], caption="report/curves.rst",
-               category=curves_section, subcategory="figures/curves/{grid}"),
+               category=CURVES_CATEGORY, subcategory="figures/curves/{grid}"),
     log:
         "logs/report/curves-{grid}.log",
     shell:

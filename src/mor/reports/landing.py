@@ -1,0 +1,63 @@
+"""The report's landing page: results first, then how they were made (pure; reads csv only).
+
+Snakemake's HTML report opens on the workflow's DAG unless it has landing-page metadata; then it
+opens on the workflow description followed by that metadata. The workflow sets both
+(``workflows/report/workflow.rst`` renders ``landing_rst`` here; the profiles pass
+``--report-metadata workflows/report/metadata.yaml``), so a reader lands on: what the claims
+came to (the verdict counts from ``tables/claims/claims.csv`` and the claims decided either way),
+links to the claims table and to the training curves, then the paper's sections. The DAG stays
+one click away (Workflow).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from mor.reports.captions import section
+
+CLAIMS_CATEGORY = section("tables/claims")  # "0 The paper's claims, checked": sorts first in the menu
+CURVES_CATEGORY = "1 Training curves"  # second, before the paper's sections ("5.1 ...", "App. ...")
+VERDICTS = ("holds", "contradicted", "inconclusive", "not built")
+
+
+def claims_summary(claims_csv: Path) -> tuple[str, list[str]]:
+    """("3 holds, 1 contradicted, ...", the decided claims as "claim: verdict") from the claims
+    table; ("", []) before it is built."""
+    try:
+        table = pd.read_csv(claims_csv)
+    except (OSError, ValueError):
+        return "", []
+    if "verdict" not in table or "claim" not in table:
+        return "", []
+    counts = table["verdict"].value_counts().to_dict()
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
+    decided = [f"{r['claim']}: {r['verdict']}" for _, r in table.iterrows() if r["verdict"] in ("holds", "contradicted")]
+    return summary, decided
+
+
+def _link(name: str) -> str:
+    """An rst reference to a report category (Snakemake defines one target per category name)."""
+    return f"`{name}`_"
+
+
+def landing_rst(categories: list[str], claims_csv: Path = Path("tables/claims/claims.csv")) -> str:
+    """The landing page's text (reStructuredText) for the report's ``categories`` (names)."""
+    names = sorted(categories)
+    lines = ["Mixture-of-Recursions, reproduced", "=" * 33, ""]
+    summary, decided = claims_summary(claims_csv)
+    if summary:
+        lines += [f"**The paper's claims:** {summary} (after Holm).", ""]
+        lines += [f"- {d}" for d in decided] + ([""] if decided else [])
+    elif CLAIMS_CATEGORY in names:
+        lines += ["**The paper's claims:** see the claims table.", ""]
+    start = [n for n in (CLAIMS_CATEGORY, CURVES_CATEGORY) if n in names]
+    if start:
+        lines += ["Start here: " + ", then ".join(_link(n) for n in start) + ".", ""]
+    sections = [n for n in names if n not in start]
+    if sections:
+        lines += ["The paper's sections:", ""] + [f"- {_link(n)}" for n in sections] + [""]
+    lines += ["Every table and figure is redrawn from the runs' parquet; the workflow that made them (its DAG, "
+              "rules and run times) is under `Workflow`_ and `Statistics`_.", ""]
+    return "\n".join(lines)
