@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from conftest import VOCAB, tiny_grid_file, tiny_run
+from deadlines import deadline
 from mor.config import RouterConfig, load_scales
 from mor.flops import train_flops
 from mor.grids import load_grid
@@ -282,7 +283,7 @@ def test_callables_pickle_paths_only_and_checkpoint_resubmits_the_same_call():
 def test_launcher_imports_no_torch():
     code = ("import sys, mor.launch.__main__, mor.launch.checkpointable, mor.launch.slurm, mor.launch.plan, mor.throughput_protocol; "
             "assert 'torch' not in sys.modules, 'torch imported'")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=600,  # a hang guard only
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=deadline(600),  # a hang guard only
                    env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
 
 
@@ -303,7 +304,7 @@ def test_the_snakefile_imports_no_torch():
     modules = sorted(modules | hooks)
     code = f"import sys, importlib; [importlib.import_module(m) for m in {modules!r}]; " \
            "bad = 'torch' in sys.modules; print(bad); assert not bad, 'torch imported'"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=600,  # a hang guard only
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=deadline(600),  # a hang guard only
                    env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
 
 
