@@ -609,11 +609,13 @@ def _table(gs: GridStatus, width: int, wide: bool):
               _duration(r.eta_s, r.estimated), _num(r.loss, ".3f"), _num(r.val_nll, ".4f")] for r in gs.runs]
     heads = ["run", "state", "steps", "tok/s", "ETA", "loss", "val NLL"]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
-    t = Table(box=None, pad_edge=False, expand=False, padding=(0, 1), header_style="bold underline")
+    # gaps of 2 between columns, 1 where that lets every id fit on one line
+    gap = 2 if wide or widths[0] <= width - sum(widths[1:]) - 2 * (len(heads) - 1) else 1
+    t = Table(box=None, pad_edge=False, expand=False, padding=(0, 1, 0, gap - 1), header_style="bold underline")
     if wide:
         t.add_column("run", no_wrap=True)
-    else:  # what the other columns and the gaps (2 each) leave, never less than NARROW_RUN_MIN
-        run_w = max(NARROW_RUN_MIN, min(widths[0], width - sum(widths[1:]) - 2 * (len(heads) - 1)))
+    else:  # what the other columns and the gaps leave, never less than NARROW_RUN_MIN
+        run_w = max(NARROW_RUN_MIN, min(widths[0], width - sum(widths[1:]) - gap * (len(heads) - 1)))
         t.add_column("run", no_wrap=True, width=run_w)
         for c in cells:
             c[0] = _fold_id(c[0], run_w)
