@@ -125,6 +125,17 @@ def throughput_result(wildcards):
     return []
 
 
+def rule_inputs(**parts):
+    """One input function for a rule, from named ones (``input: unpack(rule_inputs(data=...,
+    init=...))``): Snakemake inspects and calls every input function of every job on its own,
+    so at thousands of jobs one function per rule costs less than one per input."""
+
+    def inner(wildcards):
+        return {name: fn(wildcards) for name, fn in parts.items()}
+
+    return inner
+
+
 def run_data_inputs(wildcards):
     """Token files (and a local tokenizer) that a run reads."""
     paths = data_paths(run_config(wildcards).data, DATA)

@@ -4,10 +4,10 @@
 
 rule eval:
     input:
+        # data: token files; lm_eval: runs/<grid>/<run_id>/lm_eval.json (workflows/lm_eval.smk), if any task;
+        # throughput: runs/<grid>/<run_id>/throughput.json (workflows/throughput.smk), fig4a grids
+        unpack(rule_inputs(data=run_data_inputs, lm_eval=lm_eval_result, throughput=throughput_result)),
         summary="runs/{grid}/{run_id}/train_summary.json",
-        data=run_data_inputs,
-        lm_eval=lm_eval_result,  # runs/<grid>/<run_id>/lm_eval.json (workflows/lm_eval.smk), if any task
-        throughput=throughput_result,  # runs/<grid>/<run_id>/throughput.json (workflows/throughput.smk), fig4a grids
     output:
         KINDS["eval"].outputs[0],  # results/runs/{grid}/{run_id}.parquet
     params:

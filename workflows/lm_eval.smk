@@ -24,10 +24,10 @@ rule lm_eval_tasks:
 
 rule lmeval:
     input:
+        # tasks: the converted offline tasks; hub: the hub tokenizer and the lm-eval datasets it reads
+        # offline (workflows/hub.smk)
+        unpack(rule_inputs(tasks=lm_eval_task_inputs, data=run_data_inputs, hub=hub_cache_inputs)),
         summary="runs/{grid}/{run_id}/train_summary.json",
-        tasks=lm_eval_task_inputs,
-        data=run_data_inputs,
-        hub=hub_cache_inputs,  # the hub tokenizer and the lm-eval datasets it reads offline (workflows/hub.smk)
     output:
         KINDS["lmeval"].outputs[0],  # runs/{grid}/{run_id}/lm_eval.json
     params:

@@ -3,8 +3,7 @@
 
 rule train:
     input:
-        data=run_data_inputs,
-        init=init_checkpoint_inputs,
+        unpack(rule_inputs(data=run_data_inputs, init=init_checkpoint_inputs)),  # token files; an up-training run's source
     output:
         summary=KINDS["train"].outputs[0],  # runs/{grid}/{run_id}/train_summary.json
     params:
