@@ -87,7 +87,7 @@ scales:
     (GOOD_PRESETS.replace("cpus_per_task: 1", "cpu_per_task: 1"),
      r"presets\.yaml: scales\.tiny\.train: unknown key\(s\) \['cpu_per_task'\]"),
     (GOOD_PRESETS.replace("mem_gb: 2, time_min: 10}, eval", "mem_gb: 0, time_min: 10}, eval"),
-     r"presets\.yaml: scales\.tiny\.train\.mem_gb: expected a number > 0, got 0"),
+     r"presets\.yaml: scales\.tiny\.train\.mem_gb: expected a finite number > 0 and <= 100000, got 0"),
     (GOOD_PRESETS.replace("tiny:", "tinyy:"), r"presets\.yaml: scales\.tinyy: unknown scale 'tinyy'"),
 ])
 def test_bad_presets_stop_the_slurm_workflow_before_any_job(tmp_path, text, message):
