@@ -1,7 +1,8 @@
 """Snakemake sees each job's Slurm resources (issue 29): the dry run of ``--profile slurm``
 prints, for every train / eval / lmeval / analysis / throughput job, the GPUs, tasks, nodes,
 time limit and memory that ``mor.launch plan`` plans for the same job from the same preset
-file, and nothing for a job the plan does not have (or the other way round)."""
+file (for train jobs also the plan's micro-batch and modelled GiB per GPU), and nothing for a
+job the plan does not have (or the other way round)."""
 
 from __future__ import annotations
 
@@ -83,9 +84,15 @@ def test_every_job_shows_the_resources_the_plan_prints(dry_run):
         preset = presets.get(scale, KINDS[j.kind].preset)
         assert got == {"gpu": j.gpus, "nodes": j.nodes, "tasks": j.world_size, "runtime": j.time_min,
                        "mem_mb": round(preset.mem_gb * 1024), "cpus_per_task": preset.cpus_per_task}, key
+        if j.kind == "train":  # the plan's micro and GiB/GPU columns
+            assert int(res["planned_micro_batch"]) == j.micro_batch, key
+            assert int(res["planned_gpu_mem_mib"]) == round(j.memory_gib * 1024), key
+        else:
+            assert "planned_gpu_mem_mib" not in res, key
     # the issue's example: a 135M train job of table10 asks for 1 x 2 GPUs for 24:00
     train135 = [r for (g, k, rid, _), r in dry.items() if g == "table10" and k == "train" and rid.startswith("135M-")]
     assert train135 and all((r["nodes"], r["gpu"], r["runtime"]) == ("1", "2", "1440") for r in train135)
+    assert all(40_000 < int(r["planned_gpu_mem_mib"]) < 80 * 1024 for r in train135)  # fits the A100's 80 GiB
 
 
 def test_the_data_job_names_its_preset(dry_run):

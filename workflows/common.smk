@@ -99,7 +99,23 @@ def job_resources(kind):
     def one(name):
         return lambda wildcards: resource(PRESET_TABLE, run_config(wildcards).model.scale, key, name)
 
-    return {**out, **{name: one(name) for name in names}}
+    out.update({name: one(name) for name in names})
+    if kind == "train":  # the plan's micro-batch and GiB per GPU, shown beside the request
+        from mor.launch.resources import MEMORY_RESOURCES, train_memory
+
+        memory = {}  # (grid, run id) -> both values: one memory model per job, not per resource
+
+        def planned(name):
+            def inner(wildcards):
+                k = (wildcards.grid, wildcards.run_id)
+                if k not in memory:
+                    memory[k] = train_memory(PRESET_TABLE, run_config(wildcards))
+                return memory[k][name]
+
+            return inner
+
+        out.update({name: planned(name) for name in MEMORY_RESOURCES})
+    return out
 
 
 def lm_eval_task_inputs(wildcards):

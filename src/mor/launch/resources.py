@@ -19,6 +19,7 @@ Pure and torch-free (Snakemake calls it while it builds the DAG, once per job an
 
 from __future__ import annotations
 
+from mor.config import RunConfig
 from mor.launch.slurm import Preset, PresetError, Presets
 
 # Resource names, in the order the dry run prints them. Integers: Snakemake sums them for
@@ -67,3 +68,20 @@ def resource(presets: Presets, scale: str, preset_key: str, name: str) -> int | 
     if name in INT_RESOURCES:
         return int(values.get(name, 0))
     return values.get(name)
+
+
+# What the plan models for a train job on a GPU preset (``mor.launch.plan.memory_fit``): the
+# micro-batch the job will run and its peak memory per GPU. Shown, not requested: Slurm books
+# whole GPUs, and Snakemake counts these only if ``--resources`` names them.
+MEMORY_RESOURCES = ("planned_micro_batch", "planned_gpu_mem_mib")
+
+
+def train_memory(presets: Presets, run: RunConfig) -> dict[str, int]:
+    """``planned_micro_batch`` and ``planned_gpu_mem_mib`` of a run's train job: the plan's
+    micro-batch and modelled GiB per GPU (its ``micro`` and ``GiB/GPU`` columns), 0 where it
+    models nothing (a CPU preset, no site memory, no preset)."""
+    from mor.launch.plan import memory_fit
+
+    p = job_preset(presets, run.model.scale, "train")
+    micro, gib, _fits = memory_fit(run, p) if p is not None else (0, 0.0, True)
+    return {"planned_micro_batch": int(micro), "planned_gpu_mem_mib": round(gib * 1024)}
