@@ -1,8 +1,9 @@
-"""Continuous depth-wise batching inference engine (App. E): scheduler.py (who runs),
-blocks.py (the paged KV bookkeeping), cache.py (the KV pool on the device), step.py (the
-model passes), engine.py (the loop)."""
+"""Continuous depth-wise batching inference engine (App. E), in nano-vllm's shape:
+sequence.py (a request and the sequence serving it), scheduler.py (schedule, preempt,
+postprocess), blocks.py (the block manager: paged KV bookkeeping), cache.py (the KV pool on
+the device, prefill writes included), step.py (the model passes), engine.py (the loop)."""
 
 from mor.engine.engine import Engine, EngineResult
-from mor.engine.scheduler import Request
+from mor.engine.sequence import Request
 
 __all__ = ["Engine", "EngineResult", "Request"]

@@ -41,7 +41,8 @@ import torch
 
 from mor.engine.blocks import BlockManager
 from mor.engine.cache import FLASH_PAGE, PagedCache, flash_paged
-from mor.engine.scheduler import Request, Scheduler, Sequence
+from mor.engine.scheduler import WAIT, Pass, Scheduler
+from mor.engine.sequence import Request, Sequence
 from mor.engine.step import Stepper
 from mor.model.kv_layout import cache_layout
 
@@ -61,8 +62,37 @@ class EngineResult:
     preempted: list[int] = field(default_factory=list)  # request ids, each time one was preempted
     rejected: dict[int, str] = field(default_factory=dict)  # request id -> why it can never run
     peak_blocks: int = 0
-    forward_s: float = 0.0  # time inside the passes and prefills (synchronised on a GPU)
+    pass_s: list[float] = field(default_factory=list)  # per pass: seconds inside it (CUDA events on a GPU)
+    forward_s: float = 0.0  # time inside the passes and prefills (the sum of pass_s)
     wall_s: float = 0.0  # whole run
+
+    def record(self, kind: str, n: int, waiting: int, live: int, blocks: int, depth_rows=None) -> None:
+        self.kinds.append(kind)
+        self.rows.append(n)
+        self.waiting.append(waiting)
+        self.live.append(live)
+        self.blocks.append(blocks)
+        if depth_rows is not None:
+            self.depth_rows.append(depth_rows)
+
+    def window(self, while_waiting: bool = True) -> dict:
+        """Every figure over ONE window of passes: those run while requests wait in the queue
+        (the steady state App. E's batching is about), or the whole run.
+
+        tokens            tokens generated (head rows) in the window
+        block_passes      shared-block passes in it
+        row_fill          mean rows per shared-block pass / B
+        passes_per_token  block_passes / tokens (Σ c_r / B when every pass is full)
+        forward_s         seconds inside the window's passes (prefills included)
+        tokens_per_s      tokens / forward_s"""
+        sel = [i for i, w in enumerate(self.waiting) if w > 0 or not while_waiting]
+        block = [i for i in sel if self.kinds[i] == "block"]
+        tokens = sum(self.rows[i] for i in sel if self.kinds[i] == "head")
+        secs = sum(self.pass_s[i] for i in sel) if self.pass_s else 0.0
+        return {"tokens": tokens, "block_passes": len(block), "passes": len(sel),
+                "row_fill": sum(self.rows[i] for i in block) / (self.batch * len(block)) if block else 0.0,
+                "passes_per_token": len(block) / tokens if tokens else 0.0,
+                "forward_s": secs, "tokens_per_s": tokens / secs if secs > 0 else 0.0}
 
     @property
     def tokens(self) -> int:
@@ -86,9 +116,7 @@ class EngineResult:
 
     def row_fill(self, while_waiting: bool = False) -> float:
         """Mean rows per shared-block pass as a fraction of B (only while the queue is non-empty)."""
-        fills = [n / self.batch for k, n, w in zip(self.kinds, self.rows, self.waiting)
-                 if k == "block" and (w > 0 or not while_waiting)]
-        return sum(fills) / len(fills) if fills else 0.0
+        return self.window(while_waiting)["row_fill"]
 
     def mixed_passes(self) -> int:
         """Shared-block passes whose rows came from two or more recursion depths."""
@@ -184,14 +212,11 @@ class Engine:
         self.write_cols["head"] = writes(range(start + nr * per, len(self.specs)))
         self.write_cols["head", "enter"] = self.write_cols["head"] + self.write_cols["enter"]
 
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
     # ------------------------------------------------------------------ run
     def run(self, requests: list[Request], on_finish=None) -> EngineResult:
         """Serve ``requests``; ``on_finish(request_id, slot)`` (tests) runs as a sequence
         finishes, before its blocks are freed (``sequence_kv(slot)`` reads them)."""
+        self._validate(requests)
         with torch.no_grad(), self.stepper.relax.installed():
             return self._run(requests, on_finish)
 
@@ -209,8 +234,7 @@ class Engine:
             out[e] = k[flat.to(k.device)], v[flat.to(v.device)]
         return out
 
-    def _run(self, requests: list[Request], on_finish) -> EngineResult:
-        t_run = time.perf_counter()
+    def _validate(self, requests: list[Request]) -> None:
         ids = [r.id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError("request ids must be unique")
@@ -220,8 +244,14 @@ class Engine:
             if len(r.prompt) + r.max_new_tokens - 1 > self.max_len:
                 raise ValueError(f"request {r.id}: prompt {len(r.prompt)} + {r.max_new_tokens} new tokens exceeds "
                                  f"the engine's max_len {self.max_len}")
-        bm, st = self.blocks, self.stepper
-        sched = Scheduler(self.batch, self.max_live, st.nr, self.policy)
+
+    def _run(self, requests: list[Request], on_finish) -> EngineResult:
+        """schedule -> run -> postprocess, with the postprocess of a pass deferred until the
+        next pass is launched (the scheduler answers WAIT when it needs the results first)."""
+        t_run = time.perf_counter()
+        bm = self.blocks
+        sched = Scheduler(self.batch, self.max_live, self.stepper.nr, self.policy, bm, self.write_cols)
+        sched.token_choice = self.stepper.token_choice
         res = EngineResult({}, self.batch, sched.max_live)
         for r in requests:
             need = bm.worst_case(len(r.prompt) + r.max_new_tokens - 1)
@@ -232,193 +262,158 @@ class Engine:
                                       f"to {need} KV blocks of {bm.bs} entries, the cache has {bm.num_blocks}; "
                                       f"give the engine more memory or shorten the request")
             else:
-                sched.waiting.append(r)
-        log: list[tuple[torch.Tensor, list[int]]] = []  # per head pass: tokens (n,) on the device, request ids
-        partial: dict[int, list[int]] = {}  # request id -> tokens generated before preemption(s)
-        fwd = 0.0
-
-        def timed(fn, *args):
-            nonlocal fwd
-            self._sync()
-            t = time.perf_counter()
-            out = fn(*args)
-            self._sync()
-            fwd += time.perf_counter() - t
-            return out
-
-        def record(kind: str, n: int, depth_rows=None) -> None:
-            res.kinds.append(kind)
-            res.rows.append(n)
-            res.waiting.append(len(sched.waiting))
-            res.live.append(len(sched.running))
-            res.blocks.append(bm.used)
-            if depth_rows is not None:
-                res.depth_rows.append(depth_rows)
-
-        def generated_tokens() -> dict[int, list[int]]:
-            out: dict[int, list[int]] = {}
-            if log:
-                flat = torch.cat([t for t, _ in log]).tolist()
-                rids = [i for _, ids in log for i in ids]
-                for i, t in zip(rids, flat):
-                    out.setdefault(i, []).append(t)
-            return out
-
-        def preempt(rows: list[int]) -> None:
-            """Free the youngest live sequence; it resumes from the front of the queue, its
-            prompt extended by what it generated (recomputed when readmitted)."""
-            victim = sched.youngest()
-            req = victim.request
-            mine = generated_tokens().get(req.id, [])  # since its last admission (older ones: partial)
-            partial[req.id] = partial.get(req.id, []) + mine
-            _forget(req.id)
-            sched.drop(victim)
-            bm.release(victim.slot)
-            if victim.slot in rows:
-                rows.remove(victim.slot)
-            sched.waiting.appendleft(Request(req.id, req.prompt + mine, req.max_new_tokens - len(mine)))
-            res.preempted.append(req.id)
-
-        def _forget(rid: int) -> None:
-            """Drop a request's tokens from the log (they now live in ``partial``)."""
-            keep = []
-            for t, ids in log:
-                sel = [i for i, x in enumerate(ids) if x != rid]
-                if len(sel) != len(ids):
-                    t, ids = t[torch.tensor(sel, dtype=torch.long, device=t.device)], [ids[i] for i in sel]
-                if ids:
-                    keep.append((t, ids))
-            log[:] = keep
-
-        def ensure(stage_of: dict[int, object]) -> None:
-            """Preempt until the blocks that rows {slot: stage} append are free."""
-            while True:
-                need = bm.needed([(s, self.write_cols[k]) for s, k in stage_of.items()])
-                if need <= len(bm.free):
-                    return
-                if len(sched.running) <= 1:
-                    raise RuntimeError("a lone sequence does not fit the KV cache; this request should have been rejected")
-                rows = list(stage_of)
-                preempt(rows)
-                for s in list(stage_of):
-                    if s not in rows:
-                        del stage_of[s]
-
-        def route_entered(seqs: list[Sequence], out) -> None:
-            """After enter: depth 0, or straight to the head if router 1 dropped the token."""
-            if out is None:
-                for q in seqs:
-                    sched.depth[0].append(q.slot)
-                return
-            vals = out.tolist()  # one read-back: router 1's decision or token-choice's depths
-            for q, v in zip(seqs, vals):
-                if st.token_choice:
-                    q.exit_depth = int(v) + 1
-                    sched.depth[0].append(q.slot)
-                elif v:
-                    sched.depth[0].append(q.slot)
-                else:
-                    sched.exited.append(q.slot)
-
-        def admit() -> list[Sequence]:
-            from mor.model.decode import prefill
-
-            new: list[Sequence] = []
-            while sched.can_admit():
-                req = sched.waiting[0]
-                if bm.worst_case(len(req.prompt)) > len(bm.free):
-                    break  # wait for blocks
-                seq = sched.admit()
-                res.admitted.append(req.id)
-                if len(req.prompt) > 1:  # prefill all but the last prompt token, copy into blocks
-                    prompt = torch.tensor([req.prompt[:-1]], device=self.device)  # (1, T - 1)
-                    pre, _ = timed(prefill, self.model, prompt, len(req.prompt) - 1)
-                    for e, slot in pre.slots.items():
-                        if pre.specs[e].kind == "dagger":
-                            slot.mirror(pre.slots[pre.specs[e].source])
-                        n = int(slot.length[0])
-                        if n:
-                            flat = torch.from_numpy(bm.fill(seq.slot, int(bm.col[e]), n)).to(self.device)
-                            self.cache.k.view(-1, *self.cache.k.shape[2:]).index_copy_(0, flat, slot.k[0, :, :n].transpose(0, 1))
-                            self.cache.v.view(-1, *self.cache.v.shape[2:]).index_copy_(0, flat, slot.v[0, :, :n].transpose(0, 1))
-                new.append(seq)
-            return new
-
-        def enter(seqs: list[Sequence], dev_tokens: torch.Tensor | None) -> None:
-            """Enter the in-flight tokens of seqs (the first len(dev_tokens) given on the device,
-            the rest from their prompts), B rows per pass."""
-            if not seqs:
-                return
-            stage = {q.slot: "enter" for q in seqs}
-            ensure(stage)
-            n_dev = 0 if dev_tokens is None else dev_tokens.shape[0]
-            kept = [i for i, q in enumerate(seqs) if q.slot in stage]
-            host = [seqs[i].request.prompt[-1] for i in kept if i >= n_dev]
-            parts = []
-            if n_dev:
-                k_dev = [i for i in kept if i < n_dev]
-                parts.append(dev_tokens[: len(k_dev)] if k_dev == list(range(len(k_dev)))
-                             else dev_tokens[torch.tensor(k_dev, dtype=torch.long, device=dev_tokens.device)])
-            if host:
-                parts.append(torch.tensor(host, device=self.device))
-            seqs = [seqs[i] for i in kept]
-            if not seqs:
-                return
-            toks = torch.cat(parts) if len(parts) > 1 else parts[0]
-            for i in range(0, len(seqs), self.batch):
-                chunk = seqs[i: i + self.batch]
-                out = timed(st.enter, [q.slot for q in chunk], toks[i: i + self.batch], [q.position for q in chunk])
-                record("enter", len(chunk))
-                route_entered(chunk, out)
-
-        enter(admit(), None)
-        while (nxt := sched.next_pass()) is not None:
-            kind, rows = nxt
-            if kind == "block":
-                stage = {s: ("block", r) for s, r in rows}
-                ensure(stage)
-                rows = [(s, r) for s, r in rows if s in stage]
-                if not rows:
-                    continue
-                slots, depths = [s for s, _ in rows], [r for _, r in rows]
-                keep = timed(st.block, slots, depths, [sched.running[s].position for s in slots])
-                counts = [0] * st.nr
-                for r in depths:
-                    counts[r] += 1
-                record("block", len(rows), tuple(counts))
-                keep = keep.tolist() if keep is not None else None  # the pass's one read-back
-                for i, (s, r) in enumerate(rows):
-                    q = sched.running[s]
-                    last = q.exit_depth if q.exit_depth is not None else st.nr
-                    go = r + 1 < last and (keep is None or keep[i])
-                    (sched.depth[r + 1] if go else sched.exited).append(s)
+                sched.add(r)
+        clock, back = PassClock(self.device), Readback(self.device, 2 * self.batch)
+        pending = None
+        while (p := sched.schedule(pending is not None)) is not None:
+            if p == WAIT:
+                sched.postprocess(pending[0], *back.get(pending[1]))
+                pending = None
                 continue
-            # head: continuing sequences first; their next tokens enter in the same pass
-            seqs = [sched.running[s] for s in rows]
-            seqs.sort(key=lambda q: q.remaining <= 1)
-            stage = {q.slot: ("head", "enter") if q.remaining > 1 else "head" for q in seqs}
-            ensure(stage)
-            seqs = [q for q in seqs if q.slot in stage]
-            if not seqs:
+            out = self._execute(p, sched, res, clock, on_finish)
+            if p.kind == "prefill":
                 continue
-            n_cont = sum(q.remaining > 1 for q in seqs)
-            tok, out = timed(st.head, [q.slot for q in seqs], [q.position for q in seqs], n_cont)
-            record("head", len(seqs))
-            log.append((tok, [q.request.id for q in seqs]))
-            for q in seqs:
-                q.generated += 1
-                if q.remaining == 0:
-                    if on_finish is not None:
-                        on_finish(q.request.id, q.slot)
-                    sched.finish(q)
-                    bm.release(q.slot)
-            route_entered(seqs[:n_cont], out)
-            enter(admit(), None)  # freed slots take waiting requests at once
-        toks = generated_tokens()
+            if pending is not None:  # the device runs p while the host applies the pass before it
+                sched.postprocess(pending[0], *back.get(pending[1]))
+            pending = (p, back.start(*out))
+        for q in sched.finished:
+            sched.outputs[q.request.id] += q.completion
         for r in requests:
             if r.id not in res.outputs and r.id not in res.rejected:
-                res.outputs[r.id] = partial.get(r.id, []) + toks.get(r.id, [])
+                res.outputs[r.id] = sched.outputs[r.id]
+        res.admitted, res.preempted = sched.admitted, sched.preempted
         res.peak_blocks = bm.peak
-        res.forward_s = fwd
+        res.pass_s = clock.seconds()
+        res.forward_s = sum(res.pass_s)
         res.wall_s = time.perf_counter() - t_run
         return res
+
+    def _execute(self, p: Pass, sched: Scheduler, res: EngineResult, clock: "PassClock", on_finish):
+        """Launch one pass; host bookkeeping that needs no device result; -> (routed, tokens)
+        tensors on the device (None where the host already knows)."""
+        st = self.stepper
+        routed = tokens = None
+        clock.start()
+        if p.kind == "prefill":
+            self._prefill(p.seqs)
+        elif p.kind == "enter":
+            toks = torch.tensor([q.request.prompt[-1] for q in p.seqs], device=self.device)
+            routed = st.enter(p.slots, toks, [q.position for q in p.seqs])
+        elif p.kind == "block":
+            routed = st.block(p.slots, p.depths, [q.position for q in p.seqs])
+        else:
+            tokens, routed = st.head(p.slots, [q.position for q in p.seqs], p.n_cont)
+        clock.stop()
+        counts = None
+        if p.kind == "block":
+            counts = [0] * st.nr
+            for r in p.depths:
+                counts[r] += 1
+            counts = tuple(counts)
+        res.record(p.kind, len(p.seqs), len(sched.waiting), len(sched.running), self.blocks.used, counts)
+        if p.kind == "head" and on_finish is not None:
+            for q in p.seqs:
+                if q.remaining == 1:
+                    on_finish(q.request.id, q.slot)
+        sched.ran(p)
+        return routed, tokens
+
+    def _prefill(self, seqs: list[Sequence]) -> None:
+        """Prefill all but the last prompt token of ``seqs`` together (right-padded: causal
+        attention and per-token routing keep the padding out of the real tokens' KV), then
+        copy each sequence's entries into its blocks (PagedCache.write_prefill). One read-back
+        of the entry counts per prefill (admission, not a decoding pass)."""
+        from mor.model.decode import prefill
+
+        T = [len(q.request.prompt) - 1 for q in seqs]
+        Tm = max(T)
+        ids = torch.zeros(len(seqs), Tm, dtype=torch.long)
+        for i, q in enumerate(seqs):
+            ids[i, : T[i]] = torch.tensor(q.request.prompt[:-1])
+        pre, _ = prefill(self.model, ids.to(self.device), Tm)
+        stores = [e for e in pre.slots]
+        for e in stores:
+            if pre.specs[e].kind == "dagger":
+                pre.slots[e].mirror(pre.slots[pre.specs[e].source])
+        lens = torch.tensor(T, device=self.device).unsqueeze(1)  # (n, 1)
+        counts = torch.stack([(pre.slots[e].pos < lens).sum(1) for e in stores]).tolist()  # (E, n): real entries
+        for e, per_seq in zip(stores, counts):
+            slot = pre.slots[e]
+            for i, (q, n) in enumerate(zip(seqs, per_seq)):
+                if n:
+                    flat = torch.from_numpy(self.blocks.fill(q.slot, int(self.blocks.col[e]), n)).to(self.device)
+                    self.cache.write_prefill(flat, slot.k[i, :, :n], slot.v[i, :, :n])
+
+
+class PassClock:
+    """Time inside each pass without a host sync between passes: CUDA events on a GPU (read
+    once, when the run ends), the host clock on a CPU (where a pass runs synchronously)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks: list = []
+
+    def start(self) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks.append([ev, None])
+        else:
+            self.marks.append([time.perf_counter(), None])
+
+    def stop(self) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks[-1][1] = ev
+        else:
+            self.marks[-1][1] = time.perf_counter()
+
+    def seconds(self) -> list[float]:
+        if self.cuda:
+            if self.marks:
+                self.marks[-1][1].synchronize()
+            return [a.elapsed_time(b) / 1e3 for a, b in self.marks]
+        return [b - a for a, b in self.marks]
+
+
+class Readback:
+    """A pass's results to the host, deferred: ``start`` queues one device-to-host copy of the
+    routing decisions and tokens (into a pinned buffer, asynchronously, an event behind it);
+    ``get`` waits for that event only when the scheduler needs the values, after the next
+    pass is launched. On a CPU the values are read at ``get``."""
+
+    RING = 4
+
+    def __init__(self, device: torch.device, size: int):
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.bufs = [torch.empty(size, dtype=torch.long, pin_memory=True) for _ in range(self.RING)]
+        self.at = 0
+
+    def start(self, routed, tokens):
+        live = [t for t in (routed, tokens) if t is not None]
+        if not live:
+            return None, None, None, None
+        flat = torch.cat([t.reshape(-1).to(torch.long) for t in live])
+        ev = None
+        if self.cuda:
+            host = self.bufs[self.at][: flat.shape[0]]
+            self.at = (self.at + 1) % self.RING
+            host.copy_(flat, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            flat = host
+        return flat, ev, None if routed is None else routed.shape[0], None if tokens is None else tokens.shape[0]
+
+    @staticmethod
+    def get(handle) -> tuple[list[int] | None, list[int] | None]:
+        flat, ev, n_r, n_t = handle
+        if flat is None:
+            return None, None
+        if ev is not None:
+            ev.synchronize()
+        vals = flat.tolist()  # host memory on a GPU (the event has completed); the pass's one read
+        routed = vals[:n_r] if n_r is not None else None
+        tokens = vals[n_r or 0:] if n_t is not None else None
+        return routed, tokens

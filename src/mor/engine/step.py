@@ -173,7 +173,7 @@ class Stepper:
         """One host-to-device copy of several int64 arrays."""
         flat = np.concatenate([a.reshape(-1).astype(np.int64) for a in arrays])
         t = torch.from_numpy(flat)
-        if self.dev.type == "cuda":
+        if self.dev.type == "cuda":  # pinned, asynchronous: the host goes on planning
             t = t.pin_memory().to(self.dev, non_blocking=True)
         out, at = [], 0
         for a in arrays:
@@ -216,15 +216,14 @@ class Stepper:
                     k, v = m.layer_kv(lids, x, pos, None)  # (N, Hkv, 1, hd) each
                     self.cache.write(w, k, v)
                 return m.run_layer(lids, x, pos, None, kv=self.cache.view(tab32, ln32))  # (N, 1, C)
-        # Sequence tying: rows at different depths run different unique layers; one call each
+        # Sequence tying: rows at different depths run different unique layers, one call each;
+        # lids is [(unique layer, row indices on the device)], uploaded with the pass's plan
         out = torch.empty_like(x)
-        lids_arr = np.asarray(lids)
-        for lid in np.unique(lids_arr):
-            sel = torch.from_numpy(np.flatnonzero(lids_arr == lid)).to(self.dev)
+        for lid, sel in lids:
             with self.relax.at(rec[sel]):
-                k, v = m.layer_kv(int(lid), x[sel], pos[sel], None)  # (n_l, Hkv, 1, hd)
+                k, v = m.layer_kv(lid, x[sel], pos[sel], None)  # (n_l, Hkv, 1, hd)
                 self.cache.write(w[:, sel], k, v)
-                out[sel] = m.run_layer(int(lid), x[sel], pos[sel], None, kv=self.cache.view(tab32[sel], ln32[sel]))
+                out[sel] = m.run_layer(lid, x[sel], pos[sel], None, kv=self.cache.view(tab32[sel], ln32[sel]))
         return out
 
     # ------------------------------------------------------------------ passes
@@ -269,15 +268,30 @@ class Stepper:
         calls = [[self.start + r * self.per + j for r in depths] for j in range(self.per)]
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n)), np.array(dpad),
                   np.array([r + 1 for r in dpad])]
-        dev = self._upload(arrays + self._plan(slots, calls, N))
+        plan = self._plan(slots, calls, N)
+        if not self.same_layers:  # the rows of each unique layer, uploaded with the plan
+            plan += [g for j in range(self.per) for _, g in self._group_rows(dpad, j)]
+        dev = self._upload(arrays + plan)
         route = self.expert_choice and any(self.drops[r + 1] for r in depths if r + 1 < self.nr)
         if self.same_layers:
             need = tuple(self._needs_kv(c) for c in calls)
             keep = self._block_fn(dev[0], dev[1].unsqueeze(1), dev[2], dev[3], tuple(dev[4:]), need, route)
         else:  # Sequence tying: per-row unique layers, one call each (not compiled)
-            lids = [[m.plan.recursions[r][j] for r in dpad] for j in range(self.per)]
-            keep = self._block(dev[0], dev[1].unsqueeze(1), dev[2], dev[3], tuple(dev[4:]), (True,) * self.per, route, lids)
+            keep = self._block(dev[0], dev[1].unsqueeze(1), dev[2], dev[3], tuple(dev[4:4 + 3 * self.per]),
+                               (True,) * self.per, route, self._groups(dpad, dev[4 + 3 * self.per:]))
         return None if keep is None else keep[:n]
+
+    def _group_rows(self, dpad: list[int], j: int) -> list[tuple[int, np.ndarray]]:
+        """Sequence tying, layer j of the block: (unique layer, the rows that run it)."""
+        lids = np.array([self.model.plan.recursions[r][j] for r in dpad])
+        return [(int(lid), np.flatnonzero(lids == lid)) for lid in np.unique(lids)]
+
+    def _groups(self, dpad: list[int], uploaded: list[torch.Tensor]):
+        """Per layer j: [(unique layer, row indices on the device)] from the uploaded arrays."""
+        it, out = iter(uploaded), []
+        for j in range(self.per):
+            out.append([(lid, next(it)) for lid, _ in self._group_rows(dpad, j)])
+        return out
 
     def _block(self, idx, p, rec, nxt, plan, need, route: bool, lids=None):
         """Device part of ``block``: idx, rec, nxt (N,), p (N, 1), plan (w, tab, ln) per layer."""
