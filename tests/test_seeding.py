@@ -16,6 +16,7 @@ from mor.stats import Design
 
 REPO = Path(__file__).resolve().parent.parent
 DESIGN, SPECS = load_specs()
+D3 = Design(looks=(3, 6, 9))  # the allocation rule's tests read looks at 3, 6, 9 (the shipped design's are 6, 9)
 
 
 def test_every_claim_names_blocks_its_grid_has():
@@ -32,32 +33,47 @@ def test_next_look():
 
 
 def _table(rows):
-    return pd.DataFrame([{"claim": c, "verdict": v, "n seeds": n, "p": p} for c, v, n, p in rows])
+    return pd.DataFrame([{"claim": c, "verdict": v, "n seeds": n, "p": p, "chance next look": ch}
+                         for c, v, n, p, ch in ((*r, None) if len(r) == 4 else r for r in rows)])
 
 
-def test_seeds_go_to_undecided_claims_at_their_next_look_within_budget():
+def test_seeds_go_to_the_cheapest_expected_decision_first_within_budget():
+    """Cost per decision = CPU-min to the next look / the chance that look decides. sharing-costs
+    has the smallest p (the old rule's first pick, which spent 45 of the 60 minutes on it) but a
+    chance of 0.5 for 45 minutes: 90 a decision. aux-separates (9 min, 0.9: 10), mor-beats-
+    recursive-tokens (45, 0.9: 50) and balancing-entropy (6, 0.1: 60) go first; sharing-costs
+    then costs only its vanilla block (recursive is raised), 15 min, which no longer fits."""
     budget = Budget(60.0, {"default": 1.0, "deciding": 5.0, "deciding/balancing": 1.0})
     rps = {("deciding", "vanilla"): 1, ("deciding", "recursive"): 2, ("deciding", "mor"): 1, ("deciding", "balancing"): 2,
            ("fig5c", "mor"): 3}
     now = {k: 3 for k in rps}
-    table = _table([("sharing-costs", "inconclusive", 3, 0.04),      # vanilla + recursive: 3 x 3 x 5 = 45 min
-                    ("sequence-worst", "inconclusive", 3, 0.5),      # recursive: already raised to 6: free
-                    ("balancing-maxvio", "holds", 3, 0.001),         # decided: nothing
-                    ("balancing-entropy", "inconclusive", 3, 0.2),   # balancing: 3 x 2 x 1 = 6 min
-                    ("mor-beats-recursive-tokens", "inconclusive", 3, 0.3),  # recursive free, mor 3 x 5 = 15: over budget
-                    ("deeper-recursion", "inconclusive", 9, 0.3)])   # past the last look
-    steps, target = plan(table, SPECS, DESIGN, budget, rps, now)
-    assert [s.claim for s in steps] == ["sharing-costs", "balancing-entropy", "sequence-worst"]
-    assert [s.cost for s in steps] == [45.0, 6.0, 0.0]
-    assert target == {("deciding", "vanilla"): 6, ("deciding", "recursive"): 6, ("deciding", "balancing"): 6}
+    table = _table([("sharing-costs", "inconclusive", 3, 0.04, 0.5),
+                    ("mor-beats-recursive-tokens", "inconclusive", 3, 0.3, 0.9),
+                    ("balancing-maxvio", "holds", 3, 0.001, None),        # decided: nothing
+                    ("balancing-entropy", "inconclusive", 3, 0.2, 0.1),
+                    ("aux-separates", "inconclusive", 3, 0.5, 0.9),
+                    ("deeper-recursion", "inconclusive", 9, 0.3, None)])  # past the last look
+    ranking = []
+    steps, target = plan(table, SPECS, D3, budget, rps, now, ranking=ranking)
+    assert [s.claim for s in steps] == ["aux-separates", "mor-beats-recursive-tokens", "balancing-entropy"]
+    assert [s.cost for s in steps] == [9.0, 45.0, 6.0]
+    assert [(r["claim"], r["cost_per_decision"], r["funded"]) for r in ranking] == [
+        ("aux-separates", 10.0, True), ("mor-beats-recursive-tokens", 50.0, True), ("balancing-entropy", 60.0, True),
+        ("sharing-costs", 90.0, False)]
+    assert target == {("fig5c", "mor"): 6, ("deciding", "recursive"): 6, ("deciding", "mor"): 6, ("deciding", "balancing"): 6}
     # with the budget spent, nothing more
-    assert plan(table, SPECS, DESIGN, budget, rps, now, budget_left=1.0)[0] == []
+    assert plan(table, SPECS, D3, budget, rps, now, budget_left=1.0)[0] == []
+    # a claim with no estimate yet (one seed: no spread) comes after every estimated one, cheapest first
+    table.loc[table["claim"] == "aux-separates", "chance next look"] = None
+    ranking = []
+    plan(table, SPECS, D3, budget, rps, now, ranking=ranking)
+    assert ranking[-1]["claim"] == "aux-separates" and ranking[-1]["chance"] is None
 
 
 def test_claims_below_the_first_look_are_raised_to_it():
     budget = Budget(100.0, {"default": 1.0})
     table = _table([("middle-cycle-equal-unique", "inconclusive", 1, None)])
-    steps, target = plan(table, SPECS, DESIGN, budget, {("table11", "middle-cycle"): 1, ("table11", "cycle"): 1},
+    steps, target = plan(table, SPECS, D3, budget, {("table11", "middle-cycle"): 1, ("table11", "cycle"): 1},
                          {("table11", "middle-cycle"): 1, ("table11", "cycle"): 1})
     assert steps[0].seeds_to == 3 and target == {("table11", "middle-cycle"): 3, ("table11", "cycle"): 3}
 
@@ -71,12 +87,12 @@ def test_a_claim_that_lost_a_seed_gets_it_replaced_instead_of_stalling():
     rps = {("table9", "vanilla"): 12, ("table9", "mor"): 12}
     now = {k: 3 for k in rps}
     table = _table([("flatter-path", "inconclusive", 2, None)])
-    steps, target = plan(table, SPECS, DESIGN, budget, rps, now)
+    steps, target = plan(table, SPECS, D3, budget, rps, now)
     assert [(s.seeds_from, s.seeds_to, s.cost) for s in steps] == [(2, 4, 24.0)]  # 1 seed x 24 runs x 1 min
     assert target == {("table9", "vanilla"): 4, ("table9", "mor"): 4}
     # at a look with its seeds all usable, the usual step: 3 -> 6
     table = _table([("flatter-path", "inconclusive", 3, 0.5)])
-    assert [(s.seeds_from, s.seeds_to) for s in plan(table, SPECS, DESIGN, budget, rps, now)[0]] == [(3, 6)]
+    assert [(s.seeds_from, s.seeds_to) for s in plan(table, SPECS, D3, budget, rps, now)[0]] == [(3, 6)]
 
 
 def test_a_claim_whose_deciding_blocks_are_missing_gets_no_seeds():

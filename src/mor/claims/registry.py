@@ -29,6 +29,8 @@ class Spec:
     exclude: tuple[dict, ...] = ()  # comparisons the paper itself reports the other way
     exclude_source: str = ""
     decided_by: dict = field(default_factory=dict)  # {grid, runs: [block names], why}: the runs that decide it
+    ni_margin: float | None = None  # non-inferiority part ("without sacrificing ..."): worse by less than this
+    ni_margin_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class Claim:
     effect_doc: str  # what each comparison is, in words
     kind: str = "superiority"  # every comparison > 0 | "equivalence": every |comparison| < margin
     extra: tuple[str, ...] = field(default=())  # files beside the parquet it reads (analysis npz)
+    metric: str = "val_nll"  # its comparisons' metric (design.resolution: the sd floor); a Seed may name others
 
 
 DECIDING = p.DECIDING
@@ -49,7 +52,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("compute", "More compute gives lower NLL",
           "more compute consistently leads to better models, evidenced by lower NLL and improved accuracy with higher FLOPs",
           "Table 9 text", ("table9",), p.compute_gain,
-          "NLL(smaller budget) - NLL(next larger), per variant x scale x budget step"),
+          "NLL(best model at the smaller budget) - NLL(best at the next larger), per variant and budget step"),
     Claim("sharing-costs", "Weight sharing alone (Recursive) costs NLL against Vanilla",
           "weight-sharing alone in recursive models degraded performance compared to Vanilla",
           "Table 9 text; Table 10", (DECIDING,), p.sharing_cost,
@@ -70,9 +73,9 @@ CLAIMS: tuple[Claim, ...] = (
           "surpassing Vanilla models from 360M parameters upward, all while utilizing only one-third of the parameters",
           "Table 9 text", ("table9",), p.mor_beats_vanilla,
           "NLL(Vanilla) - NLL(MoR) per (scale, budget), every scale above the ladder's smallest"),
-    Claim("sequence-worst", "Sequence is the worst tying scheme (against the schemes the deciding grid trains)",
+    Claim("sequence-worst", "Sequence is the worst tying scheme in all four settings, against the three others",
           "pure Sequence sharing records the worst NLL in all four settings",
-          "App. F, Table 10", (DECIDING,), p.sequence_worst,
+          "App. F, Table 10", ("table10",), p.sequence_worst,
           "NLL(Sequence) - NLL(other scheme), per (scale, Nr) and scheme"),
     Claim("middle-cycle-safest", "Middle-Cycle has the lowest NLL of the four schemes (but where the paper says Cycle leads)",
           "Middle-Cycle is consistently the safest choice. For the 360M models, Middle-Cycle achieves the lowest NLL at both "
@@ -92,20 +95,26 @@ CLAIMS: tuple[Claim, ...] = (
           "auxiliary loss achieves a perfect separation in router outputs, with selected tokens sharply concentrated near a "
           "routing score of 1.0 and unselected tokens clustering near 0.0", "§ 5.2, Fig. 5b", ("fig5c",), p.separation,
           "mean normalised router output (g / alpha on [0, 1]) of selected - unselected tokens, minus the threshold, "
-          "per run and recursion"),
+          "per run and recursion", metric="router_separation"),
     Claim("deeper-recursion", "Deeper recursion at inference lowers NLL",
           "allocating more recursion steps at inference can improve generation quality", "§ 5.3, Fig. 5c", ("fig5c",),
           p.deeper_is_better, "NLL with the depth capped at 1 - NLL at full depth, per MoR model"),
-    Claim("linear-aux-loss-fewest-dead", "A linear router with the auxiliary loss has the lowest dead-token ratio",
+    Claim("linear-aux-loss-fewest-dead", "A linear router with the auxiliary loss has fewer dead tokens than the "
+          "auxiliary-router variants, without a worse sampling accuracy",
           "employing a linear router architecture in conjunction with auxiliary loss effectively reduces the dead token "
-          "ratio", "App. G.3, Table 13 (aux-router variants up to 66.7%)", ("table13",), p.linear_aux_loss_fewest_dead,
-          "dead-token ratio(competitor) - (linear, aux loss), every aux-router architecture and other aux-loss one"),
+          "ratio without compromising sampling accuracy", "App. G.3, Table 13 (aux-router variants up to 66.7%)", ("table13",), p.linear_aux_loss_fewest_dead,
+          "dead-token ratio(aux-router variant) - (linear, aux loss) per architecture, and sampling accuracy(linear, aux loss) "
+          "- (aux-router variant) + the non-inferiority margin", metric="dead_token_ratio"),
     Claim("balancing-maxvio", "The balancing loss lowers MaxVio against loss-free balancing",
-          "applying an explicit balancing loss significantly reduces MaxVio", "App. G.3, Table 14",
-          (DECIDING,), p.balancing("max_vio", 1.0), "MaxVio(loss-free) - MaxVio(balancing loss), table14's base router"),
+          "applying an explicit balancing loss significantly reduces MaxVio ... without sacrificing overall model "
+          "performance", "App. G.3, Table 14",
+          (DECIDING,), p.balancing("max_vio", 1.0), "MaxVio(loss-free) - MaxVio(balancing loss), table14's base router; NLL(loss-free) - NLL(loss) + the "
+          "non-inferiority margin", metric="max_vio"),
     Claim("balancing-entropy", "The balancing loss raises the routing entropy against loss-free balancing",
-          "applying an explicit balancing loss significantly reduces MaxVio and increases entropy", "App. G.3, Table 14",
-          (DECIDING,), p.balancing("entropy", -1.0), "entropy(balancing loss) - entropy(loss-free), table14's base router"),
+          "applying an explicit balancing loss significantly reduces MaxVio and increases entropy ... without "
+          "sacrificing overall model performance", "App. G.3, Table 14",
+          (DECIDING,), p.balancing("entropy", -1.0), "entropy(balancing loss) - entropy(loss-free), table14's base router; NLL(loss-free) - NLL(loss) + the "
+          "non-inferiority margin", metric="entropy"),
     Claim("kv-sharing-little", "KV sharing changes NLL little",
           "the Middle-Cycle strategy ... showed a slight perplexity drop, albeit not substantial ... [MoR] still introduced a "
           "small amount of degradation", "App. H.2, Table 15", ("table15",), p.kv_little,
@@ -118,8 +127,21 @@ CLAIMS: tuple[Claim, ...] = (
           "The speeds of the MoR models are normalized against the speed of the Vanilla Transformer ... the speed "
           "comparison for MoR-4 is made against a modified vanilla model that includes these two extra layers "
           "(Fig. 4a: MoR faster, up to ~2x)", "App. E, Fig. 4a", ("fig4a",),
-          p.decodes_faster, "tokens/s(MoR) / tokens/s(Vanilla of the same effective depth) - 1 at batch 32, per MoR model"),
+          p.decodes_faster, "tokens/s(MoR) / tokens/s(Vanilla of the same effective depth) - 1 at batch 32, per MoR model",
+          metric="speed_ratio"),
 )
+
+
+def load_family(mode: str, path: Path = SPEC_FILE) -> tuple[str, ...] | None:
+    """The mode's pre-registered Holm family (``design.family.<mode>``): a tuple of claim ids,
+    or None for every claim ('all', or a mode the file does not name)."""
+    fam = (yaml.safe_load(Path(path).read_text())["design"].get("family") or {}).get(mode, "all")
+    if fam == "all":
+        return None
+    unknown = sorted(set(fam) - {c.id for c in CLAIMS})
+    if unknown:
+        raise ValueError(f"{path}: design.family.{mode} names unknown claim(s) {unknown}")
+    return tuple(fam)
 
 
 def load_specs(path: Path = SPEC_FILE) -> tuple[Design, dict[str, Spec]]:
@@ -130,8 +152,13 @@ def load_specs(path: Path = SPEC_FILE) -> tuple[Design, dict[str, Spec]]:
     spending = d.get("spending", {})
     if spending.get("family", "power") != "power":
         raise ValueError(f"{path}: design.spending.family: only 'power' is implemented, got {spending.get('family')!r}")
+    floors = {}
+    for metric, r in (d.get("resolution") or {}).items():
+        if not (isinstance(r, dict) and float(r.get("sd_floor", 0)) > 0 and r.get("why")):
+            raise ValueError(f"{path}: design.resolution.{metric} needs sd_floor > 0 and why")
+        floors[metric] = float(r["sd_floor"])
     design = Design(alpha=float(d["alpha"]), looks=tuple(int(n) for n in d["looks"]), rho=float(spending.get("rho", 1.0)),
-                    power=float(d.get("power", 0.8)))
+                    power=float(d.get("power", 0.8)), floors=floors)
     ids = {c.id for c in CLAIMS}
     unknown = sorted(set(raw["claims"]) - ids)
     missing = sorted(ids - set(raw["claims"]))
@@ -144,11 +171,13 @@ def load_specs(path: Path = SPEC_FILE) -> tuple[Design, dict[str, Spec]]:
         spec = Spec(**s)
         if set(spec.decided_by) != {"grid", "runs", "why"}:
             raise ValueError(f"{path}: claims.{cid}.decided_by needs grid, runs and why, got {sorted(spec.decided_by)}")
-        for key in ("margin", "threshold", "paper_effect"):
+        for key in ("margin", "threshold", "paper_effect", "ni_margin"):
             if getattr(spec, key) and not getattr(spec, f"{key}_source"):
                 raise ValueError(f"{path}: claims.{cid}.{key} needs {key}_source (or 'no source: our choice')")
         specs[cid] = spec
     for c in CLAIMS:
+        if c.metric not in design.floors and design.floors:
+            raise ValueError(f"{path}: design.resolution has no sd floor for {c.id}'s metric {c.metric!r}")
         if c.kind == "equivalence" and not specs[c.id].margin:
             raise ValueError(f"{path}: claims.{c.id} is an equivalence claim and needs a margin")
     return design, specs

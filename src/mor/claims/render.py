@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from mor.atomic import remove_stale, replace_dir, temp_sibling
-from mor.claims.registry import CLAIMS, load_specs
+from mor.claims.registry import CLAIMS, load_family, load_specs
 from mor.claims.verdict import evaluate, verdict_note
 from mor.results import read_frame
 
@@ -62,13 +62,18 @@ def rounds_note(rounds: list[dict]) -> str:
             adds = "; ".join(f"{s['claim']}: {s['grid']} [{', '.join(s['blocks'])}] {s['seeds_from']} -> "
                              f"{s['seeds_to']} seeds (+{s['cost']:.1f} {r['unit']})" for s in r["steps"])
             parts.append(f"Round {r['round']} ({head}): {state}; next: {adds}.")
+        if r.get("ranking"):
+            parts.append("Ranking (CPU-min to the next look / chance it decides): " + "; ".join(
+                f"{x['claim']} {x['seeds_from']} -> {x['seeds_to']}: {x['cost']:g} / "
+                + (f"{x['chance']:.2f} = {x['cost_per_decision']:g}" if x["chance"] is not None else "no estimate")
+                + ("" if x["funded"] else " (not funded)") for x in r["ranking"]) + ".")
     last = rounds[-1]
     return (f"Adaptive seeds (grids/claims/claims.yaml design.budget): {len(rounds)} round(s), "
             f"{last['spent']:.1f} of {last['budget']:g} {last['unit']} planned for added seeds. " + " ".join(parts))
 
 
 SHOWN = ["claim", "statement", "verdict", "n seeds", "mean effect", "raw lo", "raw hi", "interval", "p", "p Holm",
-         "MDE", "paper effect", "seeds needed", "per seed", "note"]
+         "MDE", "chance next look", "paper effect", "seeds needed", "per seed", "note"]
 
 
 def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | None = None,
@@ -79,9 +84,10 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
     round files (``mor.claims.seeding.run_round``), summarised under the table."""
     design, _ = load_specs()
     frames = load_frames(Path(results_dir), {g for c in CLAIMS for g in c.grids}, analyses_dir)
-    table = evaluate(frames)
+    table = evaluate(frames, CLAIMS, family=load_family(mode))
     counts = table["verdict"].value_counts().to_dict()
-    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("holds", "contradicted", "inconclusive", "not built"))
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("holds", "contradicted", "inconclusive", "not tested in this mode",
+                                                           "not built"))
     commits = sorted({c[:12] for df in frames.values() for c in df["git_commit"].unique()})
     shown = table[[c for c in SHOWN if c in table.columns]]
     shown = shown.astype(object).where(shown.notna(), "")

@@ -3,15 +3,16 @@
 After each round of runs the claims table says which claims are decided. This module plans
 the next round. An undecided claim whose seeds have not reached the design's last look gets
 seeds up to its next look, for the run blocks that decide it (``decided_by`` in
-grids/claims/claims.yaml) and for those alone. Claims go most promising first: the smallest
-sequential p; claims below the first look come next, cheapest first. A claim is planned only
+grids/claims/claims.yaml) and for those alone. Claims go cheapest expected decision first: CPU minutes
+(GPU-hours) to the next look over the chance that look decides (``plan``). A claim is planned only
 if its runs fit in the budget left (CPU minutes locally, GPU-hours on a cluster). Blocks that several claims share are paid once.
 The design stops when no undecided claim has a next look, or when none fits the budget.
 
 Why this keeps the error rate (``mor.stats``): the looks are pre-registered, so which claims
 get seeds may depend on the data. A claim that gets no more seeds simply has fewer looks,
 and its sequential p-value can only be larger than if it had run them all. Holm's family is
-every claim whose grids are built, whether or not it reached a look (``mor.claims.verdict``),
+the mode's family pre-registered in grids/claims/claims.yaml, whether or not a member reached a
+look (``mor.claims.verdict``),
 so the data never choose the family either. Holm over those p-values still controls the
 family-wise error (tests/test_stats.py simulates exactly this).
 """
@@ -77,10 +78,18 @@ def next_look(n: int, design: Design) -> int | None:
 
 def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Budget,
          runs_per_seed: dict[tuple[str, str], int], seeds_now: dict[tuple[str, str], int],
-         budget_left: float | None = None) -> tuple[list[Step], dict[tuple[str, str], int]]:
+         budget_left: float | None = None, ranking: list | None = None) -> tuple[list[Step], dict[tuple[str, str], int]]:
     """The next round: steps in the order taken, and the seeds each (grid, block) should
     reach. ``table``: evaluate()'s rows; ``runs_per_seed``: runs one seed of a block trains;
-    ``seeds_now``: seeds each block has; ``budget_left``: the budget not yet spent."""
+    ``seeds_now``: seeds each block has; ``budget_left``: the budget not yet spent;
+    ``ranking``: if a list, the undecided claims are appended to it in the order considered,
+    with their cost to the next look, the chance that look decides and their cost per decision.
+
+    Claims go cheapest expected decision first: (the budget its next look adds) / (the chance
+    that look decides it, ``chance next look`` of evaluate(): its current effect estimate and
+    uncertainty through the noncentral t at the level Holm asks, ``mor.stats.chance_decides``).
+    The smallest p first sent the whole budget to one expensive claim while cheap, nearly
+    decided ones stayed at their first look."""
     left = budget.total if budget_left is None else budget_left
     target = dict(seeds_now)
 
@@ -88,7 +97,7 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
         return sum(max(0, to - target.get((grid, b), 0)) * runs_per_seed.get((grid, b), 0) * budget.per_run(grid, b)
                    for b in blocks)
 
-    ranked = []  # tested claims by their p, then untested ones by cost
+    ranked = []  # by expected cost of a decision; claims without a chance (one seed) after, by cost
     for _, r in table.iterrows():
         spec = specs.get(r["claim"])
         n = int(r.get("n seeds", 0) or 0)
@@ -103,13 +112,21 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
         # the next look plus the seeds already lost, so the claim can reach that look at all.
         built = min(seeds_now.get((grid, b), 0) for b in blocks)
         to = max(to, built + (to - n))
-        p = r.get("p")
-        tested = p is not None and math.isfinite(p)
-        ranked.append((not tested, p if tested else cost(grid, blocks, to), r["claim"], n, to, grid, blocks))
-    steps = []
-    for _, _, claim, n, to, grid, blocks in sorted(ranked):
+        chance = r.get("chance next look")
+        chance = float(chance) if chance is not None and math.isfinite(float(chance)) else None
         price = cost(grid, blocks, to)
-        if price > left:
+        per_decision = price / max(chance, 1e-6) if chance is not None else math.inf
+        ranked.append((chance is None, per_decision, price, r["claim"], n, to, grid, blocks, chance))
+    steps = []
+    for _, per_decision, _, claim, n, to, grid, blocks, chance in sorted(ranked):
+        price = cost(grid, blocks, to)
+        funded = price <= left
+        if ranking is not None:
+            ranking.append({"claim": claim, "seeds_from": n, "seeds_to": to, "cost": round(price, 2),
+                            "chance": None if chance is None else round(chance, 4),
+                            "cost_per_decision": None if not math.isfinite(per_decision) else round(per_decision, 2),
+                            "funded": funded})
+        if not funded:
             continue
         for b in blocks:
             target[(grid, b)] = max(target.get((grid, b), 0), to)
@@ -145,7 +162,7 @@ def round_grids(specs: dict[str, Spec], previous: dict | None = None) -> list[st
 
 
 def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, specs: dict[str, Spec],
-               budget: Budget, previous: dict | None = None) -> dict:
+               budget: Budget, previous: dict | None = None, family: tuple[str, ...] | None = None) -> dict:
     """One round of the adaptive design, pure: the record ``run_round`` writes, from the
     round's results frames (grid -> frame, as ``mor.claims.render.load_frames`` returns them)
     and the grids as this round loads them (grid -> ``mor.grids.Grid`` at the seeds
@@ -166,8 +183,9 @@ def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, spe
         rps.update(runs_per_seed(grid))
         now.update(seeds_built(grid, frames.get(g)))
     spent = float((previous or {}).get("spent", 0.0))
-    table = evaluate(frames, CLAIMS, design, specs)
-    steps, target = plan(table, specs, design, budget, rps, now, budget.total - spent)
+    table = evaluate(frames, CLAIMS, design, specs, family)
+    ranking: list[dict] = []
+    steps, target = plan(table, specs, design, budget, rps, now, budget.total - spent, ranking)
     seeds = {g: dict(b) for g, b in so_far.items()}
     for (g, b), n in sorted(target.items()):
         seeds.setdefault(g, {})[b] = n
@@ -192,6 +210,7 @@ def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, spe
         "spent": round(spent + sum(s.cost for s in steps), 2),
         "unit": budget.unit,
         "steps": [dataclasses.asdict(s) for s in steps],
+        "ranking": ranking,
         "verdicts": {r["claim"]: {"verdict": r["verdict"], "n": int(r.get("n seeds", 0) or 0)}
                      for _, r in table.iterrows()},
     }
@@ -207,7 +226,7 @@ def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | No
     grids' own seeds). The record says which claims are decided, the seeds each raised block
     should reach next (cumulative over rounds), the budget planned so far, and whether
     the design stops here, and why (``next_round``; this reads the files it needs)."""
-    from mor.claims.registry import load_specs
+    from mor.claims.registry import load_family, load_specs
     from mor.claims.render import load_frames
     from mor.grids import load_grid
 
@@ -218,7 +237,7 @@ def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | No
     frames = load_frames(Path(results_dir), set(names), analyses_dir)
     grids = {g: load_grid(Path(grids_dir) / f"{g}.yaml", mode, seeds=so_far.get(g))
              for g in names if (Path(grids_dir) / f"{g}.yaml").exists()}
-    return next_round(frames, grids, design, specs, budget, previous)
+    return next_round(frames, grids, design, specs, budget, previous, load_family(mode))
 
 
 def main(argv: list[str] | None = None) -> None:

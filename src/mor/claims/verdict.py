@@ -21,13 +21,14 @@ VERDICT_NOTE = (
     "contradicted if some competitor beats A (Bonferroni over the comparisons). An equivalence claim ('changes little') "
     "holds if every comparison's 90% interval lies inside +-margin (TOST). Seeds are looked at in pre-registered looks "
     "(n = {looks}); look k spends alpha x {weights} of alpha = {alpha} (power-family spending, rho = {rho}), and the claim's "
-    "p-value is the smallest p_k / w_k. Holm's step-down then runs over every claim whose grids are built (a claim "
-    "with fewer than {first} seeds counts with p = 1: the family is fixed by what is built, not by the data), so the "
-    "chance of any wrong 'holds' or 'contradicted' in the table is at most {alpha}. "
+    "p-value is the smallest p_k / w_k. Holm's step-down then runs over the mode's family, pre-registered in "
+    "design.family (a member with fewer than {first} seeds, or not built, counts with p = 1; a claim outside it is "
+    "'not tested in this mode' and gets no seeds), so the chance of any wrong 'holds' or 'contradicted' in the table "
+    "is at most {alpha}. Each comparison's seed sd is floored at its metric's resolution (design.resolution). "
     "Columns: 'raw lo/hi' is the unadjusted interval (95%; 90% for equivalence) of the binding comparison (the one "
-    "closest to failing), 'p' the claim's sequential p-value, 'p Holm' after Holm, 'MDE' the smallest true effect of the "
-    "binding comparison that the final n detects with power {power} at the level the claim faced, 'seeds needed' the n at "
-    "which the paper's effect would be detected at that level (fixed-n approximation). inconclusive = not decided after "
+    "closest to failing), 'p' the claim's sequential p-value, 'p Holm' after Holm, 'MDE' the smallest true effect, common to "
+    "every comparison, that its n seeds detect with power {power} at the level Holm asks of it at its look (exact "
+    "noncentral t over every comparison), 'seeds needed' the n at which the paper's effect would be. inconclusive = not decided after "
     "Holm; not built = the grid's results are missing.")
 
 
@@ -37,9 +38,10 @@ def verdict_note(design: stats.Design) -> str:
                                rho=design.rho, first=design.looks[0], power=design.power)
 
 
-def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame]) -> tuple[np.ndarray, list[str], list[int], list[str]]:
-    """(K x n matrix, comparison labels, seeds kept, notes): labels missing or nan in every
-    seed are dropped, then every seed missing one of the rest; both are named in the notes."""
+def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame]) -> tuple[np.ndarray, list[str], list[int], list[str], dict]:
+    """(K x n matrix, comparison labels, seeds kept, notes, label -> metric): labels missing
+    or nan in every seed are dropped, then every seed missing one of the rest; both are named
+    in the notes."""
     seeds = seeds_of(frames, claim.grids)
     per_seed = {s: claim.compare({g: frames[g][frames[g]["seed"] == s] for g in claim.grids}, spec) for s in seeds}
     labels = list(dict.fromkeys(k for r in per_seed.values() for k in r.values))
@@ -63,7 +65,8 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame]) -> t
     left_out = Counter(x for r in per_seed.values() for x in r.dropped)
     notes += [f"left out: {x} ({n} of {len(seeds)} seeds)" for x, n in left_out.items()]
     matrix = np.array([[per_seed[s].values[k] for s in kept] for k in labels], dtype=np.float64).reshape(len(labels), len(kept))
-    return matrix, labels, kept, notes
+    metrics = {k: m for r in per_seed.values() for k, m in r.metrics.items()}
+    return matrix, labels, kept, notes, {k: metrics.get(k, claim.metric) for k in labels}
 
 
 def decided_by(spec: Spec) -> str:
@@ -79,32 +82,47 @@ def _sig(p: float) -> float:
     return float(f"{p:.3g}")
 
 
+NOT_TESTED = "not tested in this mode"
+
+
+def floors(design: stats.Design, metrics: list[str]) -> np.ndarray:
+    """Each comparison's sd floor: its metric's resolution (0 where the design names none)."""
+    return np.array([design.floors.get(m, 0.0) for m in metrics], dtype=np.float64)
+
+
 def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS,
-             design: stats.Design | None = None, specs: dict[str, Spec] | None = None) -> pd.DataFrame:
+             design: stats.Design | None = None, specs: dict[str, Spec] | None = None,
+             family: tuple[str, ...] | None = None) -> pd.DataFrame:
     """One row per claim: n, the binding comparison's mean and raw interval, the sequential
-    and Holm-adjusted p-values, the verdict, and MDE / seeds needed where undecided."""
+    and Holm-adjusted p-values, the verdict, and MDE / seeds needed where undecided.
+    ``family``: the mode's pre-registered Holm family (``registry.load_family``); a claim
+    outside it is shown, with its numbers, as "not tested in this mode"; None: every claim."""
     if design is None or specs is None:
         d, s = load_specs()
         design, specs = design or d, specs or s
+    members = {c.id for c in claims} if family is None else set(family)
     rows, tested = [], []
     for c in claims:
         spec = specs.get(c.id, Spec())
         row = {"claim": c.id, "statement": c.statement, "paper sentence": c.sentence, "paper evidence": c.evidence,
-               "effect": c.effect_doc, "grids": ", ".join(c.grids), "decided by": decided_by(spec)}
+               "effect": c.effect_doc, "grids": ", ".join(c.grids), "decided by": decided_by(spec),
+               "_member": c.id in members}
         missing = [g for g in c.grids if g not in frames]
         if missing:
             rows.append({**row, "verdict": "not built", "n seeds": 0,
                          "note": f"results/{missing[0]}.parquet is not built; run its grid to decide this claim"})
             continue
-        m, labels, kept, notes = _comparisons(c, spec, frames)
+        m, labels, kept, notes, metric = _comparisons(c, spec, frames)
         n = len(kept)
         equivalence = c.kind == "equivalence"
         row.update({"n seeds": n, "comparisons": len(labels), "_equivalence": equivalence})
         if spec.exclude:
             notes.append(f"excluded by the design: {spec.exclude_source}")
         if not labels or n == 0:
-            rows.append({**row, "verdict": "inconclusive", "note": "; ".join(notes + ["no matching runs"])})
+            rows.append({**row, "verdict": "inconclusive" if row["_member"] else NOT_TESTED,
+                         "note": "; ".join(notes + ["no matching runs"])})
             continue
+        floor = floors(design, [metric[k] for k in labels])
         looks = design.looks_within(n)
         shown = m[:, :looks[-1]] if looks else m  # the seeds the test reads: the interval and MDE describe them
         b = stats.binding(shown, spec.margin if equivalence else None)
@@ -112,12 +130,20 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
         mean, lo, hi, _ = stats.interval(shown[b], level)
         if equivalence:
             notes.append(f"margin +-{spec.margin} ({spec.margin_source})")
+        if spec.ni_margin:
+            notes.append(f"non-inferiority margin {spec.ni_margin} ({spec.ni_margin_source})")
         if len(labels) > 1:
             notes.append(f"{len(labels)} comparisons, binding: {labels[b]}")
+        sds = np.maximum(shown.std(axis=1, ddof=1), floor) if shown.shape[1] > 1 else np.full(len(labels), math.nan)
         row.update({"mean effect": _round(mean), "raw lo": _round(lo), "raw hi": _round(hi),
                     "interval": f"{level:.0%}", "per seed": ", ".join(f"{e:.4g}" for e in shown[b]),
-                    "paper effect": spec.paper_effect, "_n_shown": shown.shape[1],
-                    "_sd": float(shown[b].std(ddof=1)) if shown.shape[1] > 1 else math.nan})
+                    "paper effect": spec.paper_effect, "_n_shown": shown.shape[1], "_sds": sds,
+                    "_sd": float(sds[b]), "_m": shown, "_floor": floor, "_margin": spec.margin if equivalence else None})
+        if not row["_member"]:
+            notes.append("outside this mode's pre-registered family (grids/claims/claims.yaml design.family): "
+                         "no test, no seeds")
+            rows.append({**row, "verdict": NOT_TESTED, "note": "; ".join(notes)})
+            continue
         if not looks:
             notes.append(f"{n} seed(s): below the first look (n = {design.looks[0]}), not tested"
                          + ("; one seed has no spread, so no interval or MDE" if n < 2 else ""))
@@ -125,23 +151,38 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
             if n > looks[-1]:
                 notes.append(f"{n - looks[-1]} seed(s) past the last look reached (n = {looks[-1]}) unused, "
                              "in the test and the interval alike")
-            h, k = stats.claim_p(m, design, spec.margin if equivalence else None)
+            h, k = stats.claim_p(m, design, spec.margin if equivalence else None, floor)
             row.update({"_p_hold": float(h), "_p_contra": float(k), "p": _sig(min(float(h), float(k)))})
             tested.append(len(rows))
         rows.append({**row, "note": "; ".join(notes)})
     _decide(rows, tested, design)
     out = pd.DataFrame(rows)
+    for col in ("p", "p Holm", "MDE", "chance next look"):  # every table has them, tested or not
+        if col not in out.columns:
+            out[col] = math.nan
     return out.drop(columns=[c for c in out.columns if c.startswith("_")])
 
 
+def look_level(design: stats.Design, n: int, left: int, equivalence: bool = False) -> float | None:
+    """The two-sided level Holm asks of an undecided claim tested at n seeds: alpha x the
+    weight of the last look n reaches / the undecided claims of the family (TOST: one-sided at
+    it, so twice that as a two-sided level); None below the first look."""
+    k = len(design.looks_within(n))
+    if not k:
+        return None
+    level = design.alpha * design.weights()[k - 1] / max(left, 1)
+    return 2 * level if equivalence else level
+
+
 def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
-    """Holm over the family: every claim whose grids are built, those below the first look
-    counting with p = 1. The family is fixed by what the workflow builds, never by the data:
-    were it only the tested claims, a null claim whose weak evidence kept it seeding would,
-    by spending the budget, keep others out of the family and loosen its own threshold.
-    Then the MDE and seeds needed of every undecided claim, at the level Holm would ask of it
-    next: alpha x (its last look's weight, or the first's below it) / (undecided claims)."""
-    family = [i for i, r in enumerate(rows) if r.get("verdict") != "not built"]
+    """Holm over the mode's pre-registered family: its members whose grids are built (those
+    below the first look counting with p = 1) and, counting with p = 1 as well, the members
+    not built. The family is fixed in grids/claims/claims.yaml before any data, never by the
+    data: were it only the tested claims, a null claim whose weak evidence kept it seeding
+    would, by spending the budget, keep others out of the family and loosen its own threshold.
+    Then the MDE and seeds needed of every undecided member, at the level Holm would ask of
+    it at its next look (the first look's below it): exact noncentral t over every comparison."""
+    family = [i for i, r in enumerate(rows) if r.get("_member")]
     left = 0
     if family:
         p_hold = np.array([rows[i].get("_p_hold", 1.0) for i in family])
@@ -150,17 +191,22 @@ def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
         for i, a, v in zip(family, adjusted, code):
             if i in tested:
                 rows[i]["p Holm"] = _sig(float(a))
-            rows[i]["verdict"] = {1: "holds", -1: "contradicted", 0: "inconclusive"}[int(v)]
+            if rows[i].get("verdict") != "not built":
+                rows[i]["verdict"] = {1: "holds", -1: "contradicted", 0: "inconclusive"}[int(v)]
         left = len(family) - int((code != 0).sum())
-    w = design.weights()
     for r in rows:
         r.setdefault("verdict", "inconclusive")
-        if r["verdict"] != "inconclusive" or "_sd" not in r:
+        r["_left"] = left
+        if r["verdict"] != "inconclusive" or "_sds" not in r or not np.all(np.isfinite(r["_sds"])):
             continue
-        k = max(len(design.looks_within(r["n seeds"])), 1) - 1
-        level = design.alpha * w[k] / max(left, 1)
-        if r["_equivalence"]:
-            level *= 2  # TOST: one-sided at the level on each side
-        r["MDE"] = _round(stats.mde(r["_sd"], r["_n_shown"], level, design.power))
+        nxt = next((k for k in design.looks if k > r["n seeds"]), design.looks[-1])
+        level = look_level(design, max(nxt, design.looks[0]) if r["n seeds"] < design.looks[0] else r["_n_shown"],
+                           left, r["_equivalence"])
+        r["MDE"] = _round(stats.mde(r["_sds"], r["_n_shown"], level, design.power))
+        if r["n seeds"] < design.looks[-1]:  # the planner's chance that the next look decides (mor.claims.seeding)
+            to = next(k for k in design.looks if k > r["n seeds"])
+            r["chance next look"] = _round(stats.chance_decides(
+                r["_m"], to, look_level(design, to, left, r["_equivalence"]), r["_margin"], r["_floor"]))
         if r.get("paper effect") is not None:
-            r["seeds needed"] = stats.seeds_needed(r["paper effect"], r["_sd"], level, design.power)
+            r["seeds needed"] = stats.seeds_needed(
+                r["paper effect"], r["_sds"], lambda n: look_level(design, n, left, r["_equivalence"]), design.power)

@@ -1,0 +1,126 @@
+"""Choosing the claims' sequential design by simulation (issue 31), before the new design's data.
+
+A stand-in of the local `paper` target's adaptive design: the local family (grids/claims/
+claims.yaml ``design.family.local``), each claim's comparisons drawn normal with the effect
+sizes and per-seed sds measured in the last local tables (README "Measured with issue 20's
+design"; the table below, ``OBSERVED``), the grids' own 3 seeds, then rounds that raise the
+undecided claims to their next look, cheapest expected decision first (CPU-min to the next
+look / the chance that look decides, ``mor.stats.chance_decides``), within the 30 CPU-minute
+budget, shared blocks paid once, and Holm over the family after every round. The planner and
+the tests are the real ``mor.stats`` functions; only the rounds are re-written here, as arrays,
+so that thousands of families per design run in seconds (the real ``next_round`` on simulated
+parquet is benchmarks/bench_claims_null.py).
+
+For each candidate design it prints: the null family-wise rate (every effect 0), the power
+per claim at the observed effects, the expected seeds and CPU-minutes added.
+
+    .venv/bin/python benchmarks/bench_claims_design.py --reps 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+
+from mor import stats
+
+# claim -> (comparison means, comparison sds, blocks it raises); observed at 2.6M tokens (deciding)
+# and fig5c's runs, README issue-20 table (n = 3, and n = 6 where round 1 ran)
+OBSERVED = {
+    "sharing-costs": ([0.032, -0.007], [0.018, 0.0035], ("vanilla", "recursive")),
+    "mor-beats-recursive-tokens": ([-0.042], [0.038], ("recursive", "mor")),
+    # every one of its 9 (run, recursion) comparisons near the n = 6 binding one: -0.201, sd ~0.046
+    "aux-separates": ([-0.20] * 9, [0.046] * 9, ("fig5c",)),
+    "deeper-recursion": ([0.005] * 3, [0.0055] * 3, ("fig5c",)),
+    # MaxVio / entropy as measured at n = 6; the NLL non-inferiority part (loss within +0.05 of
+    # loss-free) assumed at a true difference 0 with sd 0.02 (no measurement of the pair's NLL)
+    "balancing-maxvio": ([1.05, 0.05], [0.45, 0.02], ("balancing",)),
+    "balancing-entropy": ([0.33, 0.05], [0.19, 0.02], ("balancing",)),
+}
+# CPU-minutes of one more seed of each block (grids/claims/claims.yaml minutes_per_run x runs a seed)
+BLOCK_COST = {"vanilla": 4.4, "recursive": 8.8, "mor": 4.4, "fig5c": 2.7, "balancing": 1.8}
+OWN_SEEDS, BUDGET, ALPHA = 3, 30.0, 0.05
+
+
+def _run(rng, design: stats.Design, truth: dict, reps: int):
+    claims = list(truth)
+    n_max = design.looks[-1]
+    data = {c: np.asarray(m)[:, None] + np.asarray(s)[:, None] * rng.standard_normal((reps, len(m), n_max))
+            for c, (m, s, _) in truth.items()}
+    codes = np.zeros((reps, len(claims)), int)
+    seeds = np.zeros((reps, len(claims)), int)
+    spent = np.zeros(reps)
+    w = design.weights()
+    for r in range(reps):
+        n = {c: OWN_SEEDS for c in claims}
+        blocks = {b: OWN_SEEDS for b in BLOCK_COST}
+        left = BUDGET
+        p_h, p_c = np.ones(len(claims)), np.ones(len(claims))
+        while True:
+            for j, c in enumerate(claims):
+                if design.looks_within(n[c]):
+                    h, k = stats.claim_p(data[c][r, :, :n[c]], design)
+                    p_h[j], p_c[j] = float(h), float(k)
+            _, code = stats.verdicts(p_h, p_c, design.alpha)
+            undecided = [c for j, c in enumerate(claims) if code[j] == 0]
+            ranked = []
+            for c in undecided:
+                to = next((k for k in design.looks if k > n[c]), None)
+                if to is None:
+                    continue
+                cost = sum(max(0, to - blocks[b]) * BLOCK_COST[b] for b in truth[c][2])
+                k = design.looks.index(to)
+                chance = stats.chance_decides(data[c][r, :, :n[c]], to, design.alpha * w[k] / max(len(undecided), 1),
+                                              draws=128)
+                ranked.append((cost / max(chance, 1e-9), c, to))
+            raised = False
+            for _, c, to in sorted(ranked):
+                cost = sum(max(0, to - blocks[b]) * BLOCK_COST[b] for b in truth[c][2])
+                if cost <= left + 1e-9:
+                    left -= cost
+                    for b in truth[c][2]:
+                        blocks[b] = max(blocks[b], to)
+                    raised = True
+            if not raised:
+                break
+            for c in claims:
+                n[c] = min(blocks[b] for b in truth[c][2])
+        codes[r], seeds[r], spent[r] = code, [n[c] for c in claims], BUDGET - left
+    return claims, codes, seeds, spent
+
+
+DESIGNS = {
+    "looks 3, 6, 9 (issue 20)": stats.Design(alpha=ALPHA, looks=(3, 6, 9), rho=1.0),
+    "looks 6, 9, rho 1": stats.Design(alpha=ALPHA, looks=(6, 9), rho=1.0),
+    "looks 6, 9, rho 2": stats.Design(alpha=ALPHA, looks=(6, 9), rho=2.0),
+    "fixed n = 6": stats.Design(alpha=ALPHA, looks=(6,), rho=1.0),
+    "fixed n = 9": stats.Design(alpha=ALPHA, looks=(9,), rho=1.0),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=1000)
+    ap.add_argument("--designs", nargs="*", default=list(DESIGNS))
+    a = ap.parse_args()
+    null = {c: ([0.0] * len(m), s, b) for c, (m, s, b) in OBSERVED.items()}
+    for name in a.designs:
+        d, t = DESIGNS[name], time.time()
+        claims, code0, _, spent0 = _run(np.random.default_rng(1), d, null, a.reps)
+        fwer = (code0 != 0).any(axis=1).mean()
+        claims, code, seeds, spent = _run(np.random.default_rng(2), d, OBSERVED, a.reps)
+        expect = {c: (1 if all(x > 0 for x in OBSERVED[c][0]) else -1) for c in claims}
+        power = {c: float((code[:, j] == expect[c]).mean()) for j, c in enumerate(claims)}
+        se = math.sqrt(max(fwer * (1 - fwer), 1e-12) / a.reps)
+        print(f"{name}: null FWER {fwer:.4f} (se {se:.4f}, {a.reps} families); observed effects: "
+              f"decided {float((code != 0).sum(axis=1).mean()):.2f} claims on average; power "
+              + ", ".join(f"{c} {p:.2f}" for c, p in power.items())
+              + f"; mean seeds {dict(zip(claims, seeds.mean(axis=0).round(1)))}; CPU-min added {spent.mean():.1f} "
+              f"(null {spent0.mean():.1f}); {time.time() - t:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
