@@ -19,7 +19,9 @@ import random
 import pytest
 import torch
 
-from mor.config import ModelConfig, RouterConfig, load_scales
+import typing
+
+from mor.config import ModelConfig, RouterConfig, Tying, load_scales
 from mor.engine import Engine, Request
 from mor.grids import grid_path, load_grid
 from mor.model.decode import generate
@@ -303,25 +305,81 @@ def test_a_queue_larger_than_memory_is_served_completely():
     assert eng.blocks.used == 0 and max(res.blocks) <= 36
 
 
-def test_no_host_sync_inside_a_pass(monkeypatch):
-    """Inside enter / block / head nothing reads a tensor back to the host (.item, .tolist,
-    bool(), int(), float()): the decisions the scheduler needs are read after the pass."""
+TYINGS = typing.get_args(Tying)
+ROUTERS = {"expert_choice": RouterConfig(aux="aux_router"),
+           "token_choice": RouterConfig(type="token_choice", func="softmax", alpha=1.0)}
+
+
+@pytest.mark.parametrize("tying", TYINGS)
+@pytest.mark.parametrize("router", list(ROUTERS))
+def test_no_host_sync_inside_a_pass(monkeypatch, tying, router):
+    """Inside the device part of enter / block / head nothing reads a tensor back to the host
+    (.item, .tolist, .numpy, .cpu, bool(), int(), float()) and nothing crosses devices
+    (.to with a device or tensor, torch.tensor / torch.from_numpy of host data): the host's
+    part of a pass uploads what it needs in ONE copy (counted), the decisions the scheduler
+    needs are read after the next pass is launched (one pass outstanding, at most)."""
+    from mor.engine.engine import Readback
     from mor.engine.step import Stepper
 
-    def forbid(self, *a, **k):
+    def forbid(*a, **k):
         raise AssertionError("host sync inside a pass")
 
-    model = make(MIXED["expert_choice"])
-    eng = Engine(model, batch=3, max_len=MAX_LEN, pad=True)
-    for name in ("enter", "block", "head"):
+    real_to = torch.Tensor.to
+
+    def to(self, *a, **k):
+        if "device" in k or any(isinstance(x, (torch.device, str, torch.Tensor)) for x in a):
+            raise AssertionError(f"device transfer inside a pass: .to{a}")
+        return real_to(self, *a, **k)
+
+    cfg = ModelConfig(scale="tiny", variant="mor", tying=tying, num_recursions=2 if "sequence" in tying else 3,
+                      kv="shared" if "sequence" in tying else "recursion_wise", router=ROUTERS[router])
+    passes, uploads, outstanding, launched_pending = [0], [0], [0], [0]
+    for name in ("_enter", "_block", "_head"):
         fn = getattr(Stepper, name)
 
         def wrapped(self, *a, _fn=fn, **k):
             with monkeypatch.context() as m:
-                for attr in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
+                for attr in ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__"):
                     m.setattr(torch.Tensor, attr, forbid)
+                m.setattr(torch.Tensor, "to", to)
+                m.setattr(torch, "tensor", forbid)
+                m.setattr(torch, "from_numpy", forbid)
                 return _fn(self, *a, **k)
 
         monkeypatch.setattr(Stepper, name, wrapped)
-    res = eng.run(requests(5))
-    assert res.mixed_passes() > 0 and res.tokens > 0
+    for name in ("enter", "block", "head"):
+        fn = getattr(Stepper, name)
+
+        def outer(self, *a, _fn=fn, **k):
+            passes[0] += 1
+            launched_pending[0] += outstanding[0] > 0
+            assert outstanding[0] <= 1
+            return _fn(self, *a, **k)
+
+        monkeypatch.setattr(Stepper, name, outer)
+    up, start, get = Stepper._upload, Readback.start, Readback.get
+    monkeypatch.setattr(Stepper, "_upload", lambda self, arrays: (uploads.__setitem__(0, uploads[0] + 1), up(self, arrays))[1])
+
+    def counted_start(self, *a):
+        h = start(self, *a)
+        outstanding[0] += 1
+        return h
+
+    def counted_get(h):
+        outstanding[0] -= 1
+        return get(h)
+
+    monkeypatch.setattr(Readback, "start", counted_start)
+    monkeypatch.setattr(Readback, "get", staticmethod(counted_get))
+    reqs = requests(9)
+    for seed in range(10):  # the first seed whose passes mix depths
+        model = make(cfg, seed)
+        passes[0] = uploads[0] = launched_pending[0] = 0
+        res = Engine(model, batch=3, max_len=MAX_LEN, pad=True).run(reqs)
+        if res.mixed_passes() > 0:
+            break
+    assert res.tokens == sum(r.max_new_tokens for r in reqs) and res.mixed_passes() > 0
+    assert uploads[0] == passes[0] == sum(k != "prefill" for k in res.kinds)  # one upload per pass
+    assert launched_pending[0] > 0  # some passes launched before the previous one's results were read
+    monkeypatch.undo()
+    assert res.outputs == {r.id: solo(model, r) for r in reqs}
