@@ -554,3 +554,81 @@ def test_holm_family_is_every_built_claim_not_only_the_tested_ones():
     both = evaluate(sims, claims[:2], DESIGN, specs).set_index("claim")
     assert both.loc["b", "n seeds"] == 2 and pd.isna(both.loc["b", "p Holm"])
     assert both.loc["a", "p Holm"] == pytest.approx(min(1.0, 2 * both.loc["a", "p"]), rel=0.01)
+
+
+def test_compute_is_the_best_model_per_budget():
+    """table9's isoFLOP grid trains different sizes at each budget. At the one size both
+    budgets share (360M) the larger budget is better: the old per-scale predicate 'holds'
+    (at a fixed size more budget is only more tokens). But the best model the small budget
+    buys (135M, 4.0) beats the best the large one buys (4.3): more compute did not give a
+    better model, and the new predicate (best per budget) says contradicted."""
+    rows = []
+    for s in (0, 1, 2):
+        for v in ("vanilla", "mor"):
+            for scale, b, nll in (("135M", 1e12, 4.0), ("360M", 1e12, 4.6), ("360M", 4e12, 4.4), ("730M", 4e12, 4.3)):
+                rows.append({"seed": s, "variant": v, "paper_scale": scale, "budget_flops": b,
+                             "val_nll": nll + 0.003 * ((s + len(rows)) % 3), "config_json": "{}"})
+    frames = {"table9": pd.DataFrame(rows)}
+    df = frames["table9"]
+    old = [float(df[(df.seed == s) & (df.paper_scale == "360M") & (df.budget_flops == 1e12)].val_nll.mean()
+                 - df[(df.seed == s) & (df.paper_scale == "360M") & (df.budget_flops == 4e12)].val_nll.mean()) for s in (0, 1, 2)]
+    assert _old_verdict(old) == "holds"
+    row = _only("compute", frames)
+    assert row["comparisons"] == 2 and row["verdict"] == "contradicted"
+    assert row["mean effect"] == pytest.approx(-0.3, abs=0.01)
+    # the best large-budget model beating the best small-budget one holds
+    frames["table9"] = df.assign(val_nll=np.where(df.paper_scale == "730M", 3.9, df.val_nll))
+    assert _only("compute", frames)["verdict"] == "holds"
+
+
+def _balancing_pair(maxvio_free: float, nll_loss: float, seeds=(0, 1, 2)):
+    """deciding's balancing pair: the balancing loss at MaxVio 0.1, NLL 5.0 + ``nll_loss``; loss-free
+    at MaxVio ``maxvio_free``, NLL 5.0 (small per-seed noise)."""
+    from mor.grids import load_grid
+
+    grid = load_grid(REPO / "grids" / "deciding.yaml", "local", seeds={"balancing": len(seeds)})
+    rows = []
+    for run in grid.runs:
+        c, s, m = run.config, run.config.train.seed, run.config.model
+        if run.block != "balancing" or s not in seeds:
+            continue
+        free = m.router.balancing == "loss_free"
+        rows.append({**_row(c, 5.0 + (0.0 if free else nll_loss) + NOISE[s] * (1 if free else -1)),
+                     "router_type": m.router.type, "max_vio": (maxvio_free + NOISE[s]) if free else 0.1,
+                     "entropy": 1.0 if free else 1.2 + NOISE[s]})
+    return {"deciding": pd.DataFrame(rows)}
+
+
+def test_balancing_is_not_bought_with_nll():
+    """The balancing loss lowers MaxVio by 0.4 in every seed but costs 0.3 NLL: the old
+    predicate (MaxVio alone) 'holds'; the paper's 'without sacrificing overall model
+    performance' is false, and with the NLL non-inferiority part (margin 0.05) it is
+    contradicted. At an NLL cost of 0.0 it holds."""
+    frames = _balancing_pair(0.5, 0.3)
+    df = frames["deciding"]
+    old = [float(df[(df.seed == s) & (df["max_vio"] > 0.2)].max_vio.iloc[0] - 0.1) for s in (0, 1, 2)]
+    assert _old_verdict(old) == "holds"
+    assert SPECS["balancing-maxvio"].ni_margin == 0.05
+    row = _only("balancing-maxvio", frames)
+    assert row["verdict"] == "contradicted" and row["comparisons"] == 2 and "binding: NLL no worse" in row["note"]
+    assert _only("balancing-entropy", frames)["verdict"] == "contradicted"
+    assert _only("balancing-maxvio", _balancing_pair(0.5, 0.0))["verdict"] == "holds"
+
+
+def test_claims_outside_the_modes_family_are_shown_not_tested():
+    """The local family (grids/claims/claims.yaml design.family.local) leaves out table10's
+    claims: with table10 built and decisive data, sequence-worst is shown with its numbers as
+    'not tested in this mode', takes no part in Holm and gets no MDE; in the cluster family
+    (every claim) it is tested."""
+    from mor.claims.registry import load_family
+
+    cells = {(sc, nr): {"sequence": 0.3} for sc in ("135M", "360M") for nr in (2, 3)}
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        frames = _table10(Path(d), cells, seeds=(0, 1, 2, 3, 4, 5))
+    local = evaluate(frames, CLAIMS, DESIGN, SPECS, load_family("local")).set_index("claim")
+    assert local.loc["sequence-worst", "verdict"] == "not tested in this mode"
+    assert local.loc["sequence-worst", "mean effect"] == pytest.approx(0.3, abs=0.01)
+    assert pd.isna(local.loc["sequence-worst", "p"]) and "outside this mode's pre-registered family" in local.loc["sequence-worst", "note"]
+    cluster = evaluate(frames, CLAIMS, DESIGN, SPECS, load_family("cluster")).set_index("claim")
+    assert cluster.loc["sequence-worst", "verdict"] == "holds" and cluster.loc["sequence-worst", "n seeds"] == 6
