@@ -75,5 +75,80 @@ def test_engine_admission_limit_is_max_batch(kv):
     L, elem = 12, 4  # fp32
     mem = model_bytes(cfg, TINY, V, elem) + 7.5 * kv_cache_bytes(cfg, TINY, 1, L, elem)
     eng = Engine(model, batch=2, max_len=L, memory_bytes=mem, block_size=4, dtype=torch.float32)
-    assert eng.max_live == max_batch(cfg, TINY, V, L, mem, elem) == 7
+    assert eng.max_live == max_batch(cfg, TINY, V, L, mem, elem, block_size=4) <= max_batch(cfg, TINY, V, L, mem, elem) == 7
     assert eng.cache.nbytes() // (eng.blocks.num_blocks + 1) * eng.blocks.num_blocks <= mem - model_bytes(cfg, TINY, V, elem)
+
+
+def test_block_rounded_max_batch_by_hand():
+    """MoR-2 Middle-Cycle, 10 positions, blocks of 4: layers of 10, 10, 5, 10 entries take
+    3 + 3 + 2 + 3 = 11 blocks a sequence; 50 blocks hold 4 sequences (exact count: 50 x 4 / 35 = 5)."""
+    from mor.flops import kv_cache_blocks
+
+    cfg = ModelConfig(scale="tiny", variant="mor", num_recursions=2, tying="middle_cycle")
+    assert kv_cache_blocks(cfg, TINY, 10, 4) == 11
+    block = 2 * 4 * 2 * 8 * 2  # K and V x 4 entries x 2 KV heads x head_dim 8 x bf16
+    mem = param_count(cfg, TINY, V) * 2 + 50 * block
+    assert max_batch(cfg, TINY, V, 10, mem, block_size=4) == 4 and max_batch(cfg, TINY, V, 10, mem) == 5
+
+
+def _fake_passes(eng, shares: list[float], seed: int = 0):
+    """Replace the engine's device passes by routers that keep each recursion's design share
+    of the tokens reaching it (seeded coin flips) and a constant token: the host's planning,
+    paging and scheduling run as they do for a model, at no model cost."""
+    import torch
+
+    st, g = eng.stepper, torch.Generator().manual_seed(seed)
+
+    def keep(n, r):
+        return torch.rand(n, generator=g) < shares[r]
+
+    def enter(idx, p, tokens, plan):
+        return keep(idx.shape[0], 1) if st.drops[0] or shares[1] < 1 else None
+
+    def block(idx, p, rec, nxt, plan, need, route, lids=None):
+        return torch.stack([keep(1, int(r))[0] if int(r) < len(shares) else torch.tensor(False) for r in nxt])
+
+    def head(idx, p, plan, enter_=None):
+        tok = torch.zeros(idx.shape[0], dtype=torch.long)
+        return tok, (None if enter_ is None else enter(enter_[0], None, None, None))
+
+    st._enter_fn, st._block_fn, st._head_fn = enter, block, head
+    st.drops = [True] * st.nr
+
+
+@pytest.mark.parametrize("block_size", [16, 256])
+def test_admitting_max_live_at_app_e_lengths_never_preempts(block_size):
+    """App. E's lengths (one prompt token, N(256, 64) new tokens clipped to 1..512, max_len
+    512): an engine whose admission limit is max_batch with block rounding (the engine's own
+    count) serves the queue at that many live sequences without one preemption, routers
+    keeping their design shares (admission reserves every sequence's worst case, whole
+    blocks at max_len, so the pool cannot overrun while the shares hold)."""
+    import dataclasses
+    import random
+
+    import torch
+
+    from mor.config import capacities
+    from mor.engine import Engine, Request
+    from mor.flops import model_bytes
+    from mor.model.transformer import build_model
+
+    cfg = ModelConfig(scale="tiny", variant="mor", num_recursions=3, tying="middle_cycle")
+    shape = dataclasses.replace(TINY, max_seq_len=1024)
+    model = build_model(cfg, shape, V)
+    L, elem, live = 512, 4, 12
+    block = 2 * block_size * shape.kv_heads * shape.head_dim * elem
+    from mor.flops import kv_cache_blocks
+
+    mem = model_bytes(cfg, shape, V, elem) + live * kv_cache_blocks(cfg, shape, L, block_size) * block
+    caps = capacities(3, cfg.router.capacity)
+    shares = [1.0] + [caps[r] / caps[r - 1] for r in range(1, 3)]
+    rnd = random.Random(0)
+    reqs = [Request(i, [1], max(1, min(512, round(rnd.gauss(256, 64))))) for i in range(2 * live)]
+    eng = Engine(model, batch=live, max_len=L, memory_bytes=mem, block_size=block_size, dtype=torch.float32)
+    assert eng.max_live == max_batch(cfg, shape, V, L, mem, elem, block_size=block_size) == live
+    _fake_passes(eng, shares)
+    res = eng.run(reqs)
+    assert not res.preempted and max(res.live) == live and sorted(res.outputs) == list(range(len(reqs)))
+    assert [len(res.outputs[r.id]) for r in reqs] == [r.max_new_tokens for r in reqs]
+    assert res.peak_blocks <= eng.blocks.num_blocks

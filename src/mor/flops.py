@@ -262,13 +262,23 @@ def kv_cache_bytes(cfg: ModelConfig, s: ScaleShape, batch: int, max_len: int, by
     return kv_cache_entries(cfg, s, max_len, sizing) * batch * 2 * s.kv_heads * s.head_dim * bytes_per_elem
 
 
+def kv_cache_blocks(cfg: ModelConfig, s: ScaleShape, max_len: int, block_size: int, sizing: str = "capacity") -> int:
+    """Paged blocks of ``block_size`` entries one sequence's KV takes: each storing layer's
+    entries (``kv_cache_entries``' layout) rounded up to whole blocks, as the engine's block
+    manager allocates them (a block belongs to one sequence and one layer)."""
+    plan = plan_for(cfg, s)
+    producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
+    return sum(-(-spec.size // block_size) for spec in cache_layout(cfg, plan, producers, max_len, sizing)
+               if spec.kind != "shared")
+
+
 def model_bytes(cfg: ModelConfig, s: ScaleShape, vocab: int, bytes_per_elem: int = 2) -> int:
     """Parameter memory at inference (the unique parameters, in the serving dtype)."""
     return param_count(cfg, s, vocab) * bytes_per_elem
 
 
 def max_batch(cfg: ModelConfig, s: ScaleShape, vocab: int, max_len: int, memory_bytes: float,
-              bytes_per_elem: int = 2) -> int:
+              bytes_per_elem: int = 2, block_size: int | None = None) -> int:
     """App. E's maximum decoding batch, exactly: how many sequences of ``max_len`` tokens fit
     their KV cache (``kv_cache_bytes``, capacity-sized: recursion r of a MoR model holds its
     design share c_r of the positions; shared KV stores recursion 1's only; unshared first and
@@ -278,9 +288,20 @@ def max_batch(cfg: ModelConfig, s: ScaleShape, vocab: int, max_len: int, memory_
     This is also the engine's admission limit (mor.engine.Engine with ``memory_bytes``: it
     admits at most this many live sequences and pages their KV as the routers route it, so a
     router that keeps more than its design share makes the engine wait or preempt, never
-    overflow)."""
+    overflow).
+
+    ``block_size``: count what a paged cache of such blocks holds instead, each sequence's
+    layers rounded up to whole blocks (``kv_cache_blocks``), so that admitting this many
+    sequences into ``(memory_bytes - parameters) // block bytes`` blocks never overruns the
+    pool while the routers keep their design shares (the engine's admission limit; App. E's
+    number is the exact count, ``block_size=None``)."""
     free = memory_bytes - model_bytes(cfg, s, vocab, bytes_per_elem)
     per_seq = kv_cache_bytes(cfg, s, 1, max_len, bytes_per_elem, sizing="capacity")
+    if block_size is not None:
+        block_bytes = 2 * block_size * s.kv_heads * s.head_dim * bytes_per_elem
+        if free <= 0:
+            return 0
+        return int((free // block_bytes) // kv_cache_blocks(cfg, s, max_len, block_size))
     if free <= 0:
         return 0
     return int(free // per_seq)

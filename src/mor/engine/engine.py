@@ -185,7 +185,8 @@ class Engine:
         n_store = sum(s.kind != "shared" for s in self.specs)
         block_bytes = 2 * bs * model.shape.kv_heads * model.shape.head_dim * elem
         if memory_bytes is not None:  # App. E's memory model is the admission limit
-            max_live = max_batch(model.cfg, model.shape, model.vocab_size, max_len, memory_bytes, elem)
+            # the same quantity the block manager allocates: whole blocks per sequence and layer
+            max_live = max_batch(model.cfg, model.shape, model.vocab_size, max_len, memory_bytes, elem, block_size=bs)
             free = memory_bytes - model_bytes(model.cfg, model.shape, model.vocab_size, elem)
             num_blocks = int(free // block_bytes)
             if max_live < 1 or num_blocks < 1:
