@@ -118,7 +118,7 @@ def main() -> None:
         print(f"{name}: null FWER {fwer:.4f} (se {se:.4f}, {a.reps} families); observed effects: "
               f"decided {float((code != 0).sum(axis=1).mean()):.2f} claims on average; power "
               + ", ".join(f"{c} {p:.2f}" for c, p in power.items())
-              + f"; mean seeds {dict(zip(claims, seeds.mean(axis=0).round(1)))}; CPU-min added {spent.mean():.1f} "
+              + f"; mean seeds {dict(zip(claims, seeds.mean(axis=0).round(1).tolist()))}; CPU-min added {spent.mean():.1f} "
               f"(null {spent0.mean():.1f}); {time.time() - t:.0f} s", flush=True)
 
 

@@ -1,65 +1,113 @@
-"""The real deciding-grid claims under a null: how often the whole verdict machinery says
-anything decisive when every true effect is zero.
+"""The whole claims machinery under a global null, per noise model: how often the real rounds
+(``mor.claims.seeding.next_round``: the predicates on simulated parquet-shaped frames, the
+shipped design with its looks, the local family and Holm, the cost-per-decision planner, the
+real local budget and the real grids' run ids) end with any "holds" or "contradicted" when
+every true effect is zero.
 
-sharing-costs, mor-beats-recursive-tokens, sequence-worst, balancing-maxvio and
-balancing-entropy go through ``mor.claims.evaluate`` (their own predicates, comparisons, the
-looks at 3, 6 and 9 seeds and Holm). The runs are simulated: every run of grids/deciding.yaml
-at 9 seeds, each NLL, MaxVio and entropy drawn iid, so every comparison has mean exactly 0 and
-any "holds" or "contradicted" is wrong. Too slow for a unit test (~0.4 s per table):
-tests/test_claims.py and tests/test_stats.py run the same machinery on lighter claims.
+The frames, grids and rounds are those of tests/test_null_adaptive.py (imported from it, so
+the benchmark and the suite's test cannot drift apart); only the noise differs:
 
-    .venv/bin/python benchmarks/bench_claims_null.py --reps 400
+    homoscedastic   every run's NLL, MaxVio, entropy and router histogram mean with one sd
+    per-variant     each block's sd drawn once per family from 0.5x-2x (heteroscedastic pairs)
+    log-normal      skewed noise: sd x (exp(Z) - e^0.5) / sqrt((e - 1) e), mean 0, same sd
+    seed-offsets    a per-seed offset shared by the runs of a seed with loadings 0.5-1.5 per
+                    block, so it only partly cancels in a paired difference
+
+    .venv/bin/python benchmarks/bench_claims_null.py --reps 2000 --models homoscedastic
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
+import math
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from mor.claims import CLAIMS, evaluate
-from mor.grids import load_grid
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+import test_null_adaptive as T  # noqa: E402
+
+MODELS = ("homoscedastic", "per-variant", "log-normal", "seed-offsets")
 
 
-def template(seeds: int) -> pd.DataFrame:
-    grid = load_grid(REPO / "grids" / "deciding.yaml", "local")
-    base = [r for r in grid.runs if r.config.train.seed == grid.runs[0].config.train.seed]
-    rows = []
-    for s in range(seeds):
-        for r in base:
-            c = dataclasses.replace(r.config, train=dataclasses.replace(r.config.train, seed=s))
-            m = c.model
-            rows.append({"run_id": c.run_id, "seed": s, "paper_scale": c.paper_scale, "variant": m.variant,
-                         "tying": None if m.variant == "vanilla" else m.tying, "num_recursions": m.num_recursions,
-                         "reduced": m.reduced, "router_type": m.router.type if m.variant == "mor" else None,
-                         "config_json": json.dumps(c.to_dict())})
-    return pd.DataFrame(rows)
+def _noise(rng, model: str, size: int = 1) -> np.ndarray:
+    z = rng.standard_normal(size)
+    if model == "log-normal":
+        return (np.exp(z) - math.exp(0.5)) / math.sqrt((math.e - 1) * math.e)
+    return z
+
+
+def draw(rng, model: str) -> dict[str, pd.DataFrame]:
+    """Every run of deciding and fig5c at the last look, every comparison's true mean 0."""
+    frames = {}
+    scale, loading = {}, {}
+    for g in T.GRIDS:
+        static = T._static(g, "local")
+        seeds = sorted({row["seed"] for row, _ in static})
+        common = {s: (T.SEED_SD * rng.standard_normal() if model == "seed-offsets" else 0.0) for s in seeds}
+        rows = []
+        for fixed, m in static:
+            key = (g, m.variant, m.router.type if m.variant == "mor" else None)  # one law per kind of run
+            if key not in scale:
+                scale[key] = float(np.exp(rng.uniform(math.log(0.5), math.log(2.0)))) if model == "per-variant" else 1.0
+                loading[key] = float(rng.uniform(0.5, 1.5)) if model == "seed-offsets" else 1.0
+            sd, off = scale[key], loading[key] * common[fixed["seed"]]
+            row = {**fixed, "val_nll": T.NLL + off + sd * T.NLL_SD * float(_noise(rng, model)[0]), "max_vio": None,
+                   "entropy": None, "router_output_hist": None}
+            if m.variant == "mor" and m.router.type == "token_choice":
+                row["max_vio"] = T.MAX_VIO[0] + sd * T.ROUTER_SD * float(_noise(rng, model)[0])
+                row["entropy"] = T.ENTROPY[0] + sd * T.ROUTER_SD * float(_noise(rng, model)[0])
+            if g == "fig5c":
+                row["router_output_hist"] = _hist(rng, model, sd, m.num_recursions, m.router.alpha)
+                row["depth_cap_nll_1"] = T.NLL + off + sd * T.NLL_SD * float(_noise(rng, model)[0])
+            rows.append(row)
+        df = pd.DataFrame(rows)
+        frames[g] = df.astype({c: object for c in df.columns if isinstance(df[c].dtype, pd.StringDtype)})
+    return frames
+
+
+def _hist(rng, model: str, sd: float, nr: int, alpha: float) -> str:
+    import json
+
+    edges = np.linspace(0.0, alpha, T.BINS + 1)
+    out = []
+    for _ in range(nr):
+        group = {}
+        for name, mean in (("selected", T.SELECTED), ("unselected", T.UNSELECTED)):
+            x = (mean + sd * T.HIST_SD * float(_noise(rng, model)[0])) * T.BINS - 0.5
+            i = min(max(int(math.floor(x)), 0), T.BINS - 2)
+            h = np.zeros(T.BINS)
+            h[i], h[i + 1] = 1 - (x - i), x - i
+            group[name] = h.tolist()
+        out.append({"bin_edges": edges.tolist(), **group, "n_selected": 100, "n_unselected": 100})
+    return json.dumps(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=400)
-    ap.add_argument("--seeds", type=int, default=9)
+    ap.add_argument("--reps", type=int, default=2000)
+    ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--rng", type=int, default=0)
     a = ap.parse_args()
-    claims = tuple(c for c in CLAIMS if c.grids == ("deciding",))
-    df0, rng, wrong, t = template(a.seeds), np.random.default_rng(a.rng), 0, time.time()
-    for _ in range(a.reps):
-        df = df0.copy()
-        df["val_nll"] = 3.72 + rng.normal(0, 0.02, len(df))
-        df["max_vio"] = 1.0 + rng.normal(0, 0.5, len(df))
-        df["entropy"] = 1.0 + rng.normal(0, 0.2, len(df))
-        wrong += int((evaluate({"deciding": df}, claims)["verdict"] != "inconclusive").any())
-    se = np.sqrt(0.05 * 0.95 / a.reps)
-    print(f"{len(claims)} claims, {a.seeds} seeds, {a.reps} reps: family-wise rate of decisive verdicts "
-          f"{wrong / a.reps:.4f} (nominal 0.05, se {se:.4f}); {time.time() - t:.0f} s")
+    budget = T.load_budget(mode="local")
+    for model in a.models:
+        rng, wrong, t, seeds, spent = np.random.default_rng([a.rng, MODELS.index(model)]), 0, time.time(), [], []
+        for _ in range(a.reps):
+            table, _, cost = T._adaptive(draw(rng, model), "local", budget)
+            v = table.loc[list(T.FAMILY)]
+            wrong += int(v["verdict"].isin(["holds", "contradicted"]).any())
+            seeds.append(v["n seeds"].astype(int).to_numpy())
+            spent.append(cost)
+        rate = wrong / a.reps
+        se = math.sqrt(max(rate * (1 - rate), 0.05 * 0.95) / a.reps)
+        print(f"{model}: {wrong} of {a.reps} families with a decisive verdict, family-wise rate {rate:.4f} "
+              f"(se {se:.4f}; nominal 0.05); mean seeds {dict(zip(T.FAMILY, np.mean(seeds, axis=0).round(2).tolist()))}; "
+              f"CPU-min added {np.mean(spent):.1f}; {time.time() - t:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ SCHEMES = ("cycle", "sequence", "middle_cycle", "middle_sequence")
 CLAIM = {c.id: c for c in CLAIMS}
 DESIGN, SPECS = load_specs()
 # The predicate tests below are about which comparisons a claim makes, not the design: they
-# decide at one look at 3 seeds (the shipped design's first look is at 6; its floors are kept).
+# decide at one look at 3 seeds (the shipped design has one look at 9; its floors are kept).
 PRED = dataclasses.replace(DESIGN, looks=(3,))
 
 
@@ -80,7 +80,7 @@ def test_spec_names_every_claim_and_sources_every_number():
                 assert getattr(spec, f"{key}_source"), (cid, key)
         assert spec.decided_by, cid
     assert all(c.sentence for c in CLAIMS)
-    assert DESIGN.looks == (6, 9) and DESIGN.alpha == 0.05
+    assert DESIGN.looks == (9,) and DESIGN.alpha == 0.05
 
 
 def test_spec_refuses_unknown_ids_and_unsourced_margins(tmp_path):
@@ -532,7 +532,7 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     files = render_claims(tmp_path / "results", tmp_path / "tables" / "claims", "local")
     assert [f.name for f in files] == ["claims.csv", "claims.html", "claims.md"]
     md = (tmp_path / "tables" / "claims" / "claims.md").read_text()
-    assert "n = 6, 9" in md and "Holm" in md and "(after Holm)" in md
+    assert "n = 9" in md and "Holm" in md and "(after Holm)" in md
     assert '"weight-sharing alone in recursive models degraded performance compared to Vanilla"' in md
     assert "Decided by deciding: vanilla, recursive" in md
     csv = pd.read_csv(tmp_path / "tables" / "claims" / "claims.csv")
@@ -625,10 +625,10 @@ def test_claims_outside_the_modes_family_are_shown_not_tested():
     cells = {(sc, nr): {"sequence": 0.3} for sc in ("135M", "360M") for nr in (2, 3)}
     import tempfile
     with tempfile.TemporaryDirectory() as d:
-        frames = _table10(Path(d), cells, seeds=(0, 1, 2, 3, 4, 5))
+        frames = _table10(Path(d), cells, seeds=tuple(range(DESIGN.looks[0])))
     local = evaluate(frames, CLAIMS, DESIGN, SPECS, load_family("local")).set_index("claim")
     assert local.loc["sequence-worst", "verdict"] == "not tested in this mode"
     assert local.loc["sequence-worst", "mean effect"] == pytest.approx(0.3, abs=0.01)
     assert pd.isna(local.loc["sequence-worst", "p"]) and "outside this mode's pre-registered family" in local.loc["sequence-worst", "note"]
     cluster = evaluate(frames, CLAIMS, DESIGN, SPECS, load_family("cluster")).set_index("claim")
-    assert cluster.loc["sequence-worst", "verdict"] == "holds" and cluster.loc["sequence-worst", "n seeds"] == 6
+    assert cluster.loc["sequence-worst", "verdict"] == "holds" and cluster.loc["sequence-worst", "n seeds"] == DESIGN.looks[0]

@@ -146,9 +146,10 @@ def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
     out = capsys.readouterr().out
     record = json.loads((tmp_path / "plan.json").read_text())
     raised = {s["blocks"][0] for s in record["steps"]}
-    assert raised and "-> 6 seeds" in out and all(f"deciding block {b}: 6 seeds" in out for b in raised)
+    n = DESIGN.looks[0]
+    assert raised and f"-> {n} seeds" in out and all(f"deciding block {b}: {n} seeds" in out for b in raised)
     assert record["round"] == 0 and not record["stop"]
-    assert all(record["seeds"]["deciding"][b] == 6 for b in raised)
+    assert all(record["seeds"]["deciding"][b] == n for b in raised)
     # the grid loaded with the planned seeds keeps the ids of the 3 seeds trained
     again = load_grid(REPO / "grids" / "deciding.yaml", "local", seeds=record["seeds"]["deciding"])
     assert {r.run_id for r in grid.runs} < {r.run_id for r in again.runs}
