@@ -207,10 +207,49 @@ def test_measure_reports_the_engines_batching():
     assert m["tokens"] == sum(r.max_new_tokens for r in reqs) and m["max_live"] == 8
     assert 0 < m["row_fill"] <= 1 and m["passes_per_token"] >= sum(m["recursion_share"]) / 4 * 0.9
     assert m["recursion_share"][0] == 1.0 and m["block_passes"] >= m["mixed_depth_passes"]
+    # one window (requests waiting) for rows/pass, passes/token and tokens/s; the whole run beside
+    assert 0 < m["window_tokens"] < m["tokens"] and 0 < m["window_forward_s"] < m["forward_s"]
+    assert m["tokens_per_s"] == pytest.approx(m["window_tokens"] / m["window_forward_s"])
+    assert m["tokens_per_s_run"] == pytest.approx(m["tokens"] / m["forward_s"])
+    assert m["row_fill"] >= m["row_fill_run"]  # the drain at the end runs partial passes
     # with a memory budget the live sequences are what flops.max_batch fits in it, not 2 x batch
     from mor.flops import max_batch, model_bytes
 
     budget = model_bytes(cfg, model.shape, 50, 4) + 100_000  # ~12 sequences of KV at this size
-    fits = max_batch(cfg, model.shape, 50, 16, budget, 4)
-    assert 2 * 4 < fits < len(reqs)  # the budget, not the batch or the queue, bounds it
+    fits = max_batch(cfg, model.shape, 50, 16, budget, 4, block_size=16)  # the engine's CPU blocks, whole
+    assert 2 * 4 < fits < max_batch(cfg, model.shape, 50, 16, budget, 4) < len(reqs)  # the budget bounds it
     assert measure(model, reqs, 4, 16, 0, "cpu", torch.float32, memory_bytes=budget)["max_live"] == fits
+
+
+def test_fig4a_leaves_a_missing_causal_nll_a_gap(tmp_path, monkeypatch):
+    """A MoR run without val_nll_causal gets an empty NLL in the table and is named, not drawn,
+    in the figure: its top-k NLL is never relabelled as the causal one; a Vanilla's one NLL is
+    causal. A run without a waiting window (its window tokens/s null) keeps its whole-run
+    speed-up and shows a gap for the window's."""
+    rows = _fig4a_rows()
+    for r in rows:
+        if r["label"] == "MoR-3":
+            r["val_nll_causal"] = None
+        if r["label"] == "MoR-2":
+            r["decode_tokens_per_s_fixed"] = None
+        r["decode_tokens_per_s_run_fixed"] = r["decode_tokens_per_s_wall_fixed"] * 1.5
+        r["decode_row_fill_run_fixed"] = 0.9
+    for r in rows:
+        if r["variant"] == "vanilla":
+            r["val_nll_causal"] = None
+    t = throughput_table(pd.DataFrame(rows)).set_index("model")
+    assert pd.isna(t.loc["MoR-3", "val_nll_causal"]) and t.loc["MoR-3", "val_nll"] == 5.4
+    assert sorted(t.loc["Vanilla", "val_nll_causal"]) == [5.5, 5.6]
+    assert pd.isna(t.loc["MoR-2", "rel_fixed"]) and t.loc["MoR-2", "rel_run_fixed"] == pytest.approx(1.2)
+    assert t.loc["MoR-2", "row_fill_run_fixed"] == 0.9
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "r.parquet", rows)
+    grid = tmp_path / "fig4a.yaml"
+    grid.write_text((REPO / "grids" / "fig4a.yaml").read_text())
+    texts = []
+    import matplotlib.axes
+
+    real = matplotlib.axes.Axes.text
+    monkeypatch.setattr(matplotlib.axes.Axes, "text", lambda self, *a, **k: (texts.append(a[2]), real(self, *a, **k))[1])
+    render("figures/fig4a", str(tmp_path / "r.parquet"), str(grid))
+    assert any("no causal NLL" in x and "MoR-3" in x for x in texts)

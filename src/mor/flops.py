@@ -105,14 +105,15 @@ def relaxation_params(cfg: ModelConfig, s: ScaleShape) -> int:
     return slots * per_slot - len(no_kv) * kv_deltas
 
 
-def forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int) -> float:
+def forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int,
+                            shares: tuple[float, ...] = ()) -> float:
     """Forward FLOPs per input token, averaged over the sequence (see module docstring): the
     unshared first/last layers, each recursion (``recursion_flops_per_token``, expert-choice
     routers included), a token-choice router (run once, before recursion 1) and the LM head."""
     plan = plan_for(cfg, s)
     unrouted = len(plan.prefix) + len(plan.suffix)
     flops = unrouted * (2 * (layer_params(s) - 2 * s.hidden) + 4 * s.hidden * seq_len)
-    flops += sum(recursion_flops_per_token(cfg, s, seq_len))
+    flops += sum(recursion_flops_per_token(cfg, s, seq_len, shares))
     if not (cfg.variant == "mor" and cfg.router.type == "expert_choice"):
         flops += 2 * (router_params(cfg, s) - _router_bias_params(cfg))  # token-choice (0 without routers)
     flops += 2 * s.hidden * vocab  # LM head
@@ -138,18 +139,21 @@ def relaxation_flops_per_token(cfg: ModelConfig, s: ScaleShape, reads_kv: bool =
     return 0.0
 
 
-def recursion_flops_per_token(cfg: ModelConfig, s: ScaleShape, seq_len: int) -> list[float]:
+def recursion_flops_per_token(cfg: ModelConfig, s: ScaleShape, seq_len: int, shares: tuple[float, ...] = ()) -> list[float]:
     """Forward FLOPs per input token of each recursion r = 1..Nr, averaged over the sequence:
     its layer calls (matmuls x the share c of tokens reaching it; attention x c^2, or x c
     where recursion r > 1 attends to all keys under recursive KV sharing; relaxations; no K/V
     projections in a layer reading another layer's keys/values), plus, for expert-choice
     MoR, its own router (one of the Nr router heads). The one count of a recursion's cost:
-    ``forward_flops_per_token`` sums these."""
+    ``forward_flops_per_token`` sums these. ``shares``: the tokens reaching each recursion
+    as measured (either router type) instead of the design's."""
     plan = plan_for(cfg, s)
     per_layer_mm = 2 * (layer_params(s) - 2 * s.hidden)
     per_layer_attn = 4 * s.hidden * seq_len
     expert_choice = cfg.variant == "mor" and cfg.router.type == "expert_choice"
-    if expert_choice:
+    if shares:
+        fracs = list(shares)
+    elif expert_choice:
         fracs = capacities(cfg.num_recursions, cfg.router.capacity)
     elif cfg.variant == "mor":  # token-choice: balanced assignment (module docstring)
         fracs = capacities(cfg.num_recursions)
@@ -317,7 +321,8 @@ def relative_max_batch_exact(cfg: ModelConfig, vanilla: ModelConfig, s: ScaleSha
     return base_batch * max_batch(cfg, s, vocab, max_len, memory_bytes, bytes_per_elem) / ref
 
 
-def decode_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, context_len: float) -> float:
+def decode_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, context_len: float,
+                           shares: tuple[float, ...] = ()) -> float:
     """Forward FLOPs of generating one token with ``context_len`` cached positions.
 
     The per-token matmuls are the training forward's (each recursion weighted by the share
@@ -328,4 +333,4 @@ def decode_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, context_
     context length; for a generation of n tokens from an empty prefix the mean context is
     about n / 2. The ratio of two models' values is the FLOPs-predicted decoding speedup.
     """
-    return forward_flops_per_token(cfg, s, vocab, max(1, round(context_len)))
+    return forward_flops_per_token(cfg, s, vocab, max(1, round(context_len)), shares)

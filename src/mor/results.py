@@ -84,6 +84,14 @@ RUN_SCHEMA = pa.schema(
         ("decode_occupancy_max", pa.float64()),
         ("decode_row_fill_max", pa.float64()),
         ("decode_passes_per_token_max", pa.float64()),
+        # the fixed/max figures above share one window (passes run while requests wait);
+        # the same over the whole run beside them
+        ("decode_tokens_per_s_run_fixed", pa.float64()),
+        ("decode_row_fill_run_fixed", pa.float64()),
+        ("decode_passes_per_token_run_fixed", pa.float64()),
+        ("decode_tokens_per_s_run_max", pa.float64()),
+        ("decode_row_fill_run_max", pa.float64()),
+        ("decode_passes_per_token_run_max", pa.float64()),
         # router metrics (App. G.2); null where they do not apply
         ("dead_token_ratio", pa.float64()),
         ("sampling_accuracy", pa.float64()),

@@ -16,10 +16,11 @@ then the same request set at two batch sizes:
            effective depth (for MoR-4 Middle-Cycle at 360M the 34-layer one, App. E)
 
 It writes tokens/s over the forward passes (App. E's timing) and over the wall time,
-rows per shared-block pass / batch, shared-block passes per token, the mean occupancy of
+rows per shared-block pass / batch, shared-block passes per token (the first three over one
+window, the passes run while requests wait, and over the whole run beside them), the mean occupancy of
 the live-sequence limit, the batch sizes, and the FLOPs-predicted speedup over that
 vanilla (mor.flops.decode_flops_per_token at the mean context gen_mean / 2; the JSON also
-holds it at the recursion shares the causal router kept, ``flops_speedup_realised``). The eval job
+holds it at the recursion shares the routers kept, either router type, ``flops_speedup_realised``). The eval job
 copies them into the run's result row (``throughput_columns``).
 """
 
@@ -52,10 +53,17 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
     admitted while their KV fits ``memory_bytes`` (the engine's limit is ``flops.max_batch``
     in that memory), or 2 x batch without a budget.
 
-    row_fill          mean rows per shared-block pass / batch while requests wait
-    passes_per_token  shared-block passes per generated token (Σ c_r / batch when passes are full)
-    occupancy         mean live sequences / the engine's admission limit
-    recursion_share   tokens that ran each recursion / those that ran the first"""
+    One window for every figure (EngineResult.window): the passes run while requests wait
+    in the queue (the steady state continuous batching is about). In it:
+
+    tokens_per_s      generated tokens / seconds inside the window's passes (App. E's timing)
+    row_fill          mean rows per shared-block pass / batch
+    passes_per_token  shared-block passes per generated token (Σ c_r / batch when full)
+
+    and the same over the whole run beside them (``*_run``); a run whose queue never waits
+    has no window (None: a visible gap). Also: occupancy (mean live sequences / the
+    admission limit), recursion_share (tokens that ran each recursion / those that ran the
+    first), tokens_per_s_wall (whole run, wall clock)."""
     from mor.engine import Engine, Request
 
     engine = Engine(model, batch=batch, max_len=max_len, device=device, dtype=dtype, memory_bytes=memory_bytes)
@@ -64,10 +72,15 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
     res = engine.run(reqs)
     tokens = res.tokens
     ran = res.recursion_tokens()  # tokens that ran each recursion
+    win, run = res.window(True), res.window(False)
+    has = win["tokens"] > 0
     return {"batch": batch, "tokens": tokens, "steps": res.steps, "forward_s": res.forward_s, "wall_s": res.wall_s,
-            "tokens_per_s": tokens / res.forward_s, "tokens_per_s_wall": tokens / res.wall_s,
+            "tokens_per_s": win["tokens_per_s"] if has else None, "tokens_per_s_run": tokens / res.forward_s,
+            "tokens_per_s_wall": tokens / res.wall_s,
             "occupancy": sum(res.occupancy) / len(res.occupancy), "max_live": res.max_live,
-            "row_fill": res.row_fill(while_waiting=any(res.waiting)), "passes_per_token": res.passes_per_token(),
+            "row_fill": win["row_fill"] if has else None, "row_fill_run": run["row_fill"],
+            "passes_per_token": win["passes_per_token"] if has else None, "passes_per_token_run": run["passes_per_token"],
+            "window_tokens": win["tokens"], "window_forward_s": win["forward_s"], "preempted": len(res.preempted),
             "block_passes": res.block_passes, "mixed_depth_passes": res.mixed_passes(),
             "recursion_share": [n / ran[0] if ran[0] else 0.0 for n in ran]}
 
@@ -103,7 +116,7 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     cfg, s, vocab = run.model, model_shape(run.model), model.vocab_size
     van = baseline(cfg)
     max_len = p["gen_max"] + 1  # one prompt token + the longest generation
-    own_max = max_batch(cfg, s, vocab, max_len, memory, elem)
+    own_max = max_batch(cfg, s, vocab, max_len, memory, elem)  # App. E's exact count (the engine admits by blocks)
     van_max = max_batch(van, model_shape(van), vocab, max_len, memory, elem)
     rel = relative_max_batch_exact(cfg, van, s, vocab, max_len, memory, p["base_batch"], elem)
     ctx = p["gen_mean"] / 2
@@ -113,14 +126,13 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     # both settings admit sequences by the same memory (the protocol's); they differ in rows per pass
     settings = {"fixed": measure(model, reqs, p["fixed_batch"], max_len, p["warmup_tokens"], dev, dtype, memory)}
     settings["max"] = measure(model, reqs, max(1, int(rel)), max_len, p["warmup_tokens"], dev, dtype, memory)
-    realised = speedup  # the same prediction for the capacities the causal router really kept
     share = settings["fixed"]["recursion_share"]
-    if cfg.variant == "mor" and cfg.router.type == "expert_choice" and min(share) > 0:
-        import dataclasses
-
-        seen = dataclasses.replace(cfg, router=dataclasses.replace(cfg.router, capacity=tuple(share)))
+    realised = None  # the prediction at the recursion shares the routers really kept (either router type)
+    if cfg.variant == "mor" and share and min(share) > 0:
         realised = (decode_flops_per_token(van, model_shape(van), vocab, ctx)
-                    / decode_flops_per_token(seen, s, vocab, ctx))
+                    / decode_flops_per_token(cfg, s, vocab, ctx, shares=tuple(share)))
+    elif cfg.variant != "mor":
+        realised = speedup  # no router: the design is what runs
     result = {"run_id": run_id, "config_hash": run.config_hash, "version": VERSION, "protocol": p,
               "device": str(dev), "memory_bytes": memory, "max_len": max_len, "max_batch": own_max,
               "baseline_layers": van.layers or model_shape(van).layers, "baseline_max_batch": van_max, "relative_max_batch": rel,
@@ -138,13 +150,17 @@ def throughput_columns(path: str | Path | None, run_id: str) -> dict:
                                      effective_layers)
     decode_flops_speedup             FLOPs-predicted speed-up over it at the design capacities
     decode_flops_speedup_realised    ... at the recursion shares the routers kept in the run
-    decode_row_fill_*                mean rows per shared-block pass / batch (queue non-empty)
-    decode_passes_per_token_*        shared-block passes per generated token"""
+    decode_tokens_per_s_*            tokens / second inside the passes, while requests wait
+    decode_row_fill_*                mean rows per shared-block pass / batch, same window
+    decode_passes_per_token_*        shared-block passes per generated token, same window
+    decode_*_run_*                   the same three over the whole run"""
     cols = {f"decode_{k}": None for k in ("max_batch", "batch_max", "flops_speedup", "flops_speedup_realised",
                                           "baseline_layers", "tokens_per_s_fixed", "tokens_per_s_wall_fixed",
                                           "occupancy_fixed", "row_fill_fixed", "passes_per_token_fixed",
                                           "tokens_per_s_max", "tokens_per_s_wall_max", "occupancy_max",
-                                          "row_fill_max", "passes_per_token_max")}
+                                          "row_fill_max", "passes_per_token_max",
+                                          *(f"{k}_run_{n}" for n in ("fixed", "max")
+                                            for k in ("tokens_per_s", "row_fill", "passes_per_token")))}
     if path is None or not Path(path).exists():
         return cols
     r = json.loads(Path(path).read_text())
@@ -152,7 +168,7 @@ def throughput_columns(path: str | Path | None, run_id: str) -> dict:
         raise ValueError(f"{path} belongs to run {r.get('run_id')!r}, not {run_id!r}")
     cols.update(decode_max_batch=r["max_batch"], decode_batch_max=r["settings"]["max"]["batch"],
                 decode_flops_speedup=r["flops_speedup"],
-                decode_flops_speedup_realised=r.get("flops_speedup_realised", r["flops_speedup"]),
+                decode_flops_speedup_realised=r.get("flops_speedup_realised"),
                 decode_baseline_layers=r.get("baseline_layers"))
     for name in ("fixed", "max"):
         m = r["settings"][name]
@@ -161,15 +177,18 @@ def throughput_columns(path: str | Path | None, run_id: str) -> dict:
         cols[f"decode_occupancy_{name}"] = m["occupancy"]
         cols[f"decode_row_fill_{name}"] = m.get("row_fill")
         cols[f"decode_passes_per_token_{name}"] = m.get("passes_per_token")
+        for k in ("tokens_per_s", "row_fill", "passes_per_token"):
+            cols[f"decode_{k}_run_{name}"] = m.get(f"{k}_run")
     return cols
 
 
 def summary(r: dict) -> str:
     f, m = r["settings"]["fixed"], r["settings"]["max"]
     fill = lambda x: (f", rows/pass {x['row_fill']:.2f} of the batch, {x['passes_per_token']:.4f} block passes/token"  # noqa: E731
-                      if "row_fill" in x else "")
-    return (f"throughput {r['run_id']}: batch {f['batch']}: {f['tokens_per_s']:.0f} tok/s (wall {f['tokens_per_s_wall']:.0f}){fill(f)}; "
-            f"batch {m['batch']}: {m['tokens_per_s']:.0f} tok/s (wall {m['tokens_per_s_wall']:.0f}){fill(m)}; "
+                      " while requests wait" if x.get("row_fill") is not None else "")
+    num = lambda v: "n/a" if v is None else f"{v:.0f}"  # noqa: E731
+    return (f"throughput {r['run_id']}: batch {f['batch']}: {num(f['tokens_per_s'])} tok/s (wall {f['tokens_per_s_wall']:.0f}){fill(f)}; "
+            f"batch {m['batch']}: {num(m['tokens_per_s'])} tok/s (wall {m['tokens_per_s_wall']:.0f}){fill(m)}; "
             f"FLOPs-predicted speedup over the same-depth Vanilla {r['flops_speedup']:.2f} at the design capacities, "
-            f"{r.get('flops_speedup_realised', r['flops_speedup']):.2f} at those the routers kept "
+            f"{'n/a' if r.get('flops_speedup_realised') is None else format(r['flops_speedup_realised'], '.2f')} at those the routers kept "
             f"(shares {[round(x, 3) for x in f['recursion_share']]})")
