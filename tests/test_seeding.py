@@ -63,11 +63,12 @@ def test_seeds_go_to_the_cheapest_expected_decision_first_within_budget():
     assert target == {("fig5c", "mor"): 6, ("deciding", "recursive"): 6, ("deciding", "mor"): 6, ("deciding", "balancing"): 6}
     # with the budget spent, nothing more
     assert plan(table, SPECS, D3, budget, rps, now, budget_left=1.0)[0] == []
-    # a claim with no estimate yet (one seed: no spread) comes after every estimated one, cheapest first
-    table.loc[table["claim"] == "aux-separates", "chance next look"] = None
+    # a claim with no estimate yet (one seed: no spread) is priced at chance 1: its cost alone
+    table.loc[table["claim"] == "balancing-entropy", "chance next look"] = None
     ranking = []
     plan(table, SPECS, D3, budget, rps, now, ranking=ranking)
-    assert ranking[-1]["claim"] == "aux-separates" and ranking[-1]["chance"] is None
+    assert [(r["claim"], r["chance"], r["cost_per_decision"]) for r in ranking[:2]] == [
+        ("balancing-entropy", None, 6.0), ("aux-separates", 0.9, 10.0)]
 
 
 def test_claims_below_the_first_look_are_raised_to_it():

@@ -88,8 +88,9 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
     Claims go cheapest expected decision first: (the budget its next look adds) / (the chance
     that look decides it, ``chance next look`` of evaluate(): its current effect estimate and
     uncertainty through the noncentral t at the level Holm asks, ``mor.stats.chance_decides``).
-    The smallest p first sent the whole budget to one expensive claim while cheap, nearly
-    decided ones stayed at their first look."""
+    A claim without an estimate (one seed) is priced at chance 1, optimistically, so that it
+    reaches the seeds an estimate needs. The smallest p first sent the whole budget to one
+    expensive claim while cheap, nearly decided ones stayed at their first look."""
     left = budget.total if budget_left is None else budget_left
     target = dict(seeds_now)
 
@@ -97,7 +98,7 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
         return sum(max(0, to - target.get((grid, b), 0)) * runs_per_seed.get((grid, b), 0) * budget.per_run(grid, b)
                    for b in blocks)
 
-    ranked = []  # by expected cost of a decision; claims without a chance (one seed) after, by cost
+    ranked = []  # by expected cost of a decision; a claim without an estimate (one seed) as if its look surely decides
     for _, r in table.iterrows():
         spec = specs.get(r["claim"])
         n = int(r.get("n seeds", 0) or 0)
@@ -115,16 +116,18 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
         chance = r.get("chance next look")
         chance = float(chance) if chance is not None and math.isfinite(float(chance)) else None
         price = cost(grid, blocks, to)
-        per_decision = price / max(chance, 1e-6) if chance is not None else math.inf
-        ranked.append((chance is None, per_decision, price, r["claim"], n, to, grid, blocks, chance))
+        # no estimate yet (one seed has no spread): priced optimistically, at chance 1, so a claim
+        # below its first look is not starved by claims whose estimates are poor
+        per_decision = price / max(chance, 1e-6) if chance is not None else price
+        ranked.append((per_decision, price, r["claim"], n, to, grid, blocks, chance))
     steps = []
-    for _, per_decision, _, claim, n, to, grid, blocks, chance in sorted(ranked):
+    for per_decision, _, claim, n, to, grid, blocks, chance in sorted(ranked):
         price = cost(grid, blocks, to)
         funded = price <= left
         if ranking is not None:
             ranking.append({"claim": claim, "seeds_from": n, "seeds_to": to, "cost": round(price, 2),
                             "chance": None if chance is None else round(chance, 4),
-                            "cost_per_decision": None if not math.isfinite(per_decision) else round(per_decision, 2),
+                            "cost_per_decision": round(per_decision, 2),
                             "funded": funded})
         if not funded:
             continue
