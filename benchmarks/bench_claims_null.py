@@ -93,22 +93,29 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2000)
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--rng", type=int, default=0)
+    ap.add_argument("--every", type=int, default=100, help="print the running rates every this many families")
     a = ap.parse_args()
     budget = T.load_budget(mode="local")
-    for model in a.models:
-        rng, wrong, t, seeds, spent = np.random.default_rng([a.rng, MODELS.index(model)]), 0, time.time(), [], []
-        for _ in range(a.reps):
-            table, _, cost = T._adaptive(draw(rng, model), "local", budget)
+    rngs = {m: np.random.default_rng([a.rng, MODELS.index(m)]) for m in a.models}
+    wrong = {m: 0 for m in a.models}
+    seeds = {m: [] for m in a.models}
+    spent = {m: [] for m in a.models}
+    t = time.time()
+    for rep in range(1, a.reps + 1):  # the models interleaved: a run stopped early has them all at the same n
+        for model in a.models:
+            table, _, cost = T._adaptive(draw(rngs[model], model), "local", budget)
             v = table.loc[list(T.FAMILY)]
-            wrong += int(v["verdict"].isin(["holds", "contradicted"]).any())
-            seeds.append(v["n seeds"].astype(int).to_numpy())
-            spent.append(cost)
-        rate = wrong / a.reps
-        se = math.sqrt(max(rate * (1 - rate), 0.05 * 0.95) / a.reps)
-        print(f"{model}: {wrong} of {a.reps} families with a decisive verdict, family-wise rate {rate:.4f} "
-              f"(se {se:.4f}; nominal 0.05); mean seeds {dict(zip(T.FAMILY, np.mean(seeds, axis=0).round(2).tolist()))}; "
-              f"CPU-min added {np.mean(spent):.1f}; {time.time() - t:.0f} s", flush=True)
-
+            wrong[model] += int(v["verdict"].isin(["holds", "contradicted"]).any())
+            seeds[model].append(v["n seeds"].astype(int).to_numpy())
+            spent[model].append(cost)
+        if rep % a.every == 0 or rep == a.reps:
+            for model in a.models:
+                rate = wrong[model] / rep
+                se = math.sqrt(max(rate * (1 - rate), 1e-12) / rep)
+                print(f"{model}: {wrong[model]} of {rep} families with a decisive verdict, family-wise rate {rate:.4f} "
+                      f"(se {se:.4f}; nominal 0.05); mean seeds "
+                      f"{dict(zip(T.FAMILY, np.mean(seeds[model], axis=0).round(2).tolist()))}; "
+                      f"CPU-min added {np.mean(spent[model]):.1f}; {time.time() - t:.0f} s", flush=True)
 
 if __name__ == "__main__":
     main()
