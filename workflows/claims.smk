@@ -10,8 +10,8 @@
 #   stop       at the first round whose plan adds nothing (every claim decided, past its last
 #              look, or over budget); tables/claims is drawn from that round's results, with
 #              a note on every round.
-# The looks are pre-registered and Holm runs over every claim whose grids are built, so which
-# claims the data send seeds to does not inflate the error rate (mor.claims.seeding's docstring,
+# The looks are pre-registered and Holm runs over the mode's pre-registered family (design.family),
+# so which claims the data send seeds to (cheapest expected decision first) does not inflate the error rate (mor.claims.seeding's docstring,
 # tests/test_stats.py). Tables and figures draw the grids' own seeds (results/<grid>.parquet).
 rule collect_round:
     input:

@@ -262,6 +262,10 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     previous = json.loads(Path(a.previous).read_text()) if a.previous else None
     record = run_round(Path(a.results), Path(a.grids), a.mode, previous, Path(a.analyses) if a.analyses else None)
+    for x in record["ranking"]:
+        print(f"rank {x['claim']}: {x['seeds_from']} -> {x['seeds_to']} seeds, {x['cost']:g} {record['unit']} / chance "
+              + (f"{x['chance']:.3f}" if x["chance"] is not None else "(no estimate: 1)")
+              + f" = {x['cost_per_decision']:g} a decision" + ("" if x["funded"] else ", not funded"))
     for s in record["steps"]:
         print(f"{s['claim']}: {s['grid']} [{', '.join(s['blocks'])}] {s['seeds_from']} -> {s['seeds_to']} seeds, "
               f"+{s['cost']:.1f} {record['unit']}")

@@ -19,7 +19,7 @@ from mor.reports.captions import section
 
 CLAIMS_CATEGORY = section("tables/claims")  # "0 The paper's claims, checked": sorts first in the menu
 CURVES_CATEGORY = "1 Training curves"  # second, before the paper's sections ("5.1 ...", "App. ...")
-VERDICTS = ("holds", "contradicted", "inconclusive", "not built")
+VERDICTS = ("holds", "contradicted", "inconclusive", "not tested in this mode", "not built")
 
 
 def claims_summary(claims_csv: Path) -> tuple[str, list[str]]:
@@ -32,7 +32,8 @@ def claims_summary(claims_csv: Path) -> tuple[str, list[str]]:
     if "verdict" not in table or "claim" not in table:
         return "", []
     counts = table["verdict"].value_counts().to_dict()
-    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS
+                        if v != "not tested in this mode" or counts.get(v))  # claims outside the mode's family
     decided = [f"{r['claim']}: {r['verdict']}" for _, r in table.iterrows() if r["verdict"] in ("holds", "contradicted")]
     return summary, decided
 
