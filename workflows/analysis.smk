@@ -10,7 +10,7 @@ from mor.analysis.sidecar import ANALYSES, VERSION as ANALYSIS_VERSION
 
 rule analysis:
     input:
-        summary="runs/{grid}/{run_id}/train_summary.json",
+        summary=layout.SUMMARY_PATTERN,
         data=run_data_inputs,
     output:
         KINDS["analysis"].outputs[0],  # results/runs/{grid}/{run_id}.{analysis}.npz

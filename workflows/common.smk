@@ -10,6 +10,7 @@ from mor.claims import CLAIMS, SPEC_FILE
 from mor.data.paths import data_paths, local_tokenizer
 from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS  # what each job kind runs and writes (the rules' outputs)
+from mor import layout  # the one spelling of the run-folder layout (RunPaths, the *_PATTERN strings)
 from mor.lm_eval import is_local_task
 from mor.results import SCHEMA_VERSION
 from mor.workflow_guard import clear_stale_locks
@@ -128,7 +129,7 @@ def lm_eval_task_inputs(wildcards):
 def lm_eval_result(wildcards):
     """A run with lm-eval tasks: its eval row waits for (and reads) the lmeval job's JSON."""
     if run_config(wildcards).eval.lm_eval_tasks:
-        return [f"runs/{wildcards.grid}/{wildcards.run_id}/lm_eval.json"]
+        return [str(layout.RunPaths(wildcards.grid, wildcards.run_id).lm_eval)]
     return []
 
 
@@ -137,7 +138,7 @@ def throughput_result(wildcards):
     from mor.throughput_protocol import ARTIFACTS
 
     if set(GRIDS[wildcards.grid].artifacts) & set(ARTIFACTS):
-        return [f"runs/{wildcards.grid}/{wildcards.run_id}/throughput.json"]
+        return [str(layout.RunPaths(wildcards.grid, wildcards.run_id).throughput)]
     return []
 
 
@@ -164,13 +165,13 @@ def run_data_inputs(wildcards):
 def init_checkpoint_inputs(wildcards):
     """An up-training run waits for the run whose final weights it starts from."""
     ckpt = Path(run_config(wildcards).model.init_checkpoint)
-    if ckpt.parts[:1] == ("runs",) and ckpt.name == "final":
-        return [str(ckpt.parent / "train_summary.json")]
+    if ckpt.parts[:1] == (layout.RUNS,) and ckpt.name == layout.FINAL_DIR:
+        return [str(layout.RunPaths.of(ckpt.parent).summary)]
     return []
 
 
 def grid_run_results(wildcards):
-    return [f"results/runs/{wildcards.grid}/{r.run_id}.parquet" for r in GRIDS[wildcards.grid].select(TAGS)]
+    return [str(layout.RunPaths(wildcards.grid, r.run_id).row) for r in GRIDS[wildcards.grid].select(TAGS)]
 
 
 def artifact_results(kind):
@@ -197,7 +198,7 @@ def artifact_analyses(kind):
         files = []
         analysis = ARTIFACT_ANALYSES.get(artifact)
         if analysis is not None:
-            files += [f"results/runs/{ARTIFACT_GRID[artifact]}/{r.run_id}.{analysis}.npz" for r in runs
+            files += [str(layout.RunPaths(ARTIFACT_GRID[artifact], r.run_id).sidecar(analysis)) for r in runs
                       if applies(analysis, r.config)]
         if artifact in TOKENIZER_ARTIFACTS:
             tokenizers = {data_paths(r.config.data, DATA).tokenizer for r in runs}

@@ -7,7 +7,7 @@ rule eval:
         # data: token files; lm_eval: runs/<grid>/<run_id>/lm_eval.json (workflows/lm_eval.smk), if any task;
         # throughput: runs/<grid>/<run_id>/throughput.json (workflows/throughput.smk), fig4a grids
         unpack(rule_inputs(data=run_data_inputs, lm_eval=lm_eval_result, throughput=throughput_result)),
-        summary="runs/{grid}/{run_id}/train_summary.json",
+        summary=layout.SUMMARY_PATTERN,
     output:
         KINDS["eval"].outputs[0],  # results/runs/{grid}/{run_id}.parquet
     params:
@@ -29,7 +29,7 @@ rule collect:
     input:
         grid_run_results,
     output:
-        "results/{grid}.parquet",
+        layout.GRID_RESULTS_PATTERN,
     log:
         "logs/{grid}/collect.log",
     shell:

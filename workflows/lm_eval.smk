@@ -27,7 +27,7 @@ rule lmeval:
         # tasks: the converted offline tasks; hub: the hub tokenizer and the lm-eval datasets it reads
         # offline (workflows/hub.smk)
         unpack(rule_inputs(tasks=lm_eval_task_inputs, data=run_data_inputs, hub=hub_cache_inputs)),
-        summary="runs/{grid}/{run_id}/train_summary.json",
+        summary=layout.SUMMARY_PATTERN,
     output:
         KINDS["lmeval"].outputs[0],  # runs/{grid}/{run_id}/lm_eval.json
     params:

@@ -60,7 +60,7 @@ rule figure:
 # entry per grid.
 rule curves:
     input:
-        results="results/{grid}.parquet",
+        results=layout.GRID_RESULTS_PATTERN,
     output:
         report(directory("figures/curves/{grid}"), patterns=["{file}.png"], caption="report/curves.rst",
                category=CURVES_CATEGORY, subcategory="figures/curves/{grid}"),

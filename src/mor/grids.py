@@ -33,6 +33,7 @@ from typing import Any
 import jsonschema
 
 from mor.budget import resolve_budget
+from mor.layout import RunPaths
 from mor.config import ConfigError, RunConfig, load_scales, read_yaml_mapping, run_config_from_dict
 from mor.yaml_io import YamlError, key_line, load_derived, where
 
@@ -258,7 +259,7 @@ def _resolve_run_references(path: Path, grid_name: str, runs: list[Run]) -> list
             if len(sources) != 1:
                 raise GridError(f"{path}: block {run.block!r}: model.init_checkpoint={ref!r} must name a block with "
                                 f"exactly one run at scale {run.config.paper_scale}; found {len(sources)}")
-            model = dataclasses.replace(run.config.model, init_checkpoint=f"runs/{grid_name}/{sources[0].run_id}/final")
+            model = dataclasses.replace(run.config.model, init_checkpoint=str(RunPaths(grid_name, sources[0].run_id).final))
             run = Run(dataclasses.replace(run.config, model=model), run.block, run.tags)
         out.append(run)
     return out

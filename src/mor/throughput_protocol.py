@@ -13,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from mor.layout import THROUGHPUT_FILE  # noqa: F401  runs/<grid>/<run_id>/throughput.json (re-exported)
 from mor.yaml_io import load_yaml
 
 PROTOCOL_FILE = Path(__file__).resolve().parents[2] / "workflows" / "throughput.yaml"
 VERSION = 5  # 3: continuous depth-wise batching engine, row fill, passes/token; 4: live sequences admitted by memory; 5: one window (while requests wait) for every figure, whole-run values beside, admission by paged blocks; bump when the job measures something else: its files are then remade
-THROUGHPUT_FILE = "throughput.json"  # runs/<grid>/<run_id>/throughput.json
 ARTIFACTS = ("figures/fig4a", "tables/fig4a")  # grids listing one of these get a throughput job per run
 KEYS = ("requests", "gen_mean", "gen_std", "gen_max", "warmup_tokens", "fixed_batch", "base_batch",
         "memory_gib", "dtype", "seed")

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-LOG_FILE = "train_log.jsonl"
+from mor.layout import run_dir
+from mor.layout import TRAIN_LOG_FILE as LOG_FILE
 ROUTER_KEYS = ("aux_loss", "max_vio", "sampling_accuracy", "entropy", "dead_token_ratio")
 COLUMNS = ("step", "tokens_seen", "loss", "aux_loss", "lr", "grad_norm", "tokens_per_s")
 
@@ -55,7 +56,7 @@ def read_train_log(path: str | Path) -> pd.DataFrame:
 
 def read_grid_logs(runs_root: str | Path, grid: str, run_ids: list[str]) -> pd.DataFrame:
     """The logs of ``run_ids`` of ``grid`` stacked, with a ``run_id`` column."""
-    frames = [read_train_log(Path(runs_root) / grid / rid / LOG_FILE).assign(run_id=rid) for rid in run_ids]
+    frames = [read_train_log(run_dir(runs_root, grid, rid) / LOG_FILE).assign(run_id=rid) for rid in run_ids]
     return pd.concat(frames, ignore_index=True)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from mor.atomic import write_json_atomic
 from mor.lm_eval import is_local_task, offline_env
 
-LM_EVAL_FILE = "lm_eval.json"  # runs/<grid>/<run_id>/lm_eval.json: this job's output, read by the eval job
+from mor.layout import LM_EVAL_FILE  # runs/<grid>/<run_id>/lm_eval.json: this job's output, read by the eval job
 METRICS = ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr")
 
 

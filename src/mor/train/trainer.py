@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from mor.atomic import atomic_path, sha256_file, write_json_atomic
 from mor.config import ExecConfig, RunConfig, model_shape
 from mor.flops import train_flops
+from mor.layout import RunPaths
 from mor.data.sampler import TokenSampler, load_tokens
 from mor.model.transformer import MoRTransformer, build_model
 from mor.provenance import git_commit
@@ -209,6 +210,7 @@ class Trainer:
         """``execution`` (ExecConfig, from the presets): how the run computes, never what it
         trains; ``parallel`` only sizes the 'auto' micro-batch (the wrapper is the subclass's)."""
         self.run, self.run_dir = run, Path(run_dir)
+        self.files = RunPaths.of(self.run_dir)  # the run folder's layout (mor.layout)
         self.dist = dist or DistInfo()
         self.device = pick_device(device)
         self.execution = execution or ExecConfig()
@@ -246,7 +248,7 @@ class Trainer:
         self.step, self.tokens_seen = 0, 0
         self.train_time_s = 0.0  # summed over every session of this run, up to the last checkpoint
         self.last_metrics: dict = {}  # the last step's logged metrics (for the summary after a resume)
-        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.ckpt_dir = self.files.checkpoints
         self.progress = progress and self.dist.is_main
         self.ddp_model = None  # set by mor.train.parallel when world_size > 1
 
@@ -290,7 +292,7 @@ class Trainer:
         A job killed mid-write leaves a torn last line; it is dropped with the steps after the
         checkpoint, which the resumed run logs again.
         """
-        log = self.run_dir / "train_log.jsonl"
+        log = self.files.train_log
         if not log.exists():
             return
         keep = []
@@ -311,8 +313,8 @@ class Trainer:
         intact. Snakemake deletes a job's output (``train_summary.json``) before re-running
         it; the marker is then restored from ``final/summary.json`` byte for byte, mtime too.
         """
-        marker, kept = self.run_dir / "train_summary.json", self.run_dir / "final" / "summary.json"
-        final = self.run_dir / "final" / "model.safetensors"
+        marker, kept = self.files.summary, self.files.final_summary
+        final = self.files.weights
         try:
             summary = json.loads(kept.read_text())
         except (OSError, json.JSONDecodeError):
@@ -383,7 +385,7 @@ class Trainer:
             return done
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
-            write_json_atomic(self.run_dir / "config.json", {
+            write_json_atomic(self.files.config, {
                 "run_id": self.run.run_id, "config_hash": self.run.config_hash, "git_commit": git_commit(),
                 "vocab_size": self.vocab_size, "n_params": self.model.num_params(), "config": self.run.to_dict(),
                 # how it computed (not its identity): the resolved micro-batch and the rest
@@ -393,7 +395,7 @@ class Trainer:
         resumed_from = self.step if self.resume() else None
         if self.dist.is_main:  # one writer: ranks replacing the same file concurrently would race
             self._trim_log(self.step)
-        log = open(self.run_dir / "train_log.jsonl", "a") if self.dist.is_main else None
+        log = open(self.files.train_log, "a") if self.dist.is_main else None
         curves = self.curves if self.dist.is_main else None
         if curves is not None:
             curves.start(self.step)
@@ -450,14 +452,14 @@ class Trainer:
         }
         params = self.full_params()  # a collective under FSDP: every rank takes part
         if self.dist.is_main:
-            final = self.run_dir / "final"
+            final = self.files.final
             final.mkdir(exist_ok=True)
             from safetensors.torch import save_file
 
-            with atomic_path(final / "model.safetensors") as tmp:
+            with atomic_path(self.files.weights) as tmp:
                 save_file(params, str(tmp))
-            summary["final_sha256"] = sha256_file(final / "model.safetensors")
-            write_json_atomic(final / "summary.json", summary)
-            with atomic_path(self.run_dir / "train_summary.json") as tmp:  # last: the success marker
-                shutil.copy2(final / "summary.json", tmp)
+            summary["final_sha256"] = sha256_file(self.files.weights)
+            write_json_atomic(self.files.final_summary, summary)
+            with atomic_path(self.files.summary) as tmp:  # last: the success marker
+                shutil.copy2(self.files.final_summary, tmp)
         return summary
