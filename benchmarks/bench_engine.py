@@ -18,7 +18,11 @@ through the engine twice per model, in one process, alternating order per round:
 
   passes/token   shared-block passes per generated token; bound Σ c_r / B (every pass full,
                  realised capacities), lockstep needs about Nr / B
-  fill           mean rows per shared-block pass / B while the queue is non-empty
+  fill           mean rows per shared-block pass / B while the queue is non-empty (the
+                 engine's one window, EngineResult.window; passes/token over the same window)
+  pass cost      median seconds of a block pass with >= B rows over one with <= 8 (the
+                 engine's per-pass clock): ~1 where a pass costs the same at 8 rows as at 32,
+                 the setting where tokens/s new/old should reach 0.9 x passes old/new
   tok/s new/old  tokens per second of the whole run (CPU seconds on a CPU, wall time on a
                  GPU), new over old (median over rounds)
 
@@ -109,10 +113,22 @@ def realised(res) -> tuple[float, ...]:
 
 
 def steady(res) -> tuple[float, float]:
-    """(shared-block passes per generated token, mean row fill) while the queue is non-empty."""
-    passes = sum(k == "block" and w > 0 for k, w in zip(res.kinds, res.waiting))
-    tokens = sum(n for k, n, w in zip(res.kinds, res.rows, res.waiting) if k == "head" and w > 0)
-    return passes / max(1, tokens), res.row_fill(while_waiting=True)
+    """(shared-block passes per generated token, mean row fill) in the engine's one window:
+    the passes run while the queue is non-empty (EngineResult.window, the job's)."""
+    w = res.window(True)
+    return w["passes_per_token"], w["row_fill"]
+
+
+def pass_cost(results, lo: int, hi: int) -> tuple[float, float, int, int]:
+    """Median seconds of a shared-block pass with <= lo rows and with >= hi rows, over the
+    runs' per-pass times (the engine's clock), and how many passes each median is over."""
+    small, big = [], []
+    for res in results:
+        for k, n, t in zip(res.kinds, res.rows, res.pass_s):
+            if k == "block":
+                (small if n <= lo else big if n >= hi else []).append(t)
+    med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
+    return med(small), med(big), len(small), len(big)
 
 
 def make_requests(p: dict, n: int, seed: int) -> list[Request]:
@@ -159,19 +175,21 @@ def main() -> None:
     if a.skip != "policy":
         reqs = make_requests(p, a.policy_requests, p["seed"])
         print(f"\n## policies at scale {a.policy_scale}, {len(reqs)} requests")
-        print("model   passes/token new  old    bound Σc/B  Nr/B    new/bound  fill new  fill old  tok/s new/old")
+        print("model   passes/token new  old    bound Σc/B  Nr/B    new/bound  fill new  fill old  tok/s new/old  "
+              "0.9 x passes old/new  pass cost >=32 / <=8 rows")
         for name, cfg in configs(a.policy_scale).items():
             m = build(cfg, calib, dev, dtype)
             engines = {"new": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, **admit),
                        "old": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, policy="lockstep")}
             for eng in engines.values():  # warm-up
                 eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(B)])
-            tps, res = {k: [] for k in engines}, {}
+            tps, res, every = {k: [] for k in engines}, {}, []
             for rd in range(a.rounds):
                 for k in (("new", "old") if rd % 2 == 0 else ("old", "new")):
                     t = time.process_time()
                     res[k] = engines[k].run(reqs)
                     cpu = time.process_time() - t
+                    every.append(res[k])
                     tps[k].append(res[k].tokens / (cpu if dev.type == "cpu" else res[k].wall_s))
             assert res["new"].outputs == res["old"].outputs, "the policies must generate the same tokens"
             caps = realised(res["new"])
@@ -179,8 +197,11 @@ def main() -> None:
             ppt_new, fill_new = steady(res["new"])
             ppt_old, fill_old = steady(res["old"])
             ratio = statistics.median(n / o for n, o in zip(tps["new"], tps["old"]))
+            lo, hi, n_lo, n_hi = pass_cost(every, 8, B)
+            target = 0.9 * res["old"].block_passes / res["new"].block_passes  # whole-run passes (tokens/s is whole-run)
             print(f"{name:7s} {ppt_new:16.4f}  {ppt_old:.4f} {bound:10.4f}  {cfg.num_recursions / B:.4f}  "
-                  f"{ppt_new / bound:9.3f}  {fill_new:8.3f}  {fill_old:8.3f}  {ratio:13.3f}")
+                  f"{ppt_new / bound:9.3f}  {fill_new:8.3f}  {fill_old:8.3f}  {ratio:13.3f}  {target:20.3f}  "
+                  f"{hi / lo:.3f} ({hi * 1e3:.2f} / {lo * 1e3:.2f} ms, {n_hi} / {n_lo} passes)")
             print(f"{'':7s} realised capacities {tuple(round(c, 3) for c in caps)}; whole run: passes/token "
                   f"new {res['new'].passes_per_token():.4f} old {res['old'].passes_per_token():.4f}, "
                   f"mixed-depth passes {res['new'].mixed_passes()} of {res['new'].block_passes}")
@@ -209,7 +230,8 @@ def main() -> None:
                 cpu = time.process_time() - t  # CPU seconds of this process: robust to other jobs on a shared CPU
                 fwd[n].append(last[n].tokens / (cpu if dev.type == "cpu" else last[n].forward_s))
         print(f"\n## speed-up over the same-depth Vanilla at scale {a.scale}, {len(reqs)} requests, {a.rounds} rounds")
-        print("model   vs          measured  predicted(realised)  predicted(design)  measured/realised  fill")
+        print("model   vs          measured  predicted(realised)  predicted(design)  measured/realised  fill  "
+              "passes/token  bound Σc/B  ratio")
         for name, cfg in cfgs.items():
             van = baseline(cfg)
             vname = f"Vanilla-{van.layers or shape_of(van).layers}"
@@ -218,8 +240,10 @@ def main() -> None:
             pred_real = decode_flops_per_token(van, vs, V, ctx) / decode_flops_per_token(rc, s, V, ctx)
             pred = decode_flops_per_token(van, vs, V, ctx) / decode_flops_per_token(cfg, s, V, ctx)
             meas = statistics.median(f / g for f, g in zip(fwd[name], fwd[vname]))
+            ppt, fill = steady(last[name])
+            bound = sum(realised(last[name])) / B
             print(f"{name:7s} {vname:10s}  {meas:8.3f}  {pred_real:19.3f}  {pred:17.3f}  {meas / pred_real:17.3f}  "
-                  f"{last[name].row_fill(True):.3f}")
+                  f"{fill:.3f}  {ppt:12.4f}  {bound:10.4f}  {ppt / bound:.3f}")
             kv = last[name].peak_blocks / last[vname].peak_blocks
             print(f"{'':7s} realised capacities {tuple(round(c, 3) for c in realised(last[name]))}; peak KV blocks "
                   f"{last[name].peak_blocks} = {kv:.3f} of {vname}'s (paper's recursion-wise cost: (Nr+1)/(2Nr) = "

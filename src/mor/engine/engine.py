@@ -159,12 +159,14 @@ class Engine:
     pad         pad rows to fixed sizes (default: on a GPU)
     compile     torch.compile the device part of each pass (True: inductor, or a backend name);
                 with ``pad`` a pass compiles once per row bucket and block-table width
+    graphs      static buffers per row bucket, CUDA graphs on a GPU (step.StaticPass; default:
+                on a GPU unless ``compile``); on a CPU the same path runs eagerly
     """
 
     def __init__(self, model, batch: int | None = None, max_len: int = 512, device=None, dtype=None, *,
                  capacity: int | None = None, memory_bytes: float | None = None, max_live: int | None = None,
                  num_blocks: int | None = None, block_size: int | None = None, policy: str = "depthwise",
-                 pad: bool | None = None, compile: bool | str = False):
+                 pad: bool | None = None, compile: bool | str = False, graphs: bool | None = None):
         from mor.flops import max_batch, model_bytes
 
         batch = batch if batch is not None else capacity
@@ -197,7 +199,8 @@ class Engine:
         self.blocks = BlockManager(self.specs, num_blocks, bs, max_live, max_len)
         self.cache = PagedCache(num_blocks, bs, model.shape.kv_heads, model.shape.head_dim, self.dtype, self.device)
         self.stepper = Stepper(self.model, self.cache, self.blocks, max_live, batch,
-                               pad=self.device.type == "cuda" if pad is None else pad, compile=compile)
+                               pad=self.device.type == "cuda" if pad is None else pad, compile=compile,
+                               graphs=(self.device.type == "cuda" and not compile) if graphs is None else graphs)
         nr, per, start = self.stepper.nr, self.stepper.per, self.stepper.start
         col = self.blocks.col
 
@@ -298,8 +301,7 @@ class Engine:
         if p.kind == "prefill":
             self._prefill(p.seqs)
         elif p.kind == "enter":
-            toks = torch.tensor([q.request.prompt[-1] for q in p.seqs], device=self.device)
-            routed = st.enter(p.slots, toks, [q.position for q in p.seqs])
+            routed = st.enter(p.slots, [q.request.prompt[-1] for q in p.seqs], [q.position for q in p.seqs])
         elif p.kind == "block":
             routed = st.block(p.slots, p.depths, [q.position for q in p.seqs])
         else:

@@ -28,7 +28,14 @@ rows (none for Vanilla, Recursive and token-choice passes, where the host alread
 With ``pad`` the rows are padded to a few fixed sizes (powers of two up to the batch), the
 padded rows reading and writing the trash block, and block tables to power-of-two widths,
 so the device part of a pass (``_enter`` / ``_block`` / ``_head``: tensors in, tensors out)
-can be compiled once per shape (``compile``: torch.compile, CUDA graphs on a GPU backend).
+can be compiled once per shape (``compile``: torch.compile of the device part).
+
+``graphs`` (the engine's default on a GPU): every pass of one shape (kind, row bucket) runs
+over the same static buffers (``StaticPass``: block tables at full width, the widest write
+plan, the head's enter part over all of the head's rows, so the shape depends on the row
+bucket alone), captured once as a CUDA graph on a GPU and replayed; on a CPU the same path
+runs eagerly over the static buffers (tested: equal outputs, the same storage every pass).
+Sequence tying's block passes (rows split by unique layer) stay eager.
 """
 
 from __future__ import annotations
@@ -126,7 +133,7 @@ class Stepper:
     """The model's passes over rows (see the module docstring)."""
 
     def __init__(self, model, cache: PagedCache, blocks: BlockManager, max_seqs: int, batch: int, pad: bool = False,
-                 compile: bool | str = False):
+                 compile: bool | str = False, graphs: bool = False):
         self.model, self.cache, self.blocks = model, cache, blocks
         plan = model.plan
         self.nr = len(plan.recursions)
@@ -153,8 +160,16 @@ class Stepper:
             self.drops = [c < 1 for c in capacities(model.cfg.num_recursions, model.cfg.router.capacity)]
         else:
             self.drops = [False] * self.nr
+        # static buffers per row bucket (CUDA graphs on a GPU): padded rows, full-width tables
+        if graphs and compile:
+            raise ValueError("the engine takes graphs= or compile=, not both")
+        self.graphs = bool(graphs)
+        self.pad = self.pad or self.graphs
+        self.static: dict[tuple, StaticPass] = {}
+        self.graph_pool = None
+        self.mirror_width = 1 + int(blocks.n_mirrors.max(initial=0))
         # the device part of each pass, optionally compiled (a backend name, or True: inductor)
-        self.compiled = bool(compile)
+        self.compiled = bool(compile) or self.graphs
         self._enter_fn, self._block_fn, self._head_fn = self._enter, self._block, self._head
         if compile:
             import torch._dynamo as dynamo
@@ -188,10 +203,13 @@ class Stepper:
         plans = [bm.plan_layer(slots, layers) for layers in layers_per_call]
         out = []
         for writes, cols, lengths in plans:
-            w = np.full((writes.shape[0], N), bm.trash * bm.bs, dtype=np.int64)
-            w[:, :n] = np.where(writes >= 0, writes, bm.trash * bm.bs)
+            W = self.mirror_width if self.graphs else writes.shape[0]  # static: every layer's widest
+            w = np.full((W, N), bm.trash * bm.bs, dtype=np.int64)
+            w[: writes.shape[0], :n] = np.where(writes >= 0, writes, bm.trash * bm.bs)
             need = int(np.ceil(lengths.max() / bm.bs)) if n else 1
             MB = min(1 << max(0, math.ceil(math.log2(need))), bm.max_blocks) if self.pad else need
+            if self.graphs:
+                MB = bm.max_blocks  # one shape per row bucket
             tab = np.full((N, MB), bm.trash, dtype=np.int64)
             tab[:n] = bm.table[slots, cols, :MB]
             ln = np.ones(N, dtype=np.int64)
@@ -228,17 +246,37 @@ class Stepper:
 
     # ------------------------------------------------------------------ passes
     @torch.no_grad()
-    def enter(self, slots: list[int], tokens: torch.Tensor, pos: list[int]) -> torch.Tensor | None:
-        """Tokens (n,) long on the device enter at slots: -> keep for recursion 1 (n,) bool on
-        the device, or token-choice's depth - 1 (n,), or None (every row runs recursion 1)."""
+    def enter(self, slots: list[int], tokens, pos: list[int]) -> torch.Tensor | None:
+        """Tokens (n,) (host ints, uploaded with the plan, or long on the device) enter at
+        slots: -> keep for recursion 1 (n,) bool on the device, or token-choice's depth - 1
+        (n,), or None (every row runs recursion 1)."""
         n, N = self._rows(slots)
         pre = [[e] * n for e in range(self.start)]
+        host = not isinstance(tokens, torch.Tensor)
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n))]
-        dev = self._upload(arrays + self._plan(slots, pre, N))
-        if N > n:
+        if host:
+            arrays.append(np.array(list(tokens) + [0] * (N - n)))
+        arrays += self._plan(slots, pre, N)
+        if self.graphs and host:
+            out = self._static(("enter", N), arrays, lambda v: self._enter(v[0], v[1].unsqueeze(1), v[2], tuple(v[3:])))
+            return None if out is None else out[:n]
+        dev = self._upload(arrays)
+        if host:
+            tokens, dev = dev[2], dev[:2] + dev[3:]
+        elif N > n:
             tokens = torch.cat([tokens, tokens.new_zeros(N - n)])
         out = self._enter_fn(dev[0], dev[1].unsqueeze(1), tokens, tuple(dev[2:]))
         return None if out is None else out[:n]
+
+    def _static(self, key: tuple, arrays: list[np.ndarray], fn):
+        """Run ``fn`` over the static buffers of ``key``'s shape (StaticPass)."""
+        sp = self.static.get(key)
+        if sp is None:
+            if self.dev.type == "cuda" and self.graph_pool is None:
+                self.graph_pool = torch.cuda.graph_pool_handle()
+            sp = self.static[key] = StaticPass([a.shape for a in arrays], fn, self.dev, self.graph_pool,
+                                               state=(self.h, self.g, self.h1, self.depth, self.tg))
+        return sp.run(arrays)
 
     def _enter(self, idx, p, tokens, plan):
         """Device part of ``enter``: idx (N,), p (N, 1), tokens (N,), plan (w, tab, ln) per layer."""
@@ -271,8 +309,13 @@ class Stepper:
         plan = self._plan(slots, calls, N)
         if not self.same_layers:  # the rows of each unique layer, uploaded with the plan
             plan += [g for j in range(self.per) for _, g in self._group_rows(dpad, j)]
-        dev = self._upload(arrays + plan)
         route = self.expert_choice and any(self.drops[r + 1] for r in depths if r + 1 < self.nr)
+        if self.graphs and self.same_layers:  # one static shape per row bucket: always route
+            route = self.expert_choice and any(self.drops[1:])
+            out = self._static(("block", N), arrays + plan, lambda v: self._block(
+                v[0], v[1].unsqueeze(1), v[2], v[3], tuple(v[4:]), (True,) * self.per, route))
+            return None if out is None else out[:n]
+        dev = self._upload(arrays + plan)
         if self.same_layers:
             need = tuple(self._needs_kv(c) for c in calls)
             keep = self._block_fn(dev[0], dev[1].unsqueeze(1), dev[2], dev[3], tuple(dev[4:]), need, route)
@@ -332,11 +375,22 @@ class Stepper:
         if n_cont:
             cs = slots[:n_cont]
             nc, Nc = self._rows(cs)
+            if self.graphs:
+                Nc = N  # static: the enter part spans the head's rows (the rest write the trash block)
             pre = [[e] * nc for e in range(self.start)]
             arrays += [np.array(cs + [self.pad_row] * (Nc - nc)), np.array([q + 1 for q in pos[:nc]] + [0] * (Nc - nc))]
             plan_e = self._plan(cs, pre, Nc)
-        dev = self._upload(arrays + plan + (plan_e if n_cont else []))
         k = len(plan)
+        if self.graphs:
+            e0 = 2 + 2 * bool(n_cont)
+
+            def fn(v):
+                enter = None if not n_cont else (v[2], v[3].unsqueeze(1), tuple(v[e0 + k:]))
+                return self._head(v[0], v[1].unsqueeze(1), tuple(v[e0: e0 + k]), enter)
+
+            tok, out = self._static(("head", N, bool(n_cont)), arrays + plan + (plan_e if n_cont else []), fn)
+            return tok[:n], (None if out is None else out[:nc])
+        dev = self._upload(arrays + plan + (plan_e if n_cont else []))
         enter = None if not n_cont else (dev[2], dev[3].unsqueeze(1), tuple(dev[4 + k:]))
         tok, out = self._head_fn(dev[0], dev[1].unsqueeze(1), tuple(dev[2 + 2 * bool(n_cont): 2 + 2 * bool(n_cont) + k]), enter)
         return tok[:n], (None if out is None else out[:nc])
@@ -356,3 +410,80 @@ class Stepper:
             return tok, None
         idx_c, p_c, plan_c = enter
         return tok, self._enter(idx_c, p_c, tok[: idx_c.shape[0]], plan_c)
+
+
+class StaticPass:
+    """Static input and output buffers of one pass shape (kind, row bucket), reused by every
+    pass of that shape: the plan's arrays are copied into one flat device buffer (one copy,
+    pinned and asynchronous on a GPU) whose views the device function reads, and its outputs
+    are the same tensors every time. On a GPU the function is captured once as a CUDA graph
+    (after a warm-up run on a side stream) and replayed; on a CPU it runs eagerly over the
+    same buffers and its outputs are copied into the static ones, the same code path."""
+
+    def __init__(self, shapes, fn, device, pool=None, state=()):
+        self.shapes, self.fn, self.dev, self.pool, self.state = list(shapes), fn, device, pool, list(state)
+        self.sizes = [int(np.prod(sh)) for sh in self.shapes]
+        self.inp = torch.zeros(sum(self.sizes), dtype=torch.long, device=device)
+        self.views, at = [], 0
+        for sh, n in zip(self.shapes, self.sizes):
+            self.views.append(self.inp[at: at + n].view(sh))
+            at += n
+        self.out = None
+        self.graph = None
+        self.runs = 0
+
+    def _load(self, arrays) -> None:
+        flat = torch.from_numpy(np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1) for a in arrays]))
+        if self.dev.type == "cuda":
+            flat = flat.pin_memory()
+        self.inp.copy_(flat, non_blocking=self.dev.type == "cuda")
+
+    def run(self, arrays):
+        if [tuple(a.shape) for a in arrays] != [tuple(sh) for sh in self.shapes]:
+            raise ValueError("a static pass got arrays of another shape")
+        self._load(arrays)
+        self.runs += 1
+        if self.graph is not None:
+            self.graph.replay()
+            return self.out
+        if self.dev.type == "cuda":
+            # warm-up outside the capture (lazy inits, autotuning) on a side stream; the per-slot
+            # state it updated is put back, so the replay below runs the pass once (the KV
+            # entries it wrote are rewritten by the replay with the same values)
+            saved = [t.clone() for t in self.state]
+            side = torch.cuda.Stream(self.dev)
+            side.wait_stream(torch.cuda.current_stream(self.dev))
+            with torch.cuda.stream(side):
+                self.fn(self.views)
+            torch.cuda.current_stream(self.dev).wait_stream(side)
+            for t, v in zip(self.state, saved):
+                t.copy_(v)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, pool=self.pool):
+                self.out = self.fn(self.views)
+            self.graph.replay()
+            return self.out
+        res = self.fn(self.views)
+        if self.out is None:
+            self.out = _tree(lambda t: t.clone(), res)
+        else:
+            _tree_copy(self.out, res)
+        return self.out
+
+
+def _tree(f, x):
+    if x is None:
+        return None
+    if isinstance(x, tuple):
+        return tuple(_tree(f, y) for y in x)
+    return f(x)
+
+
+def _tree_copy(dst, src) -> None:
+    if dst is None:
+        return
+    if isinstance(dst, tuple):
+        for d, s_ in zip(dst, src):
+            _tree_copy(d, s_)
+    else:
+        dst.copy_(src)
