@@ -191,7 +191,7 @@ def bench_plan(env: dict) -> dict:
     if tracked.returncode == 0 and tracked.stdout.strip():  # the committed grids (not a half-written new one)
         grids = [g for g in grids if Path(g).relative_to(REPO).as_posix() in tracked.stdout.split()]
     from mor.grids import load_grid
-    from mor.launch.plan import plan_grid
+    from mor.launch.cost import plan_grid
     from mor.launch.slurm import PresetError, load_presets
 
     skipped = []

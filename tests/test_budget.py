@@ -132,7 +132,8 @@ def test_mode_axis_clashing_with_a_block_axis_is_an_error(tmp_path):
 def test_plan_shows_each_budgets_tokens_before_submitting():
     """The cluster dry run lists, per budget and variant, the tokens every scale's run trains:
     the same numbers the expanded grid holds."""
-    from mor.launch.plan import format_plan, plan_grid
+    from mor.launch.cost import plan_grid
+    from mor.launch.plan import format_plan
     from mor.launch.slurm import load_presets
 
     presets = load_presets(grid_path("table9").parents[1] / "slurm" / "presets.yaml")

@@ -19,7 +19,7 @@ import mor.yaml_io as yaml_io
 from mor.config import ConfigError, load_scales
 from mor.grids import GridError, load_grid
 from mor.jobs import KINDS
-from mor.launch.plan import run_jobs
+from mor.launch.cost import run_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -45,7 +45,7 @@ def parses(monkeypatch):
 def _every_per_run_step(path: Path) -> int:
     """What Snakemake's parse and input functions, ``mor.launch plan`` and ``mor status`` do,
     for every run."""
-    from mor.launch.plan import plan_grid
+    from mor.launch.cost import plan_grid
     from mor.launch.slurm import load_presets
     from mor.status import Paths, collect
 
@@ -73,11 +73,11 @@ def test_yaml_files_are_parsed_once_whatever_the_runs(tmp_path, parses, runs, se
     path.write_text(generated_grid(path.stem, runs, seeds=seeds, settings=settings))
     assert _every_per_run_step(path) == runs
     # each file once: the grid, its schema, both mode bases, the scales, the presets, the site,
-    # the throughput protocol; the same list for 10 and 1,000 runs
+    # the throughput protocol, the lm-eval task sizes; the same list for 10 and 1,000 runs
     assert len(parses) == len(set(parses)), sorted(parses)
     expected = {str(path.resolve())} | {str(REPO / f) for f in (
         "workflows/schemas/grid.schema.yaml", "grids/modes/cpu-local.yaml", "grids/modes/paper-10B.yaml",
-        "grids/scales.yaml", "slurm/presets.yaml", "workflows/throughput.yaml")}
+        "grids/scales.yaml", "slurm/presets.yaml", "workflows/throughput.yaml", "slurm/lm_eval_tasks.yaml")}
     assert expected <= set(parses)
     assert len(parses) <= len(expected) + 1  # + the presets' site profile
 

@@ -27,7 +27,7 @@ from mor.grids import load_grid
 from mor.launch import distributed
 from mor.launch.__main__ import main as launch_main
 from mor.launch.checkpointable import Job
-from mor.launch.plan import estimate, plan_grid
+from mor.launch.cost import estimate, plan_grid
 from mor.launch.slurm import DEFAULT_PRESETS, Preset, PresetError, load_presets
 from mor.train.parallel import trainer_class
 from mor.train.trainer import DistInfo, Trainer

@@ -166,7 +166,8 @@ def test_a_site_sets_the_mfu_peak_memory_and_throughput_of_every_gpu_entry(site,
 
 def test_the_site_changes_the_plans_gpu_hours_and_micro_batch(monkeypatch):
     from mor.grids import load_grid
-    from mor.launch.plan import format_plan, plan_grid
+    from mor.launch.cost import plan_grid
+    from mor.launch.plan import format_plan
     from mor.launch.slurm import DEFAULT_PRESETS, load_presets
 
     monkeypatch.delenv("MOR_SITE", raising=False)
@@ -186,7 +187,8 @@ def test_the_site_changes_the_plans_gpu_hours_and_micro_batch(monkeypatch):
 
 def test_plan_warns_where_a_run_does_not_fit(tmp_path, monkeypatch):
     from mor.grids import load_grid
-    from mor.launch.plan import format_plan, plan_grid
+    from mor.launch.cost import plan_grid
+    from mor.launch.plan import format_plan
     from mor.launch.slurm import load_presets
 
     monkeypatch.delenv("MOR_SITE", raising=False)

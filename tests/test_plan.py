@@ -15,7 +15,8 @@ from mor.flops import (capped_forward_flops_per_token, decode_flops_per_token, f
                        plan_for, recursion_flops_per_token, router_params)
 from mor.grids import load_grid
 from mor.launch.__main__ import main as launch_main
-from mor.launch.plan import LM_EVAL_TASKS, format_plan, plan_grid
+from mor.launch.cost import lm_eval_sizes, plan_grid
+from mor.launch.plan import format_plan
 from mor.launch.slurm import DEFAULT_PRESETS, load_presets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -131,19 +132,34 @@ def _requests(doc: dict) -> list[str]:
 
 def test_lm_eval_task_sizes_are_those_of_the_offline_copies():
     """Where the converted tasks exist here (data/lm_eval/tasks), the table's documents, requests
-    and characters per request are theirs: how LM_EVAL_TASKS was measured."""
+    and characters per request are theirs: how slurm/lm_eval_tasks.yaml was measured."""
     folder = REPO / "data" / "lm_eval" / "tasks"
     if not (folder / "manifest.json").is_file():
         pytest.skip("no converted lm-eval tasks (python -m mor.lm_eval.tasks)")
     tasks = json.loads((folder / "manifest.json").read_text())["tasks"]
     for name, t in tasks.items():
         texts = [r for line in (folder / name / "test.jsonl").read_text().splitlines() for r in _requests(json.loads(line))]
-        size = LM_EVAL_TASKS[name]
+        size = lm_eval_sizes().tasks[name]
         assert (size.docs, size.requests) == (t["test_docs"], len(texts)), name
         assert size.chars == pytest.approx(sum(map(len, texts)) / len(texts), abs=0.05), name
-        std = LM_EVAL_TASKS[t["standard_name"]]  # the full split: + the few-shot pool held out of it, if any
+        std = lm_eval_sizes().tasks[t["standard_name"]]  # the full split: + the few-shot pool held out of it, if any
         assert std.docs in (t["test_docs"], t["test_docs"] + 100) and std.chars == size.chars, name
         assert std.requests / std.docs == pytest.approx(size.requests / size.docs, rel=1e-3), name
+
+
+def test_lm_eval_sizes_file_is_checked_where_it_is_read(tmp_path):
+    """slurm/lm_eval_tasks.yaml is data read at the boundary: a bad entry names the file and its line."""
+    from mor.config import ConfigError
+
+    good = tmp_path / "sizes.yaml"
+    good.write_text("chars_per_token: 4\ntasks:\n  t: {docs: 2, requests: 8, chars: 10}\n")
+    sizes = lm_eval_sizes(good)
+    assert sizes.chars_per_token == 4.0 and sizes.tasks["t"].requests == 8 and sizes.tasks["t"].chars == 10.0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("chars_per_token: 4\ntasks:\n  t: {docs: 2, requests: 8, chars: 10}\n  u:\n    docs: 0.5\n"
+                   "    requests: 1\n    chars: 3\n")
+    with pytest.raises(ConfigError, match=rf"^{bad}, line 5: tasks.u.docs=0.5 must be a positive integer"):
+        lm_eval_sizes(bad)
 
 
 def _mixed_grid(tmp_path: Path) -> Path:
@@ -267,7 +283,8 @@ def test_the_designs_cluster_costs_are_the_plans_and_the_plan_prints_them():
     presets, and the plan prints each claim's cost to its last look beside the budget."""
     from mor.claims import load_specs
     from mor.claims.seeding import load_budget
-    from mor.launch.plan import block_costs, format_design, plan_grid
+    from mor.launch.cost import block_costs, plan_grid
+    from mor.launch.plan import format_design
     from mor.launch.slurm import load_presets
 
     design, specs = load_specs()

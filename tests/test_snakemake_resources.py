@@ -15,7 +15,7 @@ import pytest
 
 from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS
-from mor.launch.plan import plan_grid
+from mor.launch.cost import plan_grid
 from mor.launch.resources import preset_resources, resource
 from mor.launch.slurm import PresetError, load_presets
 

@@ -336,7 +336,7 @@ def write_summary(paths: Paths, run_id: str, summary: dict | str) -> None:
 def plan_left(grid, trained: list[str]) -> tuple[dict, float]:
     """The plan's train jobs by run id, and its device-hours left once ``trained`` are trained
     (every job's hours x devices, less those runs' train jobs), straight from mor.launch.plan."""
-    from mor.launch.plan import plan_grid
+    from mor.launch.cost import plan_grid
     from mor.launch.slurm import load_presets
 
     jobs = plan_grid(grid, load_presets())

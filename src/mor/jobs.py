@@ -43,7 +43,7 @@ class JobKind:
     ranks     "all": every task of the Slurm job runs it as one rank of torch.distributed;
               "one": a single process
     returns   the keys of its result a Slurm job sends back to the launcher (empty = all)
-    planned   the plan estimates its GPU-hours (it has a cost model in ``mor.launch.plan.job_cost``)
+    planned   the plan estimates its GPU-hours (it has a cost model in ``mor.launch.cost.job_cost``)
     online    it may reach the Hugging Face hub; every other kind runs with the hub and
               ``datasets`` offline (``environment``), reading only the shared cache that the
               ``hub`` job filled, so a compute node without internet never waits on a download

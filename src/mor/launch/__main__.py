@@ -167,7 +167,8 @@ def _hub(a) -> int:
 
 def _plan(a) -> int:
     from mor.data.fineweb import DEFAULT_SETTINGS
-    from mor.launch.plan import format_data_plan, format_design, format_plan, plan_grid
+    from mor.launch.cost import plan_grid
+    from mor.launch.plan import format_data_plan, format_design, format_plan
 
     a.fineweb = a.fineweb or DEFAULT_SETTINGS
 

@@ -70,7 +70,7 @@ def resource(presets: Presets, scale: str, preset_key: str, name: str) -> int | 
     return values.get(name)
 
 
-# What the plan models for a train job on a GPU preset (``mor.launch.plan.memory_fit``): the
+# What the plan models for a train job on a GPU preset (``mor.launch.cost.memory_fit``): the
 # micro-batch the job will run and its peak memory per GPU. Shown, not requested: Slurm books
 # whole GPUs, and Snakemake counts these only if ``--resources`` names them.
 MEMORY_RESOURCES = ("planned_micro_batch", "planned_gpu_mem_mib")
@@ -80,7 +80,7 @@ def train_memory(presets: Presets, run: RunConfig) -> dict[str, int]:
     """``planned_micro_batch`` and ``planned_gpu_mem_mib`` of a run's train job: the plan's
     micro-batch and modelled GiB per GPU (its ``micro`` and ``GiB/GPU`` columns), 0 where it
     models nothing (a CPU preset, no site memory, no preset)."""
-    from mor.launch.plan import memory_fit
+    from mor.launch.cost import memory_fit
 
     p = job_preset(presets, run.model.scale, "train")
     micro, gib, _fits = memory_fit(run, p) if p is not None else (0, 0.0, True)
