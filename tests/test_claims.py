@@ -632,3 +632,15 @@ def test_claims_outside_the_modes_family_are_shown_not_tested():
     assert pd.isna(local.loc["sequence-worst", "p"]) and "outside this mode's pre-registered family" in local.loc["sequence-worst", "note"]
     cluster = evaluate(frames, CLAIMS, DESIGN, SPECS, load_family("cluster")).set_index("claim")
     assert cluster.loc["sequence-worst", "verdict"] == "holds" and cluster.loc["sequence-worst", "n seeds"] == DESIGN.looks[0]
+
+
+def test_every_claims_metric_has_a_floor_with_its_reason(tmp_path):
+    """design.resolution floors every metric a claim's comparisons use (its own and those its
+    predicate names, e.g. the balancing claims' NLL part), each with a reason; one without a
+    reason is refused."""
+    assert {c.metric for c in CLAIMS} | {"val_nll", "sampling_accuracy"} <= set(DESIGN.floors)
+    assert all(v > 0 for v in DESIGN.floors.values())
+    bad = tmp_path / "claims.yaml"
+    bad.write_text(re.sub(r"(    entropy: \{sd_floor: 1.0e-3), why: [^}]*\}", r"\1}", SPEC_FILE.read_text()))
+    with pytest.raises(ValueError, match="resolution.entropy needs sd_floor > 0 and why"):
+        load_specs(bad)
