@@ -267,6 +267,7 @@ class Engine:
                                       f"give the engine more memory or shorten the request")
             else:
                 sched.add(r)
+        self.stepper.sampling = any(r.temperature > 0 for r in requests)
         clock, back = PassClock(self.device), Readback(self.device, 2 * self.batch)
         pending = None
         while (p := sched.schedule(pending is not None)) is not None:
@@ -301,6 +302,9 @@ class Engine:
         if p.kind == "prefill":
             self._prefill(p.seqs)
         elif p.kind == "enter":
+            for q in p.seqs:  # (re)admitted: its sampling parameters go with its head passes
+                r = q.request
+                st.set_sampling(q.slot, r.temperature, r.top_p, r.seed)
             routed = st.enter(p.slots, [q.request.prompt[-1] for q in p.seqs], [q.position for q in p.seqs])
         elif p.kind == "block":
             routed = st.block(p.slots, p.depths, [q.position for q in p.seqs])

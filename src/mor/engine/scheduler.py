@@ -42,6 +42,7 @@ readmitted) until the pass fits.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -140,7 +141,8 @@ class Scheduler:
         mine = victim.completion
         self.outputs[req.id] += mine
         self.drop(victim)
-        self.waiting.appendleft(Request(req.id, req.prompt + mine, req.max_new_tokens - len(mine)))
+        self.waiting.appendleft(dataclasses.replace(req, prompt=req.prompt + mine,
+                                                    max_new_tokens=req.max_new_tokens - len(mine)))
         self.preempted.append(req.id)
         return victim
 

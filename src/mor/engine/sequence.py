@@ -8,11 +8,23 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Request:
-    """A prompt to continue greedily by ``max_new_tokens`` tokens."""
+    """A prompt to continue by ``max_new_tokens`` tokens: greedily (``temperature`` 0, the
+    default and App. E's protocol), or sampled at ``temperature`` from the smallest set of
+    tokens whose probability reaches ``top_p``, with ``seed``: a token's draw depends on
+    (seed, its position) only (sampling.py), so it is the same at any batch, policy or
+    preemption."""
 
     id: int
     prompt: list[int]
     max_new_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"request {self.id}: temperature must be >= 0 and top_p in (0, 1], "
+                             f"got {self.temperature}, {self.top_p}")
 
 
 @dataclass

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 from mor.engine.blocks import BlockManager
 from mor.engine.cache import PagedCache
+from mor.engine.sampling import sample
 from mor.model.relax import LORA_TARGETS, LowRankRelaxation, RecursionPE, slot_name
 from mor.model.routing import decide, gate, is_token_choice, token_depths
 
@@ -152,6 +153,8 @@ class Stepper:
         self.depth = torch.zeros(S, 1, dtype=torch.long, device=self.dev)  # token-choice: depth - 1
         self.tg = w.new_zeros(S, 1)  # token-choice: router weight of the chosen depth
         self.relax = RowRelaxation(model)
+        self.sampling = False  # set per run by the engine: some request samples (else greedy, no sampling ops)
+        self.samp = np.zeros((S, 3), dtype=np.int64)  # per slot: temperature, top-p (float64 bits), seed
         self.same_layers = all(len(set(col)) == 1 for col in zip(*plan.recursions))  # Cycle family
         # which recursions a router may drop tokens at (capacity 1 keeps all: the host knows)
         if self.expert_choice:
@@ -381,23 +384,36 @@ class Stepper:
             arrays += [np.array(cs + [self.pad_row] * (Nc - nc)), np.array([q + 1 for q in pos[:nc]] + [0] * (Nc - nc))]
             plan_e = self._plan(cs, pre, Nc)
         k = len(plan)
+        tail = plan_e if n_cont else []
+        if self.sampling:  # per row: temperature and top-p (float64 bits) and seed, after the plans
+            samp = np.zeros((N, 3), dtype=np.int64)
+            samp[:n] = self.samp[slots]
+            tail = tail + [samp]
+        e0 = 2 + 2 * bool(n_cont)
+
+        def fn(v):
+            enter = None if not n_cont else (v[2], v[3].unsqueeze(1), tuple(v[e0 + k: e0 + k + 3 * self.start]))
+            return self._head(v[0], v[1].unsqueeze(1), tuple(v[e0: e0 + k]), enter, v[-1] if self.sampling else None)
+
         if self.graphs:
-            e0 = 2 + 2 * bool(n_cont)
-
-            def fn(v):
-                enter = None if not n_cont else (v[2], v[3].unsqueeze(1), tuple(v[e0 + k:]))
-                return self._head(v[0], v[1].unsqueeze(1), tuple(v[e0: e0 + k]), enter)
-
-            tok, out = self._static(("head", N, bool(n_cont)), arrays + plan + (plan_e if n_cont else []), fn)
-            return tok[:n], (None if out is None else out[:nc])
-        dev = self._upload(arrays + plan + (plan_e if n_cont else []))
-        enter = None if not n_cont else (dev[2], dev[3].unsqueeze(1), tuple(dev[4 + k:]))
-        tok, out = self._head_fn(dev[0], dev[1].unsqueeze(1), tuple(dev[2 + 2 * bool(n_cont): 2 + 2 * bool(n_cont) + k]), enter)
+            tok, out = self._static(("head", N, bool(n_cont), self.sampling), arrays + plan + tail, fn)
+        elif self.compiled and not self.graphs:
+            dev = self._upload(arrays + plan + tail)
+            enter = None if not n_cont else (dev[2], dev[3].unsqueeze(1), tuple(dev[e0 + k: e0 + k + 3 * self.start]))
+            tok, out = self._head_fn(dev[0], dev[1].unsqueeze(1), tuple(dev[e0: e0 + k]), enter,
+                                     dev[-1] if self.sampling else None)
+        else:
+            tok, out = fn(self._upload(arrays + plan + tail))
         return tok[:n], (None if out is None else out[:nc])
 
-    def _head(self, idx, p, plan, enter=None):
+    def set_sampling(self, slot: int, temperature: float, top_p: float, seed: int) -> None:
+        """A sequence slot's sampling parameters (host; uploaded with its head passes)."""
+        self.samp[slot] = [np.float64(temperature).view(np.int64), np.float64(top_p).view(np.int64), int(seed)]
+
+    def _head(self, idx, p, plan, enter=None, samp=None):
         """Device part of ``head``; ``enter`` (idx, p, plan) of the continuing rows, the first
-        rows of the head's (their tokens are the head's first outputs)."""
+        rows of the head's (their tokens are the head's first outputs); ``samp`` (N, 3) the
+        rows' sampling parameters (None: greedy)."""
         m = self.model
         x = self.h[idx]  # (N, 1, C)
         if self.token_choice:
@@ -405,7 +421,10 @@ class Stepper:
         for i, layer_id in enumerate(m.plan.suffix):
             x = self._layer(True, layer_id, x, p, None, *plan[3 * i: 3 * i + 3])
         logits = F.linear(m.norm(x[:, 0]), m.lm_head_weight)  # (N, V)
-        tok = logits.argmax(-1)  # (N,)
+        if samp is None:
+            tok = logits.argmax(-1)  # (N,)
+        else:
+            tok = sample(logits, samp[:, 0].view(torch.float64), samp[:, 1].view(torch.float64), samp[:, 2], p[:, 0])
         if enter is None:
             return tok, None
         idx_c, p_c, plan_c = enter
