@@ -412,3 +412,20 @@ def test_no_host_sync_inside_a_pass(monkeypatch, tying, router):
     assert launched_pending[0] > 0  # some passes launched before the previous one's results were read
     monkeypatch.undo()
     assert res.outputs == {r.id: solo(model, r) for r in reqs}
+
+
+def test_variable_length_prompts_are_prefilled_together():
+    """Prompts of 2..6 tokens admitted together are prefilled in one pass (right-padded, up to
+    B of them): fewer prefill passes than prompts, and the tokens and KV still equal decoding
+    each request alone."""
+    model = make(ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=3,
+                             router=RouterConfig(aux="aux_router")))
+    reqs = [Request(i, [(5 * i + j) % V for j in range(2 + i % 5)], 4 + i % 3) for i in range(8)]
+    eng = Engine(model, batch=4, max_len=MAX_LEN, max_live=8)
+    seen = {}
+    res = eng.run(reqs, on_finish=lambda rid, slot: seen.__setitem__(rid, eng.sequence_kv(slot)))
+    pre = [n for k, n in zip(res.kinds, res.rows) if k == "prefill"]
+    assert pre == [4, 4]  # 8 prompts admitted at once, B = 4 per prefill pass
+    for r in reqs:
+        assert res.outputs[r.id] == solo(model, r), f"request {r.id}"
+        assert_kv_equal(seen[r.id], reference_kv(model, r.prompt, res.outputs[r.id]), f"request {r.id}")
