@@ -192,7 +192,7 @@ def bench_plan(env: dict) -> dict:
         grids = [g for g in grids if Path(g).relative_to(REPO).as_posix() in tracked.stdout.split()]
     from mor.grids import load_grid
     from mor.launch.cost import plan_grid
-    from mor.launch.slurm import PresetError, load_presets
+    from mor.launch.presets import PresetError, load_presets
 
     skipped = []
     for g in list(grids):  # a grid the shipped presets cannot price stops the plan: left out, and named

@@ -134,7 +134,7 @@ def test_plan_shows_each_budgets_tokens_before_submitting():
     the same numbers the expanded grid holds."""
     from mor.launch.cost import plan_grid
     from mor.launch.plan import format_plan
-    from mor.launch.slurm import load_presets
+    from mor.launch.presets import load_presets
 
     presets = load_presets(grid_path("table9").parents[1] / "slurm" / "presets.yaml")
     grid = load_grid(grid_path("table9"), "cluster")

@@ -338,7 +338,7 @@ def test_repository_settings_are_the_paper_corpus():
 
 
 def test_data_preset_is_cpu_only_and_one_task(tmp_path):
-    from mor.launch.slurm import PresetError, load_presets
+    from mor.launch.presets import PresetError, load_presets
 
     base = "scales:\n  tiny:\n    train: {gpus_per_node: 0}\n"
     (tmp_path / "gpu.yaml").write_text(base + "data: {gpus_per_node: 1}\n")
@@ -356,7 +356,7 @@ def test_data_preset_is_cpu_only_and_one_task(tmp_path):
 
 def test_plan_lists_the_data_job_with_its_cpu_hours(capsys):
     from mor.launch.__main__ import main
-    from mor.launch.slurm import load_presets
+    from mor.launch.presets import load_presets
 
     assert main(["plan", "--grid", str(REPO / "grids" / "table10.yaml"), "--mode", "cluster",
                  "--data-root", "/nonexistent"]) == 0

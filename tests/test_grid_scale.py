@@ -46,7 +46,7 @@ def _every_per_run_step(path: Path) -> int:
     """What Snakemake's parse and input functions, ``mor.launch plan`` and ``mor status`` do,
     for every run."""
     from mor.launch.cost import plan_grid
-    from mor.launch.slurm import load_presets
+    from mor.launch.presets import load_presets
     from mor.status import Paths, collect
 
     root = path.parent

@@ -28,7 +28,7 @@ from mor.launch import distributed
 from mor.launch.__main__ import main as launch_main
 from mor.launch.checkpointable import Job
 from mor.launch.cost import estimate, plan_grid
-from mor.launch.slurm import DEFAULT_PRESETS, Preset, PresetError, load_presets
+from mor.launch.presets import DEFAULT_PRESETS, Preset, PresetError, load_presets
 from mor.train.parallel import trainer_class
 from mor.train.trainer import DistInfo, Trainer
 
@@ -157,7 +157,7 @@ def test_bad_site_profiles_are_refused_naming_the_file_and_key(tmp_path, monkeyp
     is out of range), its names non-empty and its throughput mapping non-empty: the site with
     ``gpu_memory_gib: .nan`` once planned "nan GiB" and a false "22 train jobs do not fit",
     ``tflops_per_gpu: {}`` moved table10's estimate from 276 to 1,159 GPU-h."""
-    from mor.launch.slurm import load_site
+    from mor.launch.presets import load_site
 
     monkeypatch.delenv("MOR_SITE", raising=False)
     site = tmp_path / "mysite.yaml"
@@ -281,7 +281,7 @@ def test_callables_pickle_paths_only_and_checkpoint_resubmits_the_same_call():
 
 
 def test_launcher_imports_no_torch():
-    code = ("import sys, mor.launch.__main__, mor.launch.checkpointable, mor.launch.slurm, mor.launch.plan, mor.throughput_protocol; "
+    code = ("import sys, mor.launch.__main__, mor.launch.checkpointable, mor.launch.presets, mor.launch.slurm, mor.launch.plan, mor.throughput_protocol; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=deadline(600),  # a hang guard only
                    env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})

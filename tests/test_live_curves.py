@@ -84,7 +84,7 @@ def test_a_sink_that_is_not_installed_warns_and_training_goes_on(data_root, tmp_
 
 
 def test_off_by_default_and_a_bad_setting_is_named(tmp_path, monkeypatch):
-    from mor.launch.slurm import PresetError, load_presets
+    from mor.launch.presets import PresetError, load_presets
 
     assert parse_setting(None) == parse_setting("off") == parse_setting("") == ()
     assert parse_setting("TensorBoard, wandb") == ("tensorboard", "wandb")

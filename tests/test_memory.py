@@ -146,7 +146,7 @@ SITES = {"a100-80gb": (312, 80), "h100-80gb": (989, 79.6), "h200": (989, 140.4)}
 
 @pytest.mark.parametrize("site", list(SITES))
 def test_a_site_sets_the_mfu_peak_memory_and_throughput_of_every_gpu_entry(site, monkeypatch):
-    from mor.launch.slurm import DEFAULT_PRESETS, load_presets, load_site
+    from mor.launch.presets import DEFAULT_PRESETS, load_presets, load_site
 
     monkeypatch.delenv("MOR_SITE", raising=False)
     profile = load_site(site)
@@ -168,7 +168,7 @@ def test_the_site_changes_the_plans_gpu_hours_and_micro_batch(monkeypatch):
     from mor.grids import load_grid
     from mor.launch.cost import plan_grid
     from mor.launch.plan import format_plan
-    from mor.launch.slurm import DEFAULT_PRESETS, load_presets
+    from mor.launch.presets import DEFAULT_PRESETS, load_presets
 
     monkeypatch.delenv("MOR_SITE", raising=False)
     grid = load_grid("grids/table10.yaml", "cluster")
@@ -189,7 +189,7 @@ def test_plan_warns_where_a_run_does_not_fit(tmp_path, monkeypatch):
     from mor.grids import load_grid
     from mor.launch.cost import plan_grid
     from mor.launch.plan import format_plan
-    from mor.launch.slurm import load_presets
+    from mor.launch.presets import load_presets
 
     monkeypatch.delenv("MOR_SITE", raising=False)
     small = tmp_path / "small-gpu.yaml"
@@ -213,7 +213,7 @@ def test_plan_warns_where_a_run_does_not_fit(tmp_path, monkeypatch):
     ("scales: {135M: {train: {gpus_per_node: 1, execution: {checkpointing: true}}}}", "unknown key(s) ['checkpointing']"),
 ])
 def test_bad_sites_and_execution_settings_name_the_key(tmp_path, monkeypatch, text, message):
-    from mor.launch.slurm import PresetError, load_presets
+    from mor.launch.presets import PresetError, load_presets
 
     monkeypatch.delenv("MOR_SITE", raising=False)
     path = tmp_path / "p.yaml"

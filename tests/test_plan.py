@@ -17,7 +17,7 @@ from mor.grids import load_grid
 from mor.launch.__main__ import main as launch_main
 from mor.launch.cost import lm_eval_sizes, plan_grid
 from mor.launch.plan import format_plan
-from mor.launch.slurm import DEFAULT_PRESETS, load_presets
+from mor.launch.presets import DEFAULT_PRESETS, load_presets
 
 REPO = Path(__file__).resolve().parent.parent
 GRIDS = REPO / "grids"
@@ -285,7 +285,7 @@ def test_the_designs_cluster_costs_are_the_plans_and_the_plan_prints_them():
     from mor.claims.seeding import load_budget
     from mor.launch.cost import block_costs, plan_grid
     from mor.launch.plan import format_design
-    from mor.launch.slurm import load_presets
+    from mor.launch.presets import load_presets
 
     design, specs = load_specs()
     budget = load_budget(mode="cluster")

@@ -20,7 +20,7 @@ from conftest import VOCAB, tiny_run
 from mor.config import ConfigError, ModelConfig, RunConfig, TrainConfig, run_config_from_dict
 from mor.grids import grid_path, load_grid
 from mor.launch.cost import plan_grid
-from mor.launch.slurm import load_presets
+from mor.launch.presets import load_presets
 
 REPO = Path(__file__).resolve().parents[1]
 

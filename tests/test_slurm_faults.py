@@ -29,7 +29,8 @@ from submitit.core.utils import JobPaths, cloudpickle_dump
 from test_slurm_workflow import job_ids, launch, sacct_states, wait_for, write_grid, write_presets
 
 from mor.grids import load_grid
-from mor.launch.slurm import LaunchError, Preset, slurm_state, submit_and_wait
+from mor.launch.presets import Preset
+from mor.launch.slurm import LaunchError, slurm_state, submit_and_wait
 
 REPO = Path(__file__).resolve().parent.parent
 NEW_ID = "4242"  # what the fake sbatch answers

@@ -19,7 +19,8 @@ import pytest
 from deadlines import deadline
 from test_slurm_faults import fake  # noqa: F401  (fixture: fake sbatch / sacct / squeue on PATH)
 
-from mor.launch.slurm import LaunchError, Preset, load_presets, pythonpath_setup, submit_and_wait
+from mor.launch.presets import Preset, load_presets
+from mor.launch.slurm import LaunchError, pythonpath_setup, submit_and_wait
 
 NODE_GPUS = 4  # what up.sh advertises
 REFUSED = "sbatch: error: Batch job submission failed: Requested node configuration is not available"

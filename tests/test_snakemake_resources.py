@@ -17,7 +17,7 @@ from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS
 from mor.launch.cost import plan_grid
 from mor.launch.resources import preset_resources, resource
-from mor.launch.slurm import PresetError, load_presets
+from mor.launch.presets import PresetError, load_presets
 
 REPO = Path(__file__).resolve().parents[1]
 RULE_KIND = {"train": "train", "eval": "eval", "lmeval": "lmeval", "analysis": "analysis", "throughput": "throughput"}

@@ -337,7 +337,7 @@ def plan_left(grid, trained: list[str]) -> tuple[dict, float]:
     """The plan's train jobs by run id, and its device-hours left once ``trained`` are trained
     (every job's hours x devices, less those runs' train jobs), straight from mor.launch.plan."""
     from mor.launch.cost import plan_grid
-    from mor.launch.slurm import load_presets
+    from mor.launch.presets import load_presets
 
     jobs = plan_grid(grid, load_presets())
     train = {j.run_id: j for j in jobs if j.kind == "train"}

@@ -34,7 +34,7 @@ PRESETS = Path(config.get("presets") or Path(workflow.basedir) / "slurm" / "pres
 LAUNCH_ARGS = f"--launcher {LAUNCHER}"
 PRESET_TABLE = None  # the parsed preset file (launcher slurm): the rules' resources come from it
 if LAUNCHER == "slurm":
-    from mor.launch.slurm import load_presets
+    from mor.launch.presets import load_presets
 
     PRESET_TABLE = load_presets(PRESETS)
     LAUNCH_ARGS += f" --presets {shlex.quote(str(PRESETS))}"

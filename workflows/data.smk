@@ -10,7 +10,7 @@ from mor.model.gguf_checkpoint import START_POINTS
 FINEWEB = Path(config.get("fineweb") or DEFAULT_SETTINGS).absolute()
 FINEWEB_SETTINGS = load_settings(FINEWEB)
 if LAUNCHER == "slurm" and MODE == "cluster":
-    from mor.launch.slurm import load_presets
+    from mor.launch.presets import load_presets
 
     DATA_PRESET = load_presets(PRESETS).data  # a preset file without `data:` fails here
     FINEWEB_WHERE = (f"CPU Slurm job, preset 'data' of {PRESETS}: {DATA_PRESET.cpus_per_task} CPUs, 0 GPUs, "

@@ -368,7 +368,7 @@ def plan_hours(grids: list[Grid], presets_file: Path | None) -> tuple[dict, str,
     give it no plan. A grid the presets cannot price (a scale without an entry) loses its own
     hours, not every other grid's."""
     from mor.launch.cost import plan_grid
-    from mor.launch.slurm import load_presets
+    from mor.launch.presets import load_presets
 
     presets = load_presets(presets_file) if presets_file else load_presets()
     out: dict[tuple[str, str], dict[str, float]] = {}

@@ -34,7 +34,8 @@ from mor.data.fineweb import SettingsError
 from mor.grids import GridError, load_grid
 from mor.jobs import KINDS, RUN_KINDS
 from mor.launch.lease import LeaseError
-from mor.launch.slurm import DEFAULT_PRESETS, LaunchError, PresetError, load_presets
+from mor.launch.presets import DEFAULT_PRESETS, PresetError, load_presets
+from mor.launch.slurm import LaunchError
 from mor.lm_eval.hub_cache import HubCacheError
 from mor.train.stop import Preempted
 

@@ -74,7 +74,7 @@ from mor.flops import (capped_forward_flops_per_token, decode_flops_per_token, f
 from mor.memory import GiB, pick_micro_batch, training_memory, usable_bytes
 from mor.grids import Grid
 from mor.jobs import KINDS
-from mor.launch.slurm import Preset, PresetError, Presets
+from mor.launch.presets import Preset, PresetError, Presets
 from mor.yaml_io import REPO, key_line, load_derived, where
 
 PLANNED = tuple(name for name, k in KINDS.items() if k.planned)  # kinds with a cost model, in the table's order

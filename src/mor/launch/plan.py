@@ -14,7 +14,7 @@ from __future__ import annotations
 from mor.grids import Grid
 from mor.jobs import KINDS
 from mor.launch.cost import RESUMABLE, JobEstimate, block_costs, lm_eval_sizes, plan_data
-from mor.launch.slurm import Presets
+from mor.launch.presets import Presets
 
 
 def _hm(minutes: int) -> str:

@@ -1,7 +1,7 @@
 """A job's Slurm preset as Snakemake resources: what each rule's ``resources:`` declares.
 
 Why: the launcher (``python -m mor.launch <kind> --launcher slurm``) submits a job with the
-preset of its run's scale and kind (``mor.launch.slurm.Presets.get``); before this module
+preset of its run's scale and kind (``mor.launch.presets.Presets.get``); before this module
 Snakemake saw only ``job_kind=train``, so neither its dry run nor its scheduler knew what a
 job would ask of the cluster. The rules now declare the same preset's numbers, taken from
 the same ``Presets`` object and the same ``(scale, kind)`` key as the launcher and
@@ -20,7 +20,7 @@ Pure and torch-free (Snakemake calls it while it builds the DAG, once per job an
 from __future__ import annotations
 
 from mor.config import RunConfig
-from mor.launch.slurm import Preset, PresetError, Presets
+from mor.launch.presets import Preset, PresetError, Presets
 
 # Resource names, in the order the dry run prints them. Integers: Snakemake sums them for
 # --resources; strings: passed through (only where the preset sets them).
