@@ -17,20 +17,19 @@ from mor.claims import load_specs
 from mor.claims.seeding import load_budget, next_look
 from mor.grids import load_grid
 
-# The deciding grid's two NLL blocks, one seed each: sharing-costs and sequence-worst read
-# them (mor-beats-recursive-tokens and the balancing claims find no runs and stay unbuilt).
+# The deciding grid's balancing pair, one seed: balancing-maxvio and balancing-entropy read it
+# (the other deciding claims find no runs and stay unbuilt). The cheapest block of the design
+# (0.9 CPU-min a run): the only one whose first look (9 seeds) fits the 30-minute budget.
 GRID = """
 name: deciding
 artifacts: []
 defaults:
   data: {source: django-docs, tokenizer: bpe-4096}
 runs:
-  - name: vanilla
-    set: {model.variant: vanilla}
-    axes: {model.scale: [135M]}
-  - name: recursive
-    set: {model.variant: recursive, model.num_recursions: 2}
-    axes: {model.scale: [135M], model.tying: [sequence, middle_cycle]}
+  - name: balancing
+    set: {model.variant: mor, model.num_recursions: 3,
+          model.router: {type: token_choice, func: softmax, alpha: 1.0, arch: linear, balance_coeff: 0.1}}
+    axes: {model.scale: [135M], model.router.balancing: [loss, loss_free]}
 """ + TINY_LOCAL_MODE + "reference: []\n"
 
 
@@ -49,38 +48,38 @@ def test_claims_add_seeds_to_the_deciding_blocks_round_by_round(tmp_path, data_r
         rounds.append(json.loads((tmp_path / "results" / "claims" / f"round{len(rounds)}" / "plan.json").read_text()))
     assert rounds and rounds[-1]["stop"] and not any(r["stop"] for r in rounds[:-1])
 
-    # round 0: one seed is below the first look, so both claims get seeds up to it, for the
-    # two blocks that decide them, paid once: 3 runs a seed x 2 more seeds x the block's cost
+    # round 0: one seed is below the (only) look, and one seed has no estimate, so both claims
+    # are priced at chance 1; the pair is raised to the look once, for both: 2 runs a seed x
+    # the seeds added x 0.9 CPU-min, and the ranking says so
     first = design.looks[0]
     r0 = rounds[0]
-    assert r0["verdicts"]["sharing-costs"] == {"verdict": "inconclusive", "n": 1}
-    assert r0["seeds"] == {"deciding": {"vanilla": first, "recursive": first}}
-    cost = 3 * (first - 1) * budget.per_run("deciding", "vanilla")
-    assert sum(s["cost"] for s in r0["steps"]) == pytest.approx(cost)
-    assert {s["claim"] for s in r0["steps"]} == {"sharing-costs", "sequence-worst"}
+    assert r0["verdicts"]["balancing-maxvio"] == {"verdict": "inconclusive", "n": 1}
+    assert r0["seeds"] == {"deciding": {"balancing": first}}
+    cost = 2 * (first - 1) * budget.per_run("deciding", "balancing")
+    assert sum(s["cost"] for s in r0["steps"]) == pytest.approx(cost) and cost <= budget.total
+    assert {s["claim"] for s in r0["steps"]} == {"balancing-maxvio", "balancing-entropy"}
+    assert {r["claim"] for r in r0["ranking"]} == {"balancing-maxvio", "balancing-entropy"}
+    assert all(r["chance"] is None and r["funded"] for r in r0["ranking"])
 
     # round 1 trained exactly the seeds round 0 asked for: the runs of the grid loaded with
     # those seeds, whose first seed keeps its id
     want = {r.run_id for r in load_grid(grids / "deciding.yaml", "local", seeds=r0["seeds"]["deciding"]).runs}
     got = pd.read_parquet(tmp_path / "results" / "claims" / "round1" / "deciding.parquet")
-    assert set(got["run_id"]) == want and len(want) == 3 * first
+    assert set(got["run_id"]) == want and len(want) == 2 * first
     assert {r.run_id for r in load_grid(grids / "deciding.yaml", "local").runs} < want
-    assert sorted(got.groupby("variant")["seed"].nunique()) == [first, first]
 
-    # the last round stops for a stated reason that its numbers bear out
+    # the last round stops for a stated reason that its numbers bear out: the pair is at its
+    # last look, so nothing can gain from seeds (or both are decided)
     last = rounds[-1]
-    if "budget does not fit" in last["why"]:
-        n = last["verdicts"]["sharing-costs"]["n"]
-        more = 3 * (next_look(n, design) - n) * budget.per_run("deciding", "vanilla")
-        assert last["spent"] + more > budget.total
-    else:
-        assert last["why"].startswith(("every claim is decided", "no undecided claim can gain"))
+    assert last["verdicts"]["balancing-maxvio"]["n"] == first
+    assert last["why"].startswith(("every claim is decided", "no undecided claim can gain"))
+    assert next_look(first, design) is None
 
-    # the table is drawn from the last round, says so, and counts its seeds
+    # the table is drawn from the last round, says so, counts its seeds and shows the ranking
     table = pd.read_csv(tmp_path / "tables" / "claims" / "claims.csv").set_index("claim")
-    assert table.loc["sharing-costs", "n seeds"] == last["verdicts"]["sharing-costs"]["n"] >= first
+    assert table.loc["balancing-maxvio", "n seeds"] == first
     md = (tmp_path / "tables" / "claims" / "claims.md").read_text()
-    assert f"{len(rounds)} round(s)" in md and last["why"] in md
+    assert f"{len(rounds)} round(s)" in md and last["why"] in md and "Ranking (CPU-min to the next look" in md
 
     # nothing is redone when nothing changed
     again = snakemake("tables/claims", *cfg)
