@@ -278,7 +278,8 @@ def test_cli_prints_the_table(tmp_path, capsys):
 
 def test_watch_refreshes_until_interrupted(workspace, tmp_path, monkeypatch, capsys):
     """--watch redraws from the files each period (sleep replaced: the second wake-up is ^C)."""
-    import mor.status as status
+    import mor.status.cli as status_cli
+    import mor.status.state as status_state
     from mor.cli import main
 
     grid, ids, paths, query = workspace
@@ -291,8 +292,8 @@ def test_watch_refreshes_until_interrupted(workspace, tmp_path, monkeypatch, cap
         else:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(status.time, "sleep", sleep)
-    monkeypatch.setattr(status, "slurm_job_state", lambda record, query=None: None)
+    monkeypatch.setattr(status_cli.time, "sleep", sleep)
+    monkeypatch.setattr(status_state, "slurm_job_state", lambda record, query=None: None)
     assert main(["status", "table10", "--root", str(tmp_path), "--grids-dir", str(GRIDS), "--watch", "2"]) == 0
     assert wakes == [2.0, 2.0]
     assert "2 trained" in capsys.readouterr().out
