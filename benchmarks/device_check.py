@@ -116,7 +116,8 @@ def train_variant(name: str, kw: dict, a, device: torch.device, dtype, batch: in
 def _train(name, cfg, shape, vocab, a, device, dtype, batch) -> dict:
     torch.manual_seed(0)
     model = build_model(cfg, shape, vocab, device=device).train()
-    model.set_execution("auto", a.checkpointing, a.loss_chunk)
+    from mor.train.execution import apply_execution  # how it trains: mor.train.execution
+    apply_execution(model, "auto", a.checkpointing, a.loss_chunk)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     x = torch.randint(0, vocab, (batch, a.seq), device=device)
     FLASH_CALLS[0] = 0

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from conftest import VOCAB, tiny_run
 from mor.config import ConfigError, ExecConfig, ModelConfig, RouterConfig, exec_config, load_scales, run_config_from_dict
-from mor.model.transformer import build_model, chunked_cross_entropy
+from mor.model.transformer import build_model
+from mor.train.execution import apply_execution, chunked_cross_entropy
 from mor.train.trainer import Trainer, make_optimizer, use_fused_adamw
 
 # Float summation order differs between the paths; AdamW divides each gradient by its own
@@ -154,7 +155,7 @@ def test_checkpointed_layers_and_chunked_loss_equal_the_plain_path(model_kw):
     y[0, :5] = -100
     ref_out, ref = _grads(model, x, y)
     for ckpt, chunk in ((True, 0), (False, 48), (True, 48)):
-        model.set_execution("auto", ckpt, chunk)
+        apply_execution(model, "auto", ckpt, chunk)
         out, got = _grads(model, x, y)
         assert (out.logits is None) == bool(chunk)
         torch.testing.assert_close(out.lm_loss, ref_out.lm_loss, rtol=1e-6, atol=1e-6)
@@ -162,7 +163,7 @@ def test_checkpointed_layers_and_chunked_loss_equal_the_plain_path(model_kw):
         assert got.keys() == ref.keys()
         for n in ref:
             torch.testing.assert_close(got[n], ref[n], rtol=1e-5, atol=1e-7, msg=f"{n} ckpt={ckpt} chunk={chunk}")
-        model.set_execution()
+        apply_execution(model)
 
 
 def test_chunked_cross_entropy_equals_cross_entropy():
@@ -194,11 +195,11 @@ def test_flash_attention_is_refused_where_flash_attn_is_missing():
     from mor.model.layers import flash_available
 
     model = build_model(ModelConfig(scale="tiny"), load_scales()["tiny"], 32)
-    model.set_execution("sdpa")
+    apply_execution(model, "sdpa")
     assert {b.self_attn.backend for b in model.unique_layers} == {"sdpa"}
     if not flash_available():
         with pytest.raises(RuntimeError, match="execution.attention='flash' but flash_attn is not installed"):
-            model.set_execution("flash")
+            apply_execution(model, "flash")
 
 
 # ------------------------------------------------------------------ sharded, with every memory setting on

@@ -12,6 +12,7 @@ import torch
 from mor.config import ExecConfig, ModelConfig, RouterConfig, RunConfig, TrainConfig, load_scales
 from mor.memory import GiB, activation_bytes, divisors, pick_micro_batch, training_memory
 from mor.model.transformer import build_model
+from mor.train.execution import apply_execution
 
 SCALES = load_scales()
 VARIANTS = {
@@ -69,7 +70,7 @@ def test_activations_match_what_autograd_saves(variant):
     tol = 0.03 if variant in ("vanilla", "recursive") else 0.15
     for dtype in ("fp32", "bf16"):
         for checkpointing, loss_chunk in ((False, 0), (True, 0), (False, 96), (True, 96)):
-            model.set_execution("auto", checkpointing, loss_chunk)
+            apply_execution(model, "auto", checkpointing, loss_chunk)
             got = saved_activation_bytes(model, x, y, dtype == "bf16")
             want = activation_bytes(cfg, shape, vocab, T, B, 2 if dtype == "bf16" else 4, checkpointing,
                                     loss_chunk)["activations"]
@@ -84,7 +85,7 @@ def test_checkpointing_and_chunking_shrink_what_is_saved():
     x, y = torch.randint(0, vocab, (B, T)), torch.randint(0, vocab, (B, T))
     sizes = {}
     for ckpt, chunk in ((False, 0), (True, 0), (True, 64)):
-        model.set_execution("auto", ckpt, chunk)
+        apply_execution(model, "auto", ckpt, chunk)
         sizes[(ckpt, chunk)] = saved_activation_bytes(model, x, y, bf16=True)
     assert sizes[(True, 0)] < sizes[(False, 0)] / 2 and sizes[(True, 64)] < sizes[(True, 0)] / 2
 

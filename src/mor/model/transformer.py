@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from mor.config import ModelConfig, ScaleShape, capacities
 from mor.model.init import init_common
-from mor.model.layers import Block, RMSNorm, RotaryEmbedding, flash_available, init_weights
+from mor.model.layers import Block, RMSNorm, RotaryEmbedding, init_weights
 from mor.model.expert_choice import run_expert_choice
 from mor.model.relax import build_relaxation
 from mor.model.router import ExpertChoiceRouter, TokenChoiceRouter
@@ -53,7 +52,7 @@ class RoutingTrace:
 
 @dataclass
 class ModelOutput:
-    logits: torch.Tensor | None  # (B, T, V); None when the loss ran chunked (set_execution)
+    logits: torch.Tensor | None  # (B, T, V); None when lm_loss_fn gave the loss (mor.train.execution)
     loss: torch.Tensor | None = None  # LM loss + weighted router losses
     lm_loss: torch.Tensor | None = None  # mean next-token cross-entropy
     aux_loss: torch.Tensor | None = None  # weighted router losses alone
@@ -72,7 +71,7 @@ class MoRTransformer(nn.Module):
         C = shape.hidden
         self.embed_tokens = nn.Embedding(vocab_size, C)
         self.unique_layers = nn.ModuleList(
-            Block(C, shape.heads, shape.kv_heads, shape.mlp, shape.norm_eps)  # backend: set_execution
+            Block(C, shape.heads, shape.kv_heads, shape.mlp, shape.norm_eps)  # backend: mor.train.execution
             for _ in range(self.plan.num_unique)
         )
         self.norm = RMSNorm(C, shape.norm_eps)
@@ -86,8 +85,10 @@ class MoRTransformer(nn.Module):
                 raise ValueError(f"model.router.capacity must be non-increasing (hierarchical), got {caps}")
             self.routers.extend(ExpertChoiceRouter(C, cfg.router) for _ in range(cfg.num_recursions))
         self.capacity_scale = 1.0  # < 1 during capacity warm-up; set by the trainer
-        self.checkpoint_layers = False  # execution settings, see set_execution
-        self.loss_chunk = 0
+        # how training computes, set from outside (mor.train.execution), used in training mode only:
+        # each layer call as layer_wrapper(call, *args); the LM loss as lm_loss_fn(normed h, head, targets)
+        self.layer_wrapper = None
+        self.lm_loss_fn = None
         # effective layer -> effective layer whose keys/values it attends over (model.kv)
         self.kv_producers = kv_producers(self.plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
         self.kv_sources = frozenset(p for e, p in enumerate(self.kv_producers) if p != e)
@@ -105,27 +106,16 @@ class MoRTransformer(nn.Module):
     def layers_at(self, ids: tuple[int, ...]) -> list[Block]:
         return [self.unique_layers[i] for i in ids]
 
-    def set_execution(self, attention: str = "auto", checkpoint_layers: bool = False, loss_chunk: int = 0) -> None:
-        """How the model computes (mor.config.ExecConfig), never what: the attention backend
-        of every layer ('auto' | 'sdpa' | 'flash'); recompute each layer call's activations in
-        backward instead of keeping them (training only); and the loss over ``loss_chunk``
-        positions at a time (training with targets; 0 = all at once)."""
-        if attention == "flash" and not flash_available():
-            raise RuntimeError("execution.attention='flash' but flash_attn is not installed (pip install '.[gpu]')")
-        for layer in self.unique_layers:
-            layer.self_attn.backend = attention
-        self.checkpoint_layers, self.loss_chunk = checkpoint_layers, loss_chunk
-
     def run_layer(self, layer_id: int, h, positions, recursion: int | None, kv=None, attn_mask=None):
         """Apply unique layer ``layer_id`` at recursion ``recursion`` (None = unshared layer).
 
         The single place a layer is called, so per-recursion relaxations (LoRA, recursion
         position encodings) and KV strategies hook in here. h: (B, T, C); positions: (B, T).
-        With activation checkpointing the whole call (relaxation included) is recomputed in
-        backward: only its inputs are kept, not the attention and MLP intermediates.
+        In training mode the whole call (relaxation included) runs through ``layer_wrapper``
+        where one is set (activation checkpointing: mor.train.execution).
         """
-        if self.checkpoint_layers and self.training and torch.is_grad_enabled():
-            return checkpoint(self._run_layer, layer_id, h, positions, recursion, kv, attn_mask, use_reentrant=False)
+        if self.layer_wrapper is not None and self.training:
+            return self.layer_wrapper(self._run_layer, layer_id, h, positions, recursion, kv, attn_mask)
         return self._run_layer(layer_id, h, positions, recursion, kv, attn_mask)
 
     def _run_layer(self, layer_id: int, h, positions, recursion: int | None, kv=None, attn_mask=None):
@@ -220,10 +210,9 @@ class MoRTransformer(nn.Module):
                 h = self.end_recursion(r, h)
         for layer_id in self.plan.suffix:
             h = self.run_layer(layer_id, h, positions, recursion=None)
-        if targets is not None and self.loss_chunk and self.training:
-            out = ModelOutput(logits=None, routing=routing)  # the (B, T, V) logits never exist at once
-            out.lm_loss = chunked_cross_entropy(self.norm(h).view(B * T, -1), self.lm_head_weight,
-                                                targets.reshape(-1), self.loss_chunk)
+        if targets is not None and self.lm_loss_fn is not None and self.training:
+            out = ModelOutput(logits=None, routing=routing)  # no (B, T, V) logits: the hook works from h
+            out.lm_loss = self.lm_loss_fn(self.norm(h).view(B * T, -1), self.lm_head_weight, targets.reshape(-1))
         else:
             logits = self.head(h, logits_at)  # (B, T or n, V)
             out = ModelOutput(logits=logits, routing=routing)
@@ -233,29 +222,6 @@ class MoRTransformer(nn.Module):
             out.aux_loss = aux
             out.loss = out.lm_loss + aux
         return out
-
-
-def _chunk_loss_sum(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed cross-entropy of one chunk: h (n, C) -> fp32 logits (n, V) -> a scalar."""
-    return F.cross_entropy(F.linear(h, weight).float(), targets, ignore_index=-100, reduction="sum")
-
-
-def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
-    """Mean next-token cross-entropy of the normed hidden states h (N, C) under the head
-    ``weight`` (V, C), ``chunk`` positions at a time, equal to the plain path's
-    ``cross_entropy(linear(h, weight).float(), targets)`` up to float summation order.
-
-    Each chunk is checkpointed: forward keeps only its scalar, backward recomputes that
-    chunk's (chunk, V) logits, so at most one chunk's fp32 logits (and their softmax
-    gradient) exist at a time instead of the whole micro-batch's (N, V)."""
-    total = h.new_zeros((), dtype=torch.float32)
-    for start in range(0, h.shape[0], chunk):
-        h_c, t_c = h[start:start + chunk], targets[start:start + chunk]  # (n, C), (n,)
-        if torch.is_grad_enabled():
-            total = total + checkpoint(_chunk_loss_sum, h_c, weight, t_c, use_reentrant=False)
-        else:
-            total = total + _chunk_loss_sum(h_c, weight, t_c)
-    return total / (targets != -100).sum()  # the mean over scored positions, as cross_entropy's default
 
 
 def check_max_depth(max_depth: int | None, num_recursions: int) -> int:

@@ -40,6 +40,7 @@ from mor.data.sampler import TokenSampler, load_tokens
 from mor.model.transformer import MoRTransformer, build_model
 from mor.provenance import git_commit
 from mor.train.checkpoint import apply_checkpoint, load_latest, save_checkpoint
+from mor.train.execution import apply_execution
 from mor.train.schedule import wsd_lr
 from mor.train.stop import Preempted, StopRequest
 
@@ -224,8 +225,8 @@ class Trainer:
         # and the devices' peak FLOP/s for MFU (presets' peak_tflops_per_gpu; 0 = unknown: null)
         self.step_flops = train_flops(run.model, self.model.shape, self.vocab_size, t.seq_len, t.tokens_per_step)
         self.peak_flops = peak_tflops * 1e12 * self.dist.world_size
-        self.model.set_execution(self.execution.attention, self.execution.activation_checkpointing,
-                                 self.execution.loss_chunk)
+        apply_execution(self.model, self.execution.attention, self.execution.activation_checkpointing,
+                        self.execution.loss_chunk)
         self.optimizer = make_optimizer(self.model, run, use_fused_adamw(self.execution.fused_optimizer, self.device))
         # shard digests are checked by one rank per job (hashing 40 GB of FineWeb-Edu once per
         # job start costs ~1 min; per rank it would be that times the rank count); sizes by all
