@@ -24,7 +24,7 @@ rule analysis:
     resources:
         **job_resources("analysis"),  # the Slurm preset's GPUs, memory, time (common.smk)
     log:
-        "logs/{grid}/{run_id}/analysis-{analysis}.log",
+        layout.run_log_pattern("analysis-{analysis}"),
     shell:
         "{PY}.launch analysis --analysis {wildcards.analysis} --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml"
         " --run-id {wildcards.run_id} --mode {params.mode} --run-dir \"$(dirname {input.summary:q})\" --data-root {DATA:q}"

@@ -18,7 +18,7 @@ rule eval:
     resources:
         **job_resources("eval"),  # the Slurm preset's GPUs, memory, time (common.smk)
     log:
-        "logs/{grid}/{run_id}/eval.log",
+        layout.run_log_pattern("eval"),
     shell:
         "{PY}.launch eval --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
         " --run-dir \"$(dirname {input.summary:q})\" --data-root {DATA:q} --threads {threads} --out {output:q} {LAUNCH_ARGS}"

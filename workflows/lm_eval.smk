@@ -37,7 +37,7 @@ rule lmeval:
     resources:
         **job_resources("lmeval"),  # the Slurm preset's GPUs, memory, time (common.smk)
     log:
-        "logs/{grid}/{run_id}/lmeval.log",
+        layout.run_log_pattern("lmeval"),
     shell:
         "{PY}.launch lmeval --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
         " --run-dir \"$(dirname {input.summary:q})\" --data-root {DATA:q} --tasks-dir {DATA:q}/lm_eval/tasks --threads {threads}"

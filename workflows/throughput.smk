@@ -8,7 +8,7 @@ from mor.throughput_protocol import VERSION as THROUGHPUT_VERSION
 
 rule throughput:
     input:
-        summary="runs/{grid}/{run_id}/train_summary.json",
+        summary=layout.SUMMARY_PATTERN,
         data=run_data_inputs,
     output:
         KINDS["throughput"].outputs[0],  # runs/{grid}/{run_id}/throughput.json
@@ -21,7 +21,7 @@ rule throughput:
     resources:
         **job_resources("throughput"),  # the Slurm preset's GPUs, memory, time (common.smk)
     log:
-        "logs/{grid}/{run_id}/throughput.log",
+        layout.run_log_pattern("throughput"),
     shell:
         "{PY}.launch throughput --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml --run-id {wildcards.run_id}"
         " --mode {params.mode} --run-dir \"$(dirname {input.summary:q})\" --data-root {DATA:q} --threads {params.torch_threads}"

@@ -12,7 +12,7 @@ rule train:
     resources:
         **job_resources("train"),  # the Slurm preset's GPUs, memory, time (common.smk)
     log:
-        "logs/{grid}/{run_id}/train.log",
+        layout.run_log_pattern("train"),
     shell:
         "{PY}.launch train --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
         " --run-dir \"$(dirname {output.summary:q})\" --data-root {DATA:q} --threads {threads} {LAUNCH_ARGS} > {log:q} 2>&1"

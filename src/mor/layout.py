@@ -16,6 +16,9 @@ module spells a pattern again). Torch-free and pure: paths only, nothing is read
     results/runs/<grid>/<run_id>.parquet       .row            the eval job's result row
     results/runs/<grid>/<run_id>.<a>.npz       .sidecar(a)     an analysis job's arrays
     results/<grid>.parquet                     grid_results(grid)
+    logs/<grid>/<run_id>/<job>.log             run_log(logs, grid, run_id, job): a rule's log
+    logs/slurm/<grid>/<run_id>/<kind>/         job_folder(logs/slurm, ...): submitit's folder,
+        job.json                               .. with the Slurm job's record
 
 The ``*_PATTERN`` strings are the same paths with Snakemake wildcards, for rule outputs and
 the job table (``mor.jobs``).
@@ -27,6 +30,9 @@ from pathlib import Path
 
 RUNS = "runs"
 RESULTS = "results"
+LOGS = "logs"
+SLURM_LOGS = f"{LOGS}/slurm"
+JOB_RECORD_FILE = "job.json"
 
 CONFIG_FILE = "config.json"
 TRAIN_LOG_FILE = "train_log.jsonl"
@@ -44,6 +50,11 @@ THROUGHPUT_PATTERN = f"{RUN_PATTERN}/{THROUGHPUT_FILE}"
 ROW_PATTERN = f"{RESULTS}/{RUNS}/{{grid}}/{{run_id}}.parquet"
 SIDECAR_PATTERN = f"{RESULTS}/{RUNS}/{{grid}}/{{run_id}}.{{analysis}}.npz"
 GRID_RESULTS_PATTERN = f"{RESULTS}/{{grid}}.parquet"
+
+
+def run_log_pattern(job: str) -> str:
+    """``logs/{grid}/{run_id}/<job>.log``: the log of one job of a run, as a rule's ``log:``."""
+    return f"{LOGS}/{{grid}}/{{run_id}}/{job}.log"
 
 
 @dataclass(frozen=True)
@@ -128,3 +139,14 @@ def sidecar_file(results_dir: str | Path, grid: str, run_id: str, analysis: str)
 def grid_results(results_dir: str | Path, grid: str) -> Path:
     """``<results_dir>/<grid>.parquet``: the merge of a grid's rows."""
     return Path(results_dir) / f"{grid}.parquet"
+
+
+def run_log(logs_dir: str | Path, grid: str, run_id: str, job: str) -> Path:
+    """``<logs_dir>/<grid>/<run_id>/<job>.log``: a rule's log of one job of a run."""
+    return Path(logs_dir) / grid / run_id / f"{job}.log"
+
+
+def job_folder(slurm_logs: str | Path, grid: str, run_id: str, kind: str) -> Path:
+    """``<slurm_logs>/<grid>/<run_id>/<kind>/``: submitit's folder of one job of a run (its
+    ``job.json`` record, stdout/stderr, result)."""
+    return Path(slurm_logs) / grid / run_id / kind

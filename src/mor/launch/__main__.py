@@ -28,6 +28,7 @@ import json
 import sys
 from pathlib import Path
 
+from mor.layout import SLURM_LOGS, job_folder
 from mor.atomic import write_text_atomic
 from mor.errors import is_domain_error, one_line
 from mor.data.fineweb import SettingsError
@@ -41,7 +42,7 @@ from mor.train.stop import Preempted
 
 
 def log_dir(root: str, grid_name: str, run_id: str, kind: str) -> Path:
-    return Path(root) / grid_name / run_id / kind
+    return job_folder(root, grid_name, run_id, kind)
 
 
 def add_job_arguments(p: argparse.ArgumentParser, kind: str, threads_help: str) -> None:
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         add_job_arguments(p, kind, threads_help="CPU threads inline (Slurm: the preset's cpus_per_task)")
         p.add_argument("--launcher", choices=("local", "slurm"), default="local")
         p.add_argument("--presets", default=str(DEFAULT_PRESETS))
-        p.add_argument("--log-root", default="logs/slurm", help="submitit folders: <root>/<grid>/<run_id>/<kind>")
+        p.add_argument("--log-root", default=SLURM_LOGS, help="submitit folders: <root>/<grid>/<run_id>/<kind>")
         p.set_defaults(fn=_job, kind=kind)
 
     p = sub.add_parser("data", help="prepare FineWeb-Edu token shards (inline or a CPU Slurm job)")
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=0, help="tokenizer processes; 0 = every CPU (Slurm: cpus_per_task)")
     p.add_argument("--launcher", choices=("local", "slurm"), default="local")
     p.add_argument("--presets", default=str(DEFAULT_PRESETS))
-    p.add_argument("--log-root", default="logs/slurm", help="submitit folder: <root>/data/<out folder name>")
+    p.add_argument("--log-root", default=SLURM_LOGS, help="submitit folder: <root>/data/<out folder name>")
     p.set_defaults(fn=_data)
 
     p = sub.add_parser("hub", help="fill the shared Hugging Face cache (tokenizers, lm-eval datasets) on this node")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mor.atomic import write_json_atomic
+from mor.layout import JOB_RECORD_FILE
 from mor.launch.presets import Preset
 
 # sacct / squeue states by what they say of a job, the one list (``mor status`` reads it too)
@@ -154,7 +155,7 @@ def env_result_wait_s(default: float = RESULT_WAIT_S) -> float:
 
 
 def _job_record(folder: Path) -> Path:
-    return folder / "job.json"
+    return folder / JOB_RECORD_FILE
 
 
 def _recorded_job_id(folder: Path) -> str | None:

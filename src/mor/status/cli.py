@@ -8,6 +8,7 @@ import argparse
 import time
 from pathlib import Path
 
+from mor import layout
 from mor.status.read import Paths
 from mor.status.render import render
 from mor.status.state import collect
@@ -32,7 +33,7 @@ def main(a: argparse.Namespace) -> int:
     from rich.console import Console
 
     root = Path(a.root)
-    paths = Paths(root / "runs", root / "results", root / "logs", root / "logs" / "slurm")
+    paths = Paths(root / layout.RUNS, root / layout.RESULTS, root / layout.LOGS, root / layout.SLURM_LOGS)
     grids_dir = Path(a.grids_dir) if Path(a.grids_dir).is_absolute() else root / a.grids_dir
     tags = [t for t in a.tags.split(",") if t]
     grids = with_design_seeds(resolve_targets(a.targets, grids_dir, a.mode), paths.results)

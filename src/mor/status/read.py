@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from mor import layout
+
 TAIL_BYTES = 64 * 1024  # enough for the last few hundred log lines
 _ERROR = re.compile(r"(\w*(Error|Exception|Interrupt)\b|^error:|Traceback|Killed|CANCELLED|TIMEOUT)")
 
@@ -21,22 +23,22 @@ _ERROR = re.compile(r"(\w*(Error|Exception|Interrupt)\b|^error:|Traceback|Killed
 class Paths:
     """Where the workflow keeps what status reads (all relative to the repository root)."""
 
-    runs: Path = Path("runs")
-    results: Path = Path("results")
-    logs: Path = Path("logs")
-    slurm_logs: Path = Path("logs/slurm")
+    runs: Path = Path(layout.RUNS)
+    results: Path = Path(layout.RESULTS)
+    logs: Path = Path(layout.LOGS)
+    slurm_logs: Path = Path(layout.SLURM_LOGS)
 
     def run_dir(self, grid: str, run_id: str) -> Path:
-        return self.runs / grid / run_id
+        return layout.run_dir(self.runs, grid, run_id)
 
     def result(self, grid: str, run_id: str) -> Path:
-        return self.results / "runs" / grid / f"{run_id}.parquet"
+        return layout.row_file(self.results, grid, run_id)
 
     def rule_log(self, grid: str, run_id: str, kind: str) -> Path:
-        return self.logs / grid / run_id / f"{kind}.log"
+        return layout.run_log(self.logs, grid, run_id, kind)
 
     def slurm_job(self, grid: str, run_id: str, kind: str) -> Path:
-        return self.slurm_logs / grid / run_id / kind / "job.json"
+        return layout.job_folder(self.slurm_logs, grid, run_id, kind) / layout.JOB_RECORD_FILE
 
 
 def log_tail(path: Path, max_bytes: int = TAIL_BYTES) -> list[dict]:
@@ -130,7 +132,7 @@ def checkpoint_step(run_dir: Path) -> int | None:
     """The step of the run's newest checkpoint (``checkpoints/step-NNNNNN``), where a restarted
     job resumes; None without one."""
     steps = []
-    for d in (run_dir / "checkpoints").glob("step-*"):
+    for d in (run_dir / layout.CHECKPOINTS_DIR).glob("step-*"):
         try:
             steps.append(int(d.name.removeprefix("step-")))
         except ValueError:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mor import layout
 from mor.grids import Grid
 from mor.launch.slurm import QUEUED_STATES, RUNNING_STATES
 from mor.status.hours import plan_hours
@@ -72,7 +73,7 @@ def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None, slur
     cfg = run.config
     st = RunStatus(grid.name, run.run_id, cfg.label, "not started", cfg.train.steps)
     run_dir = paths.run_dir(grid.name, run.run_id)
-    tail = log_tail(run_dir / "train_log.jsonl")
+    tail = log_tail(run_dir / layout.TRAIN_LOG_FILE)
     if tail:
         last = tail[-1]
         st.step, st.loss = int(last["step"]), last.get("loss")
@@ -82,7 +83,7 @@ def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None, slur
     if paths.result(grid.name, run.run_id).exists():
         st.state, st.step, st.val_nll = "done", st.steps, read_val_nll(paths.result(grid.name, run.run_id))
         return st
-    summary = run_dir / "train_summary.json"
+    summary = run_dir / layout.SUMMARY_FILE
     if summary.exists():
         st.state, st.step = "trained", st.steps
         job = slurm_job_state(paths.slurm_job(grid.name, run.run_id, "eval"), slurm_query)
@@ -102,7 +103,7 @@ def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None, slur
             st.state = "failed" if state != "COMPLETED" else "stopped"
             st.note = slurm_note(job_id, state, info, slurm_log_error(record, job_id) or error)
         return st
-    log = run_dir / "train_log.jsonl"
+    log = run_dir / layout.TRAIN_LOG_FILE
     if tail:
         step_s = cfg.train.tokens_per_step / st.tokens_per_s if st.tokens_per_s else 0.0
         fresh = now - log.stat().st_mtime < max(STALE_MIN_S, 20 * step_s)
@@ -140,7 +141,7 @@ def collect(grids: list[Grid], paths: Paths = Paths(), presets_file: Path | None
             train_wall, train_dev = h.get("train", (0.0, 0.0))
             st.train_plan_s = train_dev * 3600
             if st.state in ("done", "trained"):
-                st.train_s = measured_train_s(paths.run_dir(g.name, run.run_id) / "train_summary.json", st.steps)
+                st.train_s = measured_train_s(paths.run_dir(g.name, run.run_id) / layout.SUMMARY_FILE, st.steps)
             if st.state == "done":
                 st.hours_spent = st.hours_total
             elif st.state != "not started":  # trained: the eval job's hours are still left
