@@ -166,6 +166,30 @@ def test_checkpointed_layers_and_chunked_loss_equal_the_plain_path(model_kw):
         apply_execution(model)
 
 
+def test_the_model_leaves_execution_to_the_training_side():
+    """As in torchtitan, activation checkpointing and the chunked loss live on the training side
+    (mor.train.execution, through the model's neutral hooks): no module of mor.model imports
+    torch.utils.checkpoint, and apply_execution's defaults leave both hooks unset."""
+    import ast
+    from pathlib import Path
+
+    import mor.model
+
+    found = []
+    for f in sorted(Path(mor.model.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                found += [(f.name, a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                found += [(f.name, f"{node.module}.{a.name}") for a in node.names]
+    assert found and not [x for x in found if x[1].startswith("torch.utils.checkpoint")]
+    model = build_model(ModelConfig(scale="tiny"), load_scales()["tiny"], 32)
+    apply_execution(model, "auto", True, 16)
+    assert model.layer_wrapper is not None and model.lm_loss_fn is not None
+    apply_execution(model)
+    assert model.layer_wrapper is None and model.lm_loss_fn is None
+
+
 def test_chunked_cross_entropy_equals_cross_entropy():
     torch.manual_seed(0)
     h = torch.randn(37, 16, requires_grad=True)
