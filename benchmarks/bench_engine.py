@@ -154,6 +154,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--skip", default="", help="'policy' or 'speedup' to run one part only")
+    ap.add_argument("--graphs", choices=["auto", "on", "off"], default="auto",
+                    help="static buffers / CUDA graphs per row bucket (auto: on a GPU)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     tune_cpu_allocator()
@@ -164,6 +166,7 @@ def main() -> None:
     if a.memory_gib is not None:
         memory = a.memory_gib * 2**30 if a.memory_gib else torch.cuda.get_device_properties(dev).total_memory
     admit = {"memory_bytes": memory} if memory else {"max_live": live}
+    admit["graphs"] = {"auto": None, "on": True, "off": False}[a.graphs]
     global V
     V = load_scales()[a.scale].vocab or V
     max_len = p["gen_max"] + 1
@@ -180,7 +183,8 @@ def main() -> None:
         for name, cfg in configs(a.policy_scale).items():
             m = build(cfg, calib, dev, dtype)
             engines = {"new": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, **admit),
-                       "old": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, policy="lockstep")}
+                       "old": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, policy="lockstep",
+                                     graphs=admit["graphs"])}
             for eng in engines.values():  # warm-up
                 eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(B)])
             tps, res, every = {k: [] for k in engines}, {}, []

@@ -24,11 +24,24 @@ runs out of memory is reported as such, not fatal. The paper's setting and the p
 Writes ``device_check.json`` into ``$OUT`` (or ``--out``) when given. Exit status 1 when a
 loss is not finite or an equivalence check fails.
 
-Decoding throughput (App. E, the engine's flash-attn KV-cache path) is the second script to
-run on a GPU, Vanilla vs MoR-2/3/4 at 360M in bf16 with the cluster protocol:
+Decoding engine (``--engine``, or ``--engine-only``): flash-attn's paged
+``flash_attn_with_kvcache`` against SDPA over the gathered blocks (bf16), the engine against
+``decode.generate`` (graphs on and off), and App. E's protocol at ``--engine-scale`` (360M):
+MoR-2/3/4 and their same-depth Vanillas at 32 rows per pass (graphs on and off) and at the
+relative maximum batch, printing passes per token against Σc/B, fill and tokens/s in the
+waiting window, and the speed-up over the same-depth Vanilla (paper: up to ~2x; relative
+maximum batch 42/48/51). Install first, on the GPU machine (CUDA 12 wheels):
 
-    python benchmarks/bench_engine.py --scale 360M --protocol cluster --device cuda --dtype bfloat16 \
-        --memory-gib 0 --requests 256 --rounds 1
+    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126   # a CUDA torch
+    pip install flash-attn --no-build-isolation   # a wheel built for that torch and CUDA (paged KV)
+
+then, one prepared command (sized for < 8 min on one H200: 96 requests of ~256 tokens,
+5 models x 3 settings):
+
+    python benchmarks/device_check.py --engine-only --out "$OUT"
+
+``benchmarks/bench_engine.py --scale 360M --protocol cluster --device cuda --dtype bfloat16
+--memory-gib 0 --requests 256 --rounds 1`` measures the same with more requests and rounds.
 """
 
 from __future__ import annotations
@@ -176,6 +189,123 @@ def chunked_attention_error(device: torch.device) -> float:
     return (layers.masked_attention(q, kk, v, mask, gqa=True) - ref).abs().max().item()
 
 
+# ------------------------------------------------------------------ the decoding engine (App. E)
+def paged_attention_error(device: torch.device) -> float | None:
+    """flash-attn's paged ``flash_attn_with_kvcache`` against SDPA over the gathered blocks, in
+    bf16 on the device (None where flash-attn is not installed or the device is no GPU)."""
+    from mor.engine import cache as kvc
+
+    if not kvc.flash_paged(device):
+        return None
+    torch.manual_seed(0)
+    n, H, Hkv, hd, bs, nb = 6, 8, 2, 64, kvc.FLASH_PAGE, 12
+    pool = kvc.PagedCache(nb, bs, Hkv, hd, torch.bfloat16, device)
+    pool.k.normal_()
+    pool.v.normal_()
+    table = torch.randperm(nb, device=device)[: n * 2].view(n, 2).to(torch.int32)  # (n, 2) blocks per row
+    lengths = torch.tensor([1, 17, 256, 300, 511, 512], device=device, dtype=torch.int32)
+    q = torch.randn(n, H, 1, hd, device=device, dtype=torch.bfloat16)
+    view = kvc.PagedView(pool, table, lengths)
+    fast = view.attend(q)
+    flash, kvc._flash_with_kvcache = kvc._flash_with_kvcache, None
+    try:
+        ref = view.attend(q)  # the SDPA fallback over the same blocks
+    finally:
+        kvc._flash_with_kvcache = flash
+    return (fast.float() - ref.float()).abs().max().item()
+
+
+def engine_matches_decode(device: torch.device) -> dict[str, bool]:
+    """The engine's greedy tokens equal decode.generate's on the device (tiny models, fp32, a
+    mixed queue; graphs on and off)."""
+    from mor.engine import Engine, Request
+    from mor.model.decode import generate
+
+    out = {}
+    for name, kw in {"mor-ec": dict(variant="mor", tying="middle_cycle", num_recursions=3,
+                                    router=RouterConfig(aux="aux_router")),
+                     "mor-tc": dict(variant="mor", tying="middle_cycle", num_recursions=3,
+                                    router=RouterConfig(type="token_choice", func="softmax", alpha=1.0)),
+                     "vanilla": {}}.items():
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(scale="tiny", **kw), load_scales()["tiny"], 50).eval().to(device)
+        reqs = [Request(i, [(3 * i + j) % 50 for j in range(1 + i % 4)], 3 + i % 6) for i in range(9)]
+        want = {r.id: generate(model, torch.tensor([r.prompt], device=device), r.max_new_tokens)[0, len(r.prompt):].tolist()
+                for r in reqs}
+        for graphs in (False, True):
+            got = Engine(model, batch=3, max_len=16, dtype=torch.float32, graphs=graphs).run(reqs).outputs
+            out[f"{name} graphs={graphs}"] = got == want
+    return out
+
+
+def engine_protocol(a, device: torch.device) -> list[dict]:
+    """App. E's protocol at ``--engine-scale``: MoR-2/3/4 Middle-Cycle (routers steered to their
+    design shares, bench_engine.steer_routers) and the same-depth Vanillas, in bf16, live
+    sequences admitted by the GPU's memory (flops.max_batch, paged blocks), at 32 rows per pass
+    and at the relative maximum batch, graphs on (and off at 32 rows): passes per token, fill
+    and tokens/s in the waiting window, and tokens/s over the same-depth Vanilla's."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_engine as be
+
+    from mor.engine import Engine, Request
+    from mor.flops import relative_max_batch_exact
+    from mor.throughput_protocol import baseline, load_protocol
+
+    p = load_protocol(a.engine_protocol)
+    be.V = load_scales()[a.engine_scale].vocab or be.V
+    dtype = getattr(torch, a.dtype)
+    # the memory the engine may fill: most of what is free now (the pool is really allocated)
+    memory = 0.8 * torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else a.cpu_memory_gib * 2**30
+    max_len = p["gen_max"]  # one prompt token + gen_max - 1 fed tokens
+    reqs = be.make_requests(p, a.engine_requests, p["seed"])
+    calib = torch.randint(0, be.V, (8, 64), generator=torch.Generator().manual_seed(0))
+    cfgs = be.configs(a.engine_scale)
+    allc = dict(cfgs)
+    for c in cfgs.values():
+        van = baseline(c)
+        allc[f"Vanilla-{van.layers or be.shape_of(van).layers}"] = van
+    rows, speed = [], {}
+    for name, cfg in allc.items():
+        m = be.build(cfg, calib, device, dtype)  # built and steered on the CPU, then moved
+        van = baseline(cfg)
+        rel = 32.0 if cfg.variant == "vanilla" else relative_max_batch_exact(
+            cfg, van, be.shape_of(cfg), be.V, max_len, memory, 32, torch.tensor([], dtype=dtype).element_size())
+        for batch, graphs in ((32, True), (32, False), (max(1, int(rel)), True)):
+            if graphs is False and device.type != "cuda":
+                continue
+            eng = Engine(m, batch=batch, max_len=max_len, device=device, dtype=dtype, memory_bytes=memory, graphs=graphs)
+            eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(batch)])
+            res = eng.run(reqs)
+            w = res.window(True)
+            caps = be.realised(res)
+            row = {"model": name, "batch": batch, "graphs": graphs, "max_live": res.max_live,
+                   "passes_per_token": w["passes_per_token"], "bound": sum(caps) / batch, "fill": w["row_fill"],
+                   "tokens_per_s": w["tokens_per_s"], "tokens_per_s_run": res.tokens / res.forward_s,
+                   "preempted": len(res.preempted), "relative_max_batch": rel}
+            speed[name, batch if batch == 32 else "max", graphs] = row["tokens_per_s"] or row["tokens_per_s_run"]
+            rows.append(row)
+            print(f"{name:11s} b={batch:3d} graphs={graphs!s:5s} live {row['max_live']:5d} passes/token "
+                  f"{row['passes_per_token']:.4f} (Σc/B {row['bound']:.4f}) fill {row['fill']:.3f} "
+                  f"tok/s {row['tokens_per_s']:.0f} (run {row['tokens_per_s_run']:.0f}) preempted {row['preempted']}", flush=True)
+            del eng, res
+            if device.type == "cuda":
+                torch.cuda.empty_cache()  # one engine's KV pool at a time
+        del m
+    for row in rows:
+        cfg = allc[row["model"]]
+        van = baseline(cfg)
+        vname = f"Vanilla-{van.layers or be.shape_of(van).layers}"
+        key = 32 if row["batch"] == 32 else "max"
+        base = speed.get((vname, 32, row["graphs"]))  # Vanilla's maximum batch is the base batch (32)
+        row["vs_vanilla"] = speed[row["model"], key, row["graphs"]] / base if base else None
+    print("speed-up over the same-depth Vanilla (paper: up to ~2x; relative maximum batch 42/48/51):")
+    for row in rows:
+        if not row["model"].startswith("Vanilla"):
+            print(f"  {row['model']} b={row['batch']} graphs={row['graphs']}: {row['vs_vanilla']:.3f}x "
+                  f"(relative maximum batch {row['relative_max_batch']:.1f})")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -191,10 +321,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--fit-batch", type=int, default=128, help="sequences per GPU and step that --fit divides")
     ap.add_argument("--cpu-memory-gib", type=float, default=2.0, help="--fit on CPU: the memory to fit into")
     ap.add_argument("--out", default=os.environ.get("OUT"), help="folder for device_check.json")
+    ap.add_argument("--engine", action="store_true", help="also check the decoding engine (App. E; see the docstring)")
+    ap.add_argument("--engine-only", action="store_true", help="the engine checks alone (no training variants)")
+    ap.add_argument("--engine-scale", default="360M")
+    ap.add_argument("--engine-protocol", default="cluster", help="section of workflows/throughput.yaml")
+    ap.add_argument("--engine-requests", type=int, default=96)
     a = ap.parse_args(argv)
     device, dtype = torch.device(a.device), getattr(torch, a.dtype)
     count_flash_calls()
-    chosen = {n: kw for n, kw in variants().items() if not a.only or n in a.only}
+    chosen = {n: kw for n, kw in variants().items() if (not a.only or n in a.only) and not a.engine_only}
     report = {"device": str(device), "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "flash_attn": layers.flash_available(), "dtype": a.dtype,
               "scale": a.scale, "batch": a.batch, "seq": a.seq, "checkpointing": a.checkpointing,
@@ -214,7 +349,17 @@ def main(argv: list[str] | None = None) -> dict:
             peak = "OOM" if r["oom"] else f"{r['peak_mem_gib'] or 0:.2f}"
             print(f"{name:24s} {batch:>5} {r['loss']:8.4f} {r['tokens_per_s']:10.0f} {r['flash_calls']:5d} {peak:>8} "
                   f"{r['model_mem_gib']:9.2f}", flush=True)
+    if a.engine or a.engine_only:
+        err = paged_attention_error(device)
+        report["engine"] = {"paged_attention_max_err": err, "matches_decode": engine_matches_decode(device)}
+        print(f"engine: flash paged vs SDPA over gathered blocks (bf16) max err {err}; "
+              f"engine == decode.generate: {report['engine']['matches_decode']}", flush=True)
+        report["engine"]["protocol"] = engine_protocol(a, device)
     ok = all(r["finite"] for r in report["runs"]) and all(v < 1e-3 for v in report["checks"].values())
+    if "engine" in report:
+        e = report["engine"]
+        ok = ok and all(e["matches_decode"].values()) and (e["paged_attention_max_err"] is None
+                                                           or e["paged_attention_max_err"] < 2e-2)
     report["ok"] = ok
     print(json.dumps(report["checks"], indent=1))
     if a.out:

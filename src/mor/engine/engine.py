@@ -76,8 +76,11 @@ class EngineResult:
             self.depth_rows.append(depth_rows)
 
     def window(self, while_waiting: bool = True) -> dict:
-        """Every figure over ONE window of passes: those run while requests wait in the queue
-        (the steady state App. E's batching is about), or the whole run.
+        """Every figure over ONE window of passes: the steady state App. E's batching is about,
+        the passes run while requests wait in the queue or at least 2B sequences are live
+        (enough in flight to fill every pass from any depth: App. E's protocol admits every
+        request at once when the memory holds them all, so its queue never waits); or the
+        whole run (``while_waiting=False``).
 
         tokens            tokens generated (head rows) in the window
         block_passes      shared-block passes in it
@@ -85,7 +88,8 @@ class EngineResult:
         passes_per_token  block_passes / tokens (Σ c_r / B when every pass is full)
         forward_s         seconds inside the window's passes (prefills included)
         tokens_per_s      tokens / forward_s"""
-        sel = [i for i, w in enumerate(self.waiting) if w > 0 or not while_waiting]
+        sel = [i for i, (w, n) in enumerate(zip(self.waiting, self.live))
+               if w > 0 or n >= 2 * self.batch or not while_waiting]
         block = [i for i in sel if self.kinds[i] == "block"]
         tokens = sum(self.rows[i] for i in sel if self.kinds[i] == "head")
         secs = sum(self.pass_s[i] for i in sel) if self.pass_s else 0.0

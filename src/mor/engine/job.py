@@ -47,7 +47,7 @@ def requests_from(val_tokens, p: dict):
 
 
 def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, dtype,
-            memory_bytes: float | None = None) -> dict:
+            memory_bytes: float | None = None, graphs: bool | None = None) -> dict:
     """Warm up, then run ``reqs`` through the engine with ``batch`` rows per pass (continuous
     depth-wise batching); the timings and batching of the timed run. Live sequences are
     admitted while their KV fits ``memory_bytes`` (the engine's limit is ``flops.max_batch``
@@ -66,7 +66,8 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
     first), tokens_per_s_wall (whole run, wall clock)."""
     from mor.engine import Engine, Request
 
-    engine = Engine(model, batch=batch, max_len=max_len, device=device, dtype=dtype, memory_bytes=memory_bytes)
+    engine = Engine(model, batch=batch, max_len=max_len, device=device, dtype=dtype, memory_bytes=memory_bytes,
+                    graphs=graphs)  # None: CUDA graphs per row bucket on a GPU, eager on a CPU
     if warmup_tokens:
         engine.run([Request(-1 - i, reqs[i % len(reqs)].prompt, warmup_tokens) for i in range(batch)])
     res = engine.run(reqs)
@@ -74,7 +75,7 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
     ran = res.recursion_tokens()  # tokens that ran each recursion
     win, run = res.window(True), res.window(False)
     has = win["tokens"] > 0
-    return {"batch": batch, "tokens": tokens, "steps": res.steps, "forward_s": res.forward_s, "wall_s": res.wall_s,
+    return {"batch": batch, "graphs": engine.stepper.graphs, "tokens": tokens, "steps": res.steps, "forward_s": res.forward_s, "wall_s": res.wall_s,
             "tokens_per_s": win["tokens_per_s"] if has else None, "tokens_per_s_run": tokens / res.forward_s,
             "tokens_per_s_wall": tokens / res.wall_s,
             "occupancy": sum(res.occupancy) / len(res.occupancy), "max_live": res.max_live,
@@ -86,7 +87,8 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
 
 
 def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
-                   device: str = "auto", threads: int = 0, protocol_file: str | Path = PROTOCOL_FILE) -> dict:
+                   device: str = "auto", threads: int = 0, protocol_file: str | Path = PROTOCOL_FILE,
+                   graphs: bool | None = None) -> dict:
     import torch
 
     from mor.atomic import write_text_atomic
@@ -124,8 +126,8 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     reqs = requests_from(load_tokens(paths.val_tokens), p)
     t0 = time.perf_counter()
     # both settings admit sequences by the same memory (the protocol's); they differ in rows per pass
-    settings = {"fixed": measure(model, reqs, p["fixed_batch"], max_len, p["warmup_tokens"], dev, dtype, memory)}
-    settings["max"] = measure(model, reqs, max(1, int(rel)), max_len, p["warmup_tokens"], dev, dtype, memory)
+    settings = {"fixed": measure(model, reqs, p["fixed_batch"], max_len, p["warmup_tokens"], dev, dtype, memory, graphs)}
+    settings["max"] = measure(model, reqs, max(1, int(rel)), max_len, p["warmup_tokens"], dev, dtype, memory, graphs)
     share = settings["fixed"]["recursion_share"]
     realised = None  # the prediction at the recursion shares the routers really kept (either router type)
     if cfg.variant == "mor" and share and min(share) > 0:
