@@ -15,7 +15,7 @@
 # tests/test_stats.py). Tables and figures draw the grids' own seeds (results/<grid>.parquet).
 rule collect_round:
     input:
-        lambda w: [f"results/runs/{w.grid}/{run.run_id}.parquet" for run in round_runs(w.grid, int(w.round))],
+        round_run_results,
     output:
         "results/claims/round{round}/{grid}.parquet",
     log:
@@ -26,13 +26,13 @@ rule collect_round:
 
 checkpoint seeding:
     input:
-        lambda w: round_inputs(int(w.round)),
+        this_round_inputs,
         design=str(SPEC_FILE),  # pre-registered looks, spending, budget: an edit replans every round
     output:
         "results/claims/round{round}/plan.json",
     params:
         mode=MODE,
-        previous=lambda w: f"--previous results/claims/round{int(w.round) - 1}/plan.json" if int(w.round) else "",
+        previous=previous_plan_arg,
     log:
         "logs/claims/round{round}/seeding.log",
     shell:
@@ -42,15 +42,15 @@ checkpoint seeding:
 
 rule claims:
     input:
-        lambda w: round_inputs(final_round()) + [f"results/claims/round{k}/plan.json" for k in range(final_round() + 1)],
+        final_round_inputs,
         design=str(SPEC_FILE),
     output:
         report(directory("tables/claims"), patterns=["{file}.html"], caption=CAPTION,
                category=section("tables/claims"), subcategory="tables/claims"),
     params:
         mode=MODE,
-        rounds=lambda w: " ".join(f"--round results/claims/round{k}/plan.json" for k in range(final_round() + 1)),
-        final=lambda w: final_round(),
+        rounds=round_plan_args,
+        final=final_round_param,
     log:
         "logs/report/claims.log",
     shell:

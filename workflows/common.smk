@@ -252,12 +252,14 @@ def artifact_curves(kind):
     return inner
 
 
-def curves_section(wildcards):
-    """A grid's curves sit in the report section of its first artifact."""
+def artifact_section(kind):
+    """The report category of a table or figure (rules table, figure): its paper section."""
     from mor.reports.captions import section
 
-    artifacts = GRIDS[wildcards.grid].artifacts
-    return section(artifacts[0]) if artifacts else "Other"
+    def inner(wildcards):
+        return section(f"{kind}/{wildcards.name}")
+
+    return inner
 
 
 # The claims' adaptive design (workflows/claims.smk): which runs each round of seeds reads.
@@ -283,7 +285,7 @@ def round_inputs(r):
 
     files = [f"results/claims/round{r}/{g}.parquet" for g in CLAIM_GRIDS]
     if "fig5c" in GRIDS:
-        files += [f"results/runs/fig5c/{run.run_id}.depth_cap.npz" for run in round_runs("fig5c", r)
+        files += [str(layout.RunPaths("fig5c", run.run_id).sidecar("depth_cap")) for run in round_runs("fig5c", r)
                   if applies("depth_cap", run.config)]
     if r:
         files.append(f"results/claims/round{r - 1}/plan.json")
@@ -298,3 +300,35 @@ def final_round():
         if r > 100:  # each round raises a block to a higher look, so this means a broken plan.json
             raise ValueError(f"results/claims: over 100 rounds of the adaptive design; see results/claims/round{r}/plan.json")
     return r
+
+
+# The claims rules' input and params functions (workflows/claims.smk), named rather than lambdas.
+def round_plan(k):
+    return f"results/claims/round{k}/plan.json"
+
+
+def round_run_results(wildcards):
+    """Rule collect_round: the result rows of the runs round ``round`` of ``grid`` reads."""
+    return [str(layout.RunPaths(wildcards.grid, run.run_id).row)
+            for run in round_runs(wildcards.grid, int(wildcards.round))]
+
+
+def this_round_inputs(wildcards):
+    return round_inputs(int(wildcards.round))
+
+
+def previous_plan_arg(wildcards):
+    r = int(wildcards.round)
+    return f"--previous {round_plan(r - 1)}" if r else ""
+
+
+def final_round_inputs(wildcards):
+    return round_inputs(final_round()) + [round_plan(k) for k in range(final_round() + 1)]
+
+
+def round_plan_args(wildcards):
+    return " ".join(f"--round {round_plan(k)}" for k in range(final_round() + 1))
+
+
+def final_round_param(wildcards):
+    return final_round()

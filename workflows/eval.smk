@@ -31,6 +31,6 @@ rule collect:
     output:
         layout.GRID_RESULTS_PATTERN,
     log:
-        "logs/{grid}/collect.log",
+        layout.grid_log_pattern("collect"),
     shell:
         "{PY} collect --grid {wildcards.grid} --out {output:q} {input:q} > {log:q} 2>&1"

@@ -3,7 +3,7 @@
 # its paper section, with a caption (workflows/report/artifact.rst -> mor.reports.captions).
 # The report opens on the results (mor.reports.landing): workflow.rst's landing text, the claims
 # and the training curves first in the menu, the DAG one click away under Workflow.
-from mor.reports.captions import Captions, section
+from mor.reports.captions import Captions, section  # section: the claims rule (claims.smk)
 from mor.reports.landing import CURVES_CATEGORY, landing_rst
 
 
@@ -25,7 +25,7 @@ rule table:
         curves=artifact_curves("tables"),  # the grid's training curves (rule curves) come with it
     output:
         report(directory("tables/{name}"), patterns=["{file}.html"], caption=CAPTION,
-               category=lambda w: section(f"tables/{w.name}"), subcategory="tables/{name}"),
+               category=artifact_section("tables"), subcategory="tables/{name}"),
     params:
         mode=MODE,
     log:
@@ -45,7 +45,7 @@ rule figure:
         curves=artifact_curves("figures"),  # the grid's training curves (rule curves) come with it
     output:
         report(directory("figures/{name}"), patterns=["{file}.png"], caption=CAPTION,
-               category=lambda w: section(f"figures/{w.name}"), subcategory="figures/{name}"),
+               category=artifact_section("figures"), subcategory="figures/{name}"),
     params:
         mode=MODE,
     log:

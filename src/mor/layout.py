@@ -150,3 +150,8 @@ def job_folder(slurm_logs: str | Path, grid: str, run_id: str, kind: str) -> Pat
     """``<slurm_logs>/<grid>/<run_id>/<kind>/``: submitit's folder of one job of a run (its
     ``job.json`` record, stdout/stderr, result)."""
     return Path(slurm_logs) / grid / run_id / kind
+
+
+def grid_log_pattern(job: str) -> str:
+    """``logs/{grid}/<job>.log``: the log of a grid's own job (its merge), as a rule's ``log:``."""
+    return f"{LOGS}/{{grid}}/{job}.log"

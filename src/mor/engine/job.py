@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 # the protocol's definition lives without torch, for the planner and the Snakefile
+from mor.layout import RunPaths
 from mor.throughput_protocol import PROTOCOL_FILE, VERSION, baseline, load_protocol
 
 
@@ -110,7 +111,7 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     paths = data_paths(run.data, Path(data_root))
     dev = pick_device(device)
     model = make_model(run, vocab_size(paths), dev, load_init=False)
-    load_model_weights(Path(run_dir) / "final" / "model.safetensors", model)
+    load_model_weights(RunPaths.of(run_dir).weights, model)
     dtype = getattr(torch, p["dtype"])
     elem = torch.tensor([], dtype=dtype).element_size()
     memory = (torch.cuda.get_device_properties(dev).total_memory if p["memory_gib"] == "device"

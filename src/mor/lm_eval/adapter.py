@@ -100,15 +100,16 @@ class MoRLM(TemplateLM):
 
         if threads:
             torch.set_num_threads(int(threads))
-        run_dir_p = Path(run_dir)
-        cfg_file = run_dir_p / "config.json"
-        final = run_dir_p / "final" / "model.safetensors"
+        from mor.layout import RunPaths
+
+        files = RunPaths.of(run_dir)
+        cfg_file, final = files.config, files.weights
         for f in (cfg_file, final):
             if not f.is_file():
                 raise FileNotFoundError(f"mor adapter: {f} missing: {run_dir} is not a finished run")
         meta = json.loads(cfg_file.read_text())
         run = run_config_from_dict(meta["config"])
-        tok_spec = tokenizer or _find_tokenizer(data_paths(run.data, Path("data")).tokenizer, data_root, run_dir_p)
+        tok_spec = tokenizer or _find_tokenizer(data_paths(run.data, Path("data")).tokenizer, data_root, files.dir)
         tok = load_tokenizer(tok_spec)
         dev = pick_device(device or "auto")
         if dev.type == "cuda" and not torch.cuda.is_available():  # lm-eval's CLI asks for cuda by default
