@@ -9,7 +9,8 @@ Two tables from grids/real_weights.yaml's parquet:
    a task, of the Q4_1-quantised weights: the comparison says whether the model is the one
    published (same ballpark, far above chance), not that the quantisation costs nothing.
 2. step 0: every model of table12's local mode before up-training (``*-step0`` blocks; one
-   AdamW step at lr 1e-30 leaves the weights bit for bit the stepwise-initialised ones):
+   AdamW step at lr 1e-30 leaves every nonzero weight bit for bit and moves the quantised
+   weights' exact zeros by at most 1e-30):
    its validation NLL on the Django docs, beside the start checkpoint's own.
 """
 
