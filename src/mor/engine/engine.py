@@ -1,4 +1,5 @@
-"""The engine loop: continuous depth-wise batching (App. E) over scheduler, blocks, cache, step.
+"""The engine loop: continuous depth-wise batching (App. E), nano-vllm's schedule -> run ->
+postprocess over scheduler.py, blocks.py, cache.py, step.py (docs/engine.md).
 
     engine = Engine(model, batch=32, max_len=512, memory_bytes=80e9)
     result = engine.run([Request(id=0, prompt=[1], max_new_tokens=256), ...])
@@ -6,30 +7,24 @@
 
 Memory and compute are separate: ``batch`` B is the rows of one pass; the live sequences
 are as many as their KV fits. With ``memory_bytes`` the admission limit is
-``mor.flops.max_batch`` (App. E's memory model: parameters + capacity-sized KV) and the
-paged cache holds what is left after the parameters (blocks.py); otherwise ``max_live`` and
-``num_blocks`` say it directly (default: 2B live sequences with room for every token at
-every layer).
+``mor.flops.max_batch`` counted in whole paged blocks (``block_size=``: the quantity the
+block manager allocates, so admitting that many never overruns the pool while the routers
+keep their design shares) and the paged cache holds what is left after the parameters;
+otherwise ``max_live`` and ``num_blocks`` say it directly (default: 2B live sequences with
+room for every token at every layer).
 
-Each iteration asks the scheduler for the next pass (scheduler.py's policy) and runs it:
+``Engine._run`` asks the scheduler for the next pass (prefill of up to B new prompts
+together, enter, a mixed-depth shared-block pass, or a head pass whose continuing rows'
+next tokens enter at once), launches it, and only then applies the previous pass's results
+(routing decisions and tokens, read back through ``Readback``), so the host plans while the
+device runs; the scheduler answers WAIT when it needs those results first. Preemption
+(the youngest live sequence, recomputed when readmitted) keeps a pass within the free
+blocks; a request that cannot fit even alone is rejected on its own
+(``result.rejected[id]`` says why).
 
-    admit   while a slot and the blocks for its prompt are free: the next waiting request
-            becomes live; a prompt of T > 1 tokens is prefilled alone (decode.prefill over
-            its first T - 1 tokens, copied into blocks), its last token enters (step.enter)
-    block   a shared-block pass over up to B rows of any depths (step.block); each row
-            continues to its next recursion or exits, as its router says
-    head    up to B exited rows run the head (step.head), and in the same pass the next
-            tokens of the sequences that continue enter at depth 0; finished sequences give
-            back their slots and blocks, and free slots admit waiting requests at once
-
-Before a pass takes cache entries it checks that the blocks are free (blocks.needed); if
-not, it preempts the youngest live sequence (its blocks freed, the request back at the
-front of the queue with what it generated, recomputed when readmitted) until the pass fits.
-A request that cannot fit even alone (every token at every layer) is rejected on its own:
-``result.rejected[id]`` says why, the others are served.
-
-``forward_s`` sums the time inside the passes and prefills (synchronised on a GPU), as App.
-E times the forward passes; ``wall_s`` is the whole run, scheduling and bookkeeping included.
+``pass_s`` holds the time inside each pass (CUDA events on a GPU, read when the run ends),
+``forward_s`` their sum (App. E's timing), ``wall_s`` the whole run; ``window()`` gives
+every figure over one steady-state window.
 """
 
 from __future__ import annotations
