@@ -253,3 +253,18 @@ def test_fig4a_leaves_a_missing_causal_nll_a_gap(tmp_path, monkeypatch):
     monkeypatch.setattr(matplotlib.axes.Axes, "text", lambda self, *a, **k: (texts.append(a[2]), real(self, *a, **k))[1])
     render("figures/fig4a", str(tmp_path / "r.parquet"), str(grid))
     assert any("no causal NLL" in x and "MoR-3" in x for x in texts)
+
+
+def test_realised_share_prediction_covers_both_routers():
+    """decode_flops_per_token at given recursion shares: the design shares reproduce the design
+    prediction for expert- and token-choice, and fewer tokens deep cost fewer FLOPs for both
+    (the job's flops_speedup_realised is no longer the design number under token-choice)."""
+    from mor.config import load_scales
+    from mor.flops import decode_flops_per_token
+
+    s = load_scales()["360M"]
+    for router in (RouterConfig(type="expert_choice"), RouterConfig(type="token_choice", func="softmax", alpha=1.0)):
+        cfg = ModelConfig(scale="360M", variant="mor", tying="middle_cycle", num_recursions=3, router=router)
+        design = decode_flops_per_token(cfg, s, 49152, 128)
+        assert decode_flops_per_token(cfg, s, 49152, 128, shares=(1.0, 2 / 3, 1 / 3)) == pytest.approx(design)
+        assert decode_flops_per_token(cfg, s, 49152, 128, shares=(1.0, 0.5, 0.2)) < design
