@@ -118,7 +118,7 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
               else float(p["memory_gib"]) * 2**30)
     cfg, s, vocab = run.model, model_shape(run.model), model.vocab_size
     van = baseline(cfg)
-    max_len = p["gen_max"] + 1  # one prompt token + the longest generation
+    max_len = p["gen_max"]  # KV entries a sequence holds: one prompt token + gen_max - 1 fed tokens (512: whole 256-blocks)
     own_max = max_batch(cfg, s, vocab, max_len, memory, elem)  # App. E's exact count (the engine admits by blocks)
     van_max = max_batch(van, model_shape(van), vocab, max_len, memory, elem)
     rel = relative_max_batch_exact(cfg, van, s, vocab, max_len, memory, p["base_batch"], elem)
@@ -127,8 +127,18 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     reqs = requests_from(load_tokens(paths.val_tokens), p)
     t0 = time.perf_counter()
     # both settings admit sequences by the same memory (the protocol's); they differ in rows per pass
-    settings = {"fixed": measure(model, reqs, p["fixed_batch"], max_len, p["warmup_tokens"], dev, dtype, memory, graphs)}
-    settings["max"] = measure(model, reqs, max(1, int(rel)), max_len, p["warmup_tokens"], dev, dtype, memory, graphs)
+    # the engine really allocates its pool: on a GPU, App. E's 'device' memory model (total
+    # memory) sizes the batches, while the engine fills the parameters + most of what is free
+    engine_memory = memory
+    if p["memory_gib"] == "device":
+        from mor.flops import model_bytes
+
+        model.to(device=dev, dtype=dtype)
+        engine_memory = min(memory, model_bytes(cfg, s, vocab, elem) + 0.85 * torch.cuda.mem_get_info(dev)[0])
+    settings = {"fixed": measure(model, reqs, p["fixed_batch"], max_len, p["warmup_tokens"], dev, dtype,
+                                 engine_memory, graphs)}
+    settings["max"] = measure(model, reqs, max(1, int(rel)), max_len, p["warmup_tokens"], dev, dtype,
+                              engine_memory, graphs)
     share = settings["fixed"]["recursion_share"]
     realised = None  # the prediction at the recursion shares the routers really kept (either router type)
     if cfg.variant == "mor" and share and min(share) > 0:
@@ -137,7 +147,7 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     elif cfg.variant != "mor":
         realised = speedup  # no router: the design is what runs
     result = {"run_id": run_id, "config_hash": run.config_hash, "version": VERSION, "protocol": p,
-              "device": str(dev), "memory_bytes": memory, "max_len": max_len, "max_batch": own_max,
+              "device": str(dev), "memory_bytes": memory, "engine_memory_bytes": engine_memory, "max_len": max_len, "max_batch": own_max,
               "baseline_layers": van.layers or model_shape(van).layers, "baseline_max_batch": van_max, "relative_max_batch": rel,
               "flops_speedup": speedup, "flops_speedup_realised": realised,
               "settings": settings, "seconds": time.perf_counter() - t0}
