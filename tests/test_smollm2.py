@@ -228,10 +228,16 @@ def test_greedy_export_hf_then_automodel_equals_transformers(smollm2, ours, prom
     (run_dir / "train_summary.json").write_text(json.dumps({"steps": 1, "tokens_seen": 256, "final_loss": 0.0}))
     out = export_run(run_dir, tmp_path / "export", data_root=data, results=tmp_path / "results")
     model = AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True, dtype=torch.float32).eval()
+    # Greedy decoding without a cache (the export's generation_config) recomputes the whole prefix
+    # at every step, so it reproduces `reference` iff, fed prompt + reference in one forward, the
+    # argmax at each of the last 32 positions is the next reference token (by induction over the
+    # steps): one forward instead of 32 (~1 s, not ~40 s); the first step also runs generate itself.
+    seq = torch.tensor([p + r for p, r in zip(prompts, reference)])
     with torch.no_grad():
-        got = model.generate(torch.tensor(prompts), max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False,
-                             use_cache=False)
-    assert got[:, PROMPT_LEN:].tolist() == reference
+        logits = model(seq[:, :-1]).logits
+        first = model.generate(torch.tensor(prompts), max_new_tokens=1, do_sample=False, use_cache=False)
+    assert logits[:, PROMPT_LEN - 1:].argmax(-1).tolist() == reference
+    assert first[:, -1].tolist() == [r[0] for r in reference]
 
 
 def test_lm_eval_adapter_equals_lm_eval_hf_backend_per_document(smollm2, ours, hf, tmp_path_factory):
