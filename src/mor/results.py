@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mor.atomic import atomic_path
 
-SCHEMA_VERSION = 6  # 6: decode batching figures, realised speed-up, same-depth baseline; 5: decode throughput (mor.engine.job); 4: budget_flops, mfu, model_flops_per_s; 3: val_nll_causal, accuracy stderr / acc_norm maps
+SCHEMA_VERSION = 7  # 7: one-window decode figures with whole-run values beside (decode_*_run_*); 6: decode batching figures, realised speed-up, same-depth baseline; 5: decode throughput (mor.engine.job); 4: budget_flops, mfu, model_flops_per_s; 3: val_nll_causal, accuracy stderr / acc_norm maps
 
 RUN_SCHEMA = pa.schema(
     [
