@@ -12,22 +12,22 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: Path(workflow.basedir) / "workflows" / "config.yaml"
+configfile: Path(workflow.basedir) / "workflows" / "config" / "config.yaml"
 
 
 validate(config, "workflows/schemas/config.schema.yaml")
 
 
-include: "workflows/common.smk"
-include: "workflows/hub.smk"
-include: "workflows/data.smk"
-include: "workflows/train.smk"
-include: "workflows/eval.smk"
-include: "workflows/lm_eval.smk"
-include: "workflows/analysis.smk"
-include: "workflows/throughput.smk"
-include: "workflows/report.smk"
-include: "workflows/claims.smk"
+include: "workflows/rules/common.smk"
+include: "workflows/rules/hub.smk"
+include: "workflows/rules/data.smk"
+include: "workflows/rules/train.smk"
+include: "workflows/rules/eval.smk"
+include: "workflows/rules/lm_eval.smk"
+include: "workflows/rules/analysis.smk"
+include: "workflows/rules/throughput.smk"
+include: "workflows/rules/report.smk"
+include: "workflows/rules/claims.smk"
 
 
 rule all:

@@ -150,7 +150,7 @@ def main() -> None:
     ap.add_argument("--memory-gib", type=float, default=None,
                     help="admit the new policy's live sequences by memory instead (mor.flops.max_batch of this "
                          "budget, the paged cache the rest after the parameters); 0 = the GPU's memory")
-    ap.add_argument("--protocol", default="local", help="section of workflows/throughput.yaml")
+    ap.add_argument("--protocol", default="local", help="section of workflows/config/throughput.yaml")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--skip", default="", help="'policy' or 'speedup' to run one part only")

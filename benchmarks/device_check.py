@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--engine", action="store_true", help="also check the decoding engine (App. E; see the docstring)")
     ap.add_argument("--engine-only", action="store_true", help="the engine checks alone (no training variants)")
     ap.add_argument("--engine-scale", default="360M")
-    ap.add_argument("--engine-protocol", default="cluster", help="section of workflows/throughput.yaml")
+    ap.add_argument("--engine-protocol", default="cluster", help="section of workflows/config/throughput.yaml")
     ap.add_argument("--engine-requests", type=int, default=96)
     a = ap.parse_args(argv)
     device, dtype = torch.device(a.device), getattr(torch, a.dtype)

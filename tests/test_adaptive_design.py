@@ -1,4 +1,4 @@
-"""The adaptive design in one Snakemake command (workflows/claims.smk): `tables/claims`
+"""The adaptive design in one Snakemake command (workflows/rules/claims.smk): `tables/claims`
 runs round 0 on the grids' own seeds, and each checkpoint `seeding` round raises the seeds
 of the blocks that decide the still-undecided claims, until a round's plan stops. Real
 Snakemake, real (tiny) training; the expected rounds are derived from the shipped design

@@ -77,7 +77,7 @@ def test_yaml_files_are_parsed_once_whatever_the_runs(tmp_path, parses, runs, se
     assert len(parses) == len(set(parses)), sorted(parses)
     expected = {str(path.resolve())} | {str(REPO / f) for f in (
         "workflows/schemas/grid.schema.yaml", "grids/modes/cpu-local.yaml", "grids/modes/paper-10B.yaml",
-        "grids/scales.yaml", "slurm/presets.yaml", "workflows/throughput.yaml", "slurm/lm_eval_tasks.yaml")}
+        "grids/scales.yaml", "slurm/presets.yaml", "workflows/config/throughput.yaml", "slurm/lm_eval_tasks.yaml")}
     assert expected <= set(parses)
     assert len(parses) <= len(expected) + 1  # + the presets' site profile
 

@@ -27,7 +27,7 @@ def test_rules_write_the_outputs_the_table_names():
     """Each per-run rule's ``output:`` is its kind's entry, read from the table (not a copy)."""
     for name, rule_file in (("train", "train"), ("eval", "eval"), ("lmeval", "lm_eval"),
                             ("analysis", "analysis"), ("throughput", "throughput")):
-        text = (REPO / "workflows" / f"{rule_file}.smk").read_text()
+        text = (REPO / "workflows" / "rules" / f"{rule_file}.smk").read_text()
         assert f'KINDS["{name}"].outputs[0]' in text, rule_file
         assert re.search(rf"mor\.launch {name}\b|\.launch {name}\b", text), f"{rule_file}.smk does not launch {name}"
 

@@ -288,7 +288,7 @@ def test_launcher_imports_no_torch():
 
 
 def test_the_snakefile_imports_no_torch():
-    """Every mor module the Snakefile and workflows/*.smk import (at the top or inside their
+    """Every mor module the Snakefile and workflows/rules/*.smk import (at the top or inside their
     functions) and every job kind's settings hook (mor.jobs: the rules' params) runs in
     Snakemake's own process while it builds the DAG, and loads without torch: a dry run or a
     status query should not pay for it. The throughput protocol lives in
@@ -297,7 +297,7 @@ def test_the_snakefile_imports_no_torch():
 
     from mor.jobs import KINDS
 
-    sources = [REPO / "Snakefile", *sorted((REPO / "workflows").glob("*.smk"))]
+    sources = [REPO / "Snakefile", *sorted((REPO / "workflows" / "rules").glob("*.smk"))]
     modules = {m for f in sources for m in re.findall(r"^\s*(?:from|import)\s+(mor(?:\.\w+)*)", f.read_text(), re.M)}
     hooks = {k.settings.split(":")[0] for k in KINDS.values() if k.settings}
     assert {"mor.throughput_protocol", "mor.eval.settings"} <= hooks and len(modules) > 10, (modules, hooks)

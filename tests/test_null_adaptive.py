@@ -8,7 +8,7 @@ Neither runs what `tables/claims` actually does: the claims' predicates on resul
 ``mor.claims.seeding.plan`` with the pre-registered budget (most promising claims first, shared
 blocks paid once, claims whose next look does not fit skipped), then the seeds the plan asked
 for, then ``evaluate()`` again, round after round until the plan adds nothing
-(workflows/claims.smk, ``mor.claims.seeding.run_round``). Here that loop runs end to end, through
+(workflows/rules/claims.smk, ``mor.claims.seeding.run_round``). Here that loop runs end to end, through
 ``mor.claims.seeding.next_round`` (what ``run_round`` calls once it has read the files), on
 simulated results of the two grids whose claims we can feed exactly (deciding: sharing-costs,
 mor-beats-recursive-tokens, balancing-maxvio, balancing-entropy; fig5c:
@@ -65,7 +65,7 @@ def _slack(p: float, reps: int) -> float:
 
 @lru_cache(maxsize=None)
 def _grid(name: str, mode: str, seeds: tuple[tuple[str, int], ...] | None):
-    """The grid as the round loads it (workflows/claims.smk: its blocks at the seeds the last
+    """The grid as the round loads it (workflows/rules/claims.smk: its blocks at the seeds the last
     plan asked for; None: the mode's own seeds)."""
     return load_grid(REPO / "grids" / f"{name}.yaml", mode, seeds=dict(seeds) if seeds is not None else None)
 
@@ -151,7 +151,7 @@ def _drawn(name: str, mode: str) -> frozenset:
 
 
 def _adaptive(full: dict[str, pd.DataFrame], mode: str, budget: Budget):
-    """The rounds of workflows/claims.smk: ``next_round`` on the results of the runs each
+    """The rounds of workflows/rules/claims.smk: ``next_round`` on the results of the runs each
     round's grids hold (it reads those runs alone out of the full draw), until a round stops.
     Returns the final record's verdicts as a table (claim -> verdict, n seeds), the rounds
     run and the budget spent."""

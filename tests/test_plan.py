@@ -223,7 +223,7 @@ def test_throughput_jobs_only_in_grids_that_draw_fig4a(presets):
     # the Vanilla: its maximum batch is its own, so the relative maximum batch is base_batch (32)
     van = next(r.config for r in grid.runs if r.block == "vanilla")
     s = model_shape(van.model)
-    requests, gen_mean, warmup, fixed = 1000, 256, 100, 32  # workflows/throughput.yaml, cluster
+    requests, gen_mean, warmup, fixed = 1000, 256, 100, 32  # workflows/config/throughput.yaml, cluster
     flops = (2 * requests * gen_mean * decode_flops_per_token(van.model, s, 49152, gen_mean / 2)
              + (fixed + 32) * warmup * decode_flops_per_token(van.model, s, 49152, warmup / 2))
     job = next(j for j in jobs if j.run_id == van.run_id and j.kind == "throughput")

@@ -47,8 +47,12 @@ def expected_jobs(grid_names: list[str], tables: int = 0, figures: int = 0, data
             "table": tables, "figure": figures}
     if tables or figures:
         jobs["curves"] = len(grid_names)  # each grid's training curves come with its artifacts
-    if data:
-        jobs.update(corpus=1, tokenizer=1, tokens=2)
+    if data:  # the corpus, then per tokenizer: a trained BPE, or a real start point's own (its GGUF)
+        from mor.model.gguf_checkpoint import START_POINTS
+
+        tokenizers = {r.config.data.tokenizer for r in runs}
+        bpe, start = sum(t not in START_POINTS for t in tokenizers), sum(t in START_POINTS for t in tokenizers)
+        jobs.update(corpus=1, tokenizer=bpe, tokens=2 * bpe, start_point_tokenizer=start, start_point_tokens=2 * start)
     if any(is_local_task(t) for r in lm for t in r.config.eval.lm_eval_tasks):
         jobs["lm_eval_tasks"] = 1
     return {k: v for k, v in jobs.items() if v}
@@ -289,7 +293,7 @@ def test_grid_edits_redo_only_what_they_change(tmp_path, data_root):
     shutil.copy(REPO / "Snakefile", edited / "Snakefile")
     (edited / "src").symlink_to(REPO / "src")
     for name in ("train.smk", "data.smk"):
-        rules = edited / "workflows" / name
+        rules = edited / "workflows" / "rules" / name
         text = rules.read_text()
         rules.write_text(text.replace(" > {log:q} 2>&1", "  >{log:q}  2>&1"))
         assert rules.read_text() != text

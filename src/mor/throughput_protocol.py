@@ -3,7 +3,7 @@
 
 One home for what four readers need: the job that measures (``mor.engine.job``), the
 launcher's planner that prices it before anything is submitted (``mor.launch.plan``), and the
-Snakefile that builds the DAG (workflows/common.smk, throughput.smk). The planner and the
+Snakefile that builds the DAG (workflows/rules/common.smk, throughput.smk). The planner and the
 Snakefile must not import torch (``mor.engine`` does), so these live here rather than in
 the engine package.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from mor.layout import THROUGHPUT_FILE  # noqa: F401  runs/<grid>/<run_id>/throughput.json (re-exported)
 from mor.yaml_io import load_yaml
 
-PROTOCOL_FILE = Path(__file__).resolve().parents[2] / "workflows" / "throughput.yaml"
+PROTOCOL_FILE = Path(__file__).resolve().parents[2] / "workflows" / "config" / "throughput.yaml"
 VERSION = 5  # 3: continuous depth-wise batching engine, row fill, passes/token; 4: live sequences admitted by memory; 5: one window (while requests wait) for every figure, whole-run values beside, admission by paged blocks; bump when the job measures something else: its files are then remade
 ARTIFACTS = ("figures/fig4a", "tables/fig4a")  # grids listing one of these get a throughput job per run
 KEYS = ("requests", "gen_mean", "gen_std", "gen_max", "warmup_tokens", "fixed_batch", "base_batch",
@@ -37,7 +37,7 @@ def load_protocol(mode: str, path: str | Path = PROTOCOL_FILE) -> dict:
 
 def job_settings(run, mode: str, wildcards: dict) -> dict:
     """The throughput kind's settings hook (``mor.jobs``; Snakemake calls it while it builds the
-    DAG, so it lives here, without torch): the mode's protocol (workflows/throughput.yaml)."""
+    DAG, so it lives here, without torch): the mode's protocol (workflows/config/throughput.yaml)."""
     return load_protocol(mode)
 
 

@@ -246,7 +246,7 @@ def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | No
 def main(argv: list[str] | None = None) -> None:
     """``python -m mor.claims.seeding --results DIR --out plan.json [--previous plan.json]``:
     one round of the adaptive design for the results at hand (the Snakemake checkpoint
-    ``seeding``, workflows/claims.smk, runs it; by hand it shows what the next round adds)."""
+    ``seeding``, workflows/rules/claims.smk, runs it; by hand it shows what the next round adds)."""
     import argparse
     import json
 

@@ -1,6 +1,6 @@
 """Cluster data path: FineWeb-Edu (dedup, SmolLM corpus) tokenized into sharded token sets.
 
-    python -m mor.launch data --settings workflows/fineweb.yaml --tokenizer HuggingFaceTB/SmolLM-135M \\
+    python -m mor.launch data --settings workflows/config/fineweb.yaml --tokenizer HuggingFaceTB/SmolLM-135M \\
         --out data/tokens/fineweb-edu-HuggingFaceTB--SmolLM-135M [--launcher slurm]
 
 writes ``<out>/val/`` and ``<out>/train/``, each shards plus a ``manifest.json``
@@ -44,7 +44,7 @@ DATASET = "HuggingFaceTB/smollm-corpus"
 SUBSET = "fineweb-edu-dedup"
 PROGRESS = "progress.json"
 VAL_SPLITS = ("head", "last_file")
-DEFAULT_SETTINGS = Path(__file__).resolve().parents[3] / "workflows" / "fineweb.yaml"
+DEFAULT_SETTINGS = Path(__file__).resolve().parents[3] / "workflows" / "config" / "fineweb.yaml"
 
 
 class SettingsError(ValueError):
@@ -53,7 +53,7 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class PrepSettings:
-    """What to prepare (``workflows/fineweb.yaml``); the tokenizer comes from the run configs."""
+    """What to prepare (``workflows/config/fineweb.yaml``); the tokenizer comes from the run configs."""
 
     source: SourceSpec = field(default_factory=SourceSpec)
     train_tokens: int = 20_000_000_000

@@ -2,7 +2,7 @@
 
     python -m mor.launch throughput --grid ... --run-id ... --run-dir runs/<grid>/<id> --out runs/<grid>/<id>/throughput.json
 
-Protocol (``workflows/throughput.yaml``, one section per mode): ``requests`` prompts from the
+Protocol (``workflows/config/throughput.yaml``, one section per mode): ``requests`` prompts from the
 validation split, each a single token (App. E starts "without any input prefix"; one token
 is the least a greedy decoder needs), generation lengths ~ Normal(gen_mean, gen_std)
 clipped to 1..gen_max, ``warmup_tokens`` decoding iterations of a full batch before timing,

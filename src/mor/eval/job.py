@@ -75,7 +75,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
     accuracy = {"accuracy": {}, "avg_accuracy": None}
     if run.eval.lm_eval_tasks:  # written by this run's lmeval job (mor.lm_eval.job), a workflow input
         accuracy = accuracy_columns(read_result(files.lm_eval, run.eval, run_id))
-    # written by this run's throughput job (workflows/throughput.smk) when its grid draws fig4a
+    # written by this run's throughput job (workflows/rules/throughput.smk) when its grid draws fig4a
     throughput = throughput_columns(files.throughput, run_id)
     shape = model_shape(run.model)
     plan = plan_for(run.model, shape)

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         p.set_defaults(fn=_job, kind=kind)
 
     p = sub.add_parser("data", help="prepare FineWeb-Edu token shards (inline or a CPU Slurm job)")
-    p.add_argument("--settings", default="", help="the preparation's YAML; '' = workflows/fineweb.yaml")
+    p.add_argument("--settings", default="", help="the preparation's YAML; '' = workflows/config/fineweb.yaml")
     p.add_argument("--tokenizer", required=True, help="hub tokenizer name, or a tokenizer .json")
     p.add_argument("--out", required=True, help="folder for val/ and train/ (shards + manifest.json)")
     p.add_argument("--workers", type=int, default=0, help="tokenizer processes; 0 = every CPU (Slurm: cpus_per_task)")
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", default="cluster")
     p.add_argument("--presets", default=str(DEFAULT_PRESETS))
     p.add_argument("--tags", nargs="*")
-    p.add_argument("--fineweb", help="FineWeb-Edu preparation settings (default workflows/fineweb.yaml)")
+    p.add_argument("--fineweb", help="FineWeb-Edu preparation settings (default workflows/config/fineweb.yaml)")
     p.add_argument("--data-root", default="data", help="where prepared tokens are looked for")
     p.set_defaults(fn=_plan)
 

@@ -2,7 +2,7 @@
 its FLOPs, hours and GPU-hours (estimated and requested), before any sbatch. The text the
 launcher prints from it (``python -m mor.launch plan``) is ``mor.launch.plan``'s.
 
-Which jobs (mirroring workflows/*.smk, ``run_jobs``): per run a ``train`` and an ``eval`` job;
+Which jobs (mirroring workflows/rules/*.smk, ``run_jobs``): per run a ``train`` and an ``eval`` job;
 an ``lmeval`` job where the run lists ``eval.lm_eval_tasks`` (common.smk ``lm_eval_result``);
 a ``throughput`` job per run of a grid that draws fig4a (``throughput_result``:
 ``mor.throughput_protocol.ARTIFACTS``); one ``analysis`` job per analysis an artifact of the grid draws
@@ -23,7 +23,7 @@ Cost of each job (``job_cost``, pure, from ``mor.flops``), in model FLOPs:
     analysis    depth_cap: the eval's windows scored once per depth cap d = 1..Nr at the capped
                 forward (``mor.flops.capped_forward_flops_per_token``), twice for MoR (the
                 causal routing too); kv: one forward over ``eval.batch`` windows
-    throughput  decode FLOPs of the engine protocol (workflows/throughput.yaml, the grid's
+    throughput  decode FLOPs of the engine protocol (workflows/config/throughput.yaml, the grid's
                 mode): both settings (fixed batch, relative maximum batch) generate
                 requests x gen_mean tokens after warmup_tokens x batch, each token at
                 ``decode_flops_per_token`` of its mean context. Decoding is memory-bound: its
@@ -52,7 +52,7 @@ sequence's KV cache (``mor.flops.max_batch`` 0), and a job whose kind has no pre
 its scale (on Slurm it fails; the plan counts no GPU-hours for it).
 
 The data job (FineWeb-Edu, one per hub tokenizer the grids use) is listed first: tokens to
-prepare (train + val of workflows/fineweb.yaml), and CPU-hours = tokens / the ``data``
+prepare (train + val of workflows/config/fineweb.yaml), and CPU-hours = tokens / the ``data``
 preset's ``tokens_per_s_per_cpu`` (measured by benchmarks/bench_fineweb.py), wall hours =
 CPU-hours / its cpus_per_task. A corpus already prepared (its manifests exist) costs nothing.
 """
@@ -142,7 +142,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 # --------------------------------------------------------------------------------------
-# which jobs a run gets (workflows/*.smk)
+# which jobs a run gets (workflows/rules/*.smk)
 # --------------------------------------------------------------------------------------
 def grid_analyses(grid: Grid) -> tuple[str, ...]:
     """The analyses the grid's artifacts draw (common.smk ``artifact_analyses``), once each."""

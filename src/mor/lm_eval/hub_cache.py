@@ -3,7 +3,7 @@
 Why: compute nodes of many clusters have no internet, and a GPU job that downloads (a
 tokenizer, an lm-eval task's dataset) either hangs there or fails after its queue wait.
 So exactly one job reaches the hub: this one, run by the workflow on the node it runs on
-(the login or transfer node, rule ``hub_cache`` in ``workflows/hub.smk``), before any job
+(the login or transfer node, rule ``hub_cache`` in ``workflows/rules/hub.smk``), before any job
 that needs the files. It downloads
 
 - every hub tokenizer the grids use (``transformers.AutoTokenizer``, into ``HF_HOME``): the

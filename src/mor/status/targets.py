@@ -36,7 +36,7 @@ def resolve_targets(targets: list[str], grids_dir: Path, mode: str) -> list[Grid
 
 def with_design_seeds(grids: list[Grid], results: Path) -> list[Grid]:
     """The grids with the seeds the claims' adaptive design has added so far: the latest
-    ``results/claims/round<r>/plan.json`` (workflows/claims.smk) names, per grid and block,
+    ``results/claims/round<r>/plan.json`` (workflows/rules/claims.smk) names, per grid and block,
     the seeds its next round trains, so those runs are listed too (as not started until
     they run)."""
     import json

@@ -4,8 +4,8 @@
 
 rule eval:
     input:
-        # data: token files; lm_eval: runs/<grid>/<run_id>/lm_eval.json (workflows/lm_eval.smk), if any task;
-        # throughput: runs/<grid>/<run_id>/throughput.json (workflows/throughput.smk), fig4a grids
+        # data: token files; lm_eval: runs/<grid>/<run_id>/lm_eval.json (workflows/rules/lm_eval.smk), if any task;
+        # throughput: runs/<grid>/<run_id>/throughput.json (workflows/rules/throughput.smk), fig4a grids
         unpack(rule_inputs(data=run_data_inputs, lm_eval=lm_eval_result, throughput=throughput_result)),
         summary=layout.SUMMARY_PATTERN,
     output:

@@ -1,7 +1,7 @@
 # Decoding throughput (App. E, mor.engine.job): one job per trained run of a grid that draws
 # fig4a (mor.throughput_protocol.ARTIFACTS) -> runs/<grid>/<run_id>/throughput.json, which the eval rule
 # copies into the run's result row. It reads the final weights and never retrains; its params
-# are the protocol of the mode (workflows/throughput.yaml) and the job's VERSION. On Slurm it
+# are the protocol of the mode (workflows/config/throughput.yaml) and the job's VERSION. On Slurm it
 # takes the preset's `throughput` resources (one GPU).
 from mor.throughput_protocol import VERSION as THROUGHPUT_VERSION
 

@@ -7,13 +7,13 @@ from mor.reports.captions import Captions, section  # section: the claims rule (
 from mor.reports.landing import CURVES_CATEGORY, landing_rst
 
 
-report: "report/workflow.rst"
+report: "../report/workflow.rst"
 
 
 # read when the report is rendered (claims verdicts, run counts, commits): never a param
 config["mor_captions"] = Captions(ARTIFACT_GRID, grids_dir=GRIDS_DIR)
 config["mor_landing"] = landing_rst  # workflow.rst passes the category names
-CAPTION = "report/artifact.rst"
+CAPTION = "../report/artifact.rst"
 config["mor_curve_caption"] = curves_caption  # (common.smk)
 
 
@@ -21,7 +21,7 @@ rule table:
     input:
         results=artifact_results("tables"),
         grid=artifact_grid_file("tables"),
-        analyses=artifact_analyses("tables"),  # analysis files (workflows/analysis.smk), tokenizer, if any
+        analyses=artifact_analyses("tables"),  # analysis files (workflows/rules/analysis.smk), tokenizer, if any
         curves=artifact_curves("tables"),  # the grid's training curves (rule curves) come with it
     output:
         report(directory("tables/{name}"), patterns=["{file}.html"], caption=CAPTION,
@@ -41,7 +41,7 @@ rule figure:
     input:
         results=artifact_results("figures"),
         grid=artifact_grid_file("figures"),
-        analyses=artifact_analyses("figures"),  # analysis files (workflows/analysis.smk), tokenizer, if any
+        analyses=artifact_analyses("figures"),  # analysis files (workflows/rules/analysis.smk), tokenizer, if any
         curves=artifact_curves("figures"),  # the grid's training curves (rule curves) come with it
     output:
         report(directory("figures/{name}"), patterns=["{file}.png"], caption=CAPTION,
@@ -62,7 +62,7 @@ rule curves:
     input:
         results=layout.GRID_RESULTS_PATTERN,
     output:
-        report(directory("figures/curves/{grid}"), patterns=["{file}.png"], caption="report/curves.rst",
+        report(directory("figures/curves/{grid}"), patterns=["{file}.png"], caption="../report/curves.rst",
                category=CURVES_CATEGORY, subcategory="figures/curves/{grid}"),
     log:
         "logs/report/curves-{grid}.log",

@@ -85,7 +85,7 @@ rule start_point_tokens:
 
 rule fineweb:
     input:
-        hub=hub_cache_inputs,  # the hub tokenizer, cached where the hub is reachable (workflows/hub.smk)
+        hub=hub_cache_inputs,  # the hub tokenizer, cached where the hub is reachable (workflows/rules/hub.smk)
     output:
         train=f"{DATA}/tokens/fineweb-edu-{{slug}}/train/manifest.json",
         val=f"{DATA}/tokens/fineweb-edu-{{slug}}/val/manifest.json",

@@ -25,7 +25,7 @@ rule lm_eval_tasks:
 rule lmeval:
     input:
         # tasks: the converted offline tasks; hub: the hub tokenizer and the lm-eval datasets it reads
-        # offline (workflows/hub.smk)
+        # offline (workflows/rules/hub.smk)
         unpack(rule_inputs(tasks=lm_eval_task_inputs, data=run_data_inputs, hub=hub_cache_inputs)),
         summary=layout.SUMMARY_PATTERN,
     output:

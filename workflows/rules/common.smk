@@ -51,7 +51,7 @@ wildcard_constraints:
     run_id=r"[A-Za-z0-9_.-]+",
     name=r"[A-Za-z0-9_-]+",
     vocab=r"\d+",
-    round=r"\d+",  # the claims' adaptive design (workflows/claims.smk)
+    round=r"\d+",  # the claims' adaptive design (workflows/rules/claims.smk)
 
 
 def grid_file(grid):
@@ -185,7 +185,7 @@ def artifact_results(kind):
 
 
 def artifact_analyses(kind):
-    """What an artifact draws besides its parquet: the analysis files (workflows/analysis.smk),
+    """What an artifact draws besides its parquet: the analysis files (workflows/rules/analysis.smk),
     one per run it applies to, and the runs' tokenizer where it decodes tokens."""
 
     def inner(wildcards):
@@ -220,7 +220,7 @@ def hub_name(wildcards):
     return wildcards.slug.replace("--", "/")
 
 
-# The hub cache (workflows/hub.smk): what the grids need from the Hugging Face hub.
+# The hub cache (workflows/rules/hub.smk): what the grids need from the Hugging Face hub.
 HUB_TOKENIZERS = sorted({r.config.data.tokenizer for g in GRIDS.values() for r in g.select(TAGS)
                          if not local_tokenizer(r.config.data.tokenizer)})
 HUB_TASKS = sorted({t for g in GRIDS.values() for r in g.select(TAGS) for t in r.config.eval.lm_eval_tasks
@@ -234,7 +234,7 @@ def hub_cache_inputs(wildcards):
     return [HUB_MANIFEST] if HUB_TOKENIZERS or HUB_TASKS else []
 
 
-# Training curves (workflows/report.smk draws them): captions, which artifacts need them, report section.
+# Training curves (workflows/rules/report.smk draws them): captions, which artifacts need them, report section.
 def curves_caption(grid):
     """workflows/report/curves.rst: the caption of a grid's training curves."""
     from mor.reports.curves import caption
@@ -262,7 +262,7 @@ def artifact_section(kind):
     return inner
 
 
-# The claims' adaptive design (workflows/claims.smk): which runs each round of seeds reads.
+# The claims' adaptive design (workflows/rules/claims.smk): which runs each round of seeds reads.
 CLAIM_GRIDS = sorted({g for c in CLAIMS for g in c.grids if g in GRIDS})
 
 
@@ -302,7 +302,7 @@ def final_round():
     return r
 
 
-# The claims rules' input and params functions (workflows/claims.smk), named rather than lambdas.
+# The claims rules' input and params functions (workflows/rules/claims.smk), named rather than lambdas.
 def round_plan(k):
     return f"results/claims/round{k}/plan.json"
 
