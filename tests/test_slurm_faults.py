@@ -51,12 +51,14 @@ exit "$(cat "$d/{name}.rc" 2>/dev/null || echo 0)"
 
 
 class FakeSlurm:
-    """sacct, squeue, sbatch and scancel as shell scripts in one directory put first on PATH."""
+    """sacct, squeue, sbatch, scancel and srun as shell scripts in one directory put first on PATH
+    (submitit only looks for ``srun`` to know it is on a cluster), so these tests need no Slurm
+    installation."""
 
     def __init__(self, root: Path):
         self.root = root
         root.mkdir()
-        for name in ("sacct", "squeue", "sbatch", "scancel"):
+        for name in ("sacct", "squeue", "sbatch", "scancel", "srun"):
             exe = root / name
             exe.write_text(FAKE.format(name=name))
             exe.chmod(0o755)
