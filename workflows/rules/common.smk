@@ -92,8 +92,10 @@ def job_resources(kind):
     from mor.launch.resources import INT_RESOURCES, STR_RESOURCES, preset_resources, resource
 
     key = KINDS[kind].preset
-    if key == "data":  # one entry, no run: plain values
-        return {**out, **preset_resources(PRESET_TABLE.data)}
+    if key == "data":  # one entry, no run: plain values. A file without it is fine until the
+        # data job runs on Slurm (cluster mode: data.smk stops with the missing key there)
+        entry = PRESET_TABLE.data_entry
+        return {**out, **preset_resources(entry)} if entry is not None else out
     every = [PRESET_TABLE.data_entry, *PRESET_TABLE.entries.values()]
     names = list(INT_RESOURCES) + [n for n in STR_RESOURCES if any(p and n in preset_resources(p) for p in every)]
 
