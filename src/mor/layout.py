@@ -39,6 +39,7 @@ TRAIN_LOG_FILE = "train_log.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
 FINAL_DIR = "final"
 WEIGHTS_FILE = "model.safetensors"
+FINAL_SUMMARY_FILE = "summary.json"  # final/summary.json: the kept copy of the success marker
 SUMMARY_FILE = "train_summary.json"
 LM_EVAL_FILE = "lm_eval.json"
 THROUGHPUT_FILE = "throughput.json"
@@ -75,7 +76,7 @@ class RunPaths:
 
     @property
     def dir(self) -> Path:
-        return self.run_dir if self.run_dir is not None else self.root / RUNS / self.grid / self.run_id
+        return self.run_dir if self.run_dir is not None else run_dir(self.root / RUNS, self.grid, self.run_id)
 
     @property
     def config(self) -> Path:
@@ -99,7 +100,7 @@ class RunPaths:
 
     @property
     def final_summary(self) -> Path:
-        return self.final / "summary.json"
+        return self.final / FINAL_SUMMARY_FILE
 
     @property
     def summary(self) -> Path:
