@@ -92,6 +92,30 @@ def test_every_grid_artifact_has_a_renderer():
             assert artifact in RENDERERS, f"{path}: no renderer for {artifact}"
 
 
+def test_every_renderer_resolves_and_the_ablation_names_match_their_specs():
+    from mor.reports import ABLATIONS, renderer
+    from mor.reports.ablation import SPECS
+
+    assert set(ABLATIONS) == set(SPECS)
+    for artifact in RENDERERS:
+        assert callable(renderer(artifact)), artifact
+    assert renderer("tables/table13").args[0] is SPECS["table13"]  # the spec of that name, not another
+    with pytest.raises(KeyError, match="no renderer for 'tables/nope'"):
+        renderer("tables/nope")
+
+
+def test_the_workflow_imports_no_plotting_library_for_captions():
+    """Every Snakemake parse imports the report's captions and landing page (rules/report.smk);
+    the figure modules (matplotlib, seaborn, scipy) load only when a figure is drawn."""
+    import subprocess
+    import sys
+
+    code = ("import sys, mor.reports.captions, mor.reports.landing; "
+            "print(sorted(m for m in ('matplotlib', 'seaborn', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_accuracy_columns_show_each_task_and_the_average_with_stderr(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     mk = lambda **kw: RunConfig(grid="table15", paper_scale="135M", model=ModelConfig(scale="small", **kw))  # noqa: E731

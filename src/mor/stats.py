@@ -59,7 +59,20 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as _st
+
+
+class _SciPyStats:
+    """``scipy.stats``, imported on first use: the claims registry (and through it every
+    Snakemake parse, the report's captions and ``mor.launch plan``) imports this module for
+    ``Design``, and scipy's import alone cost ~1 s of each of those."""
+
+    def __getattr__(self, name):
+        from scipy import stats
+
+        return getattr(stats, name)
+
+
+_st = _SciPyStats()
 
 
 # --------------------------------------------------------------------------------------

@@ -10,34 +10,51 @@ function that draws it; adding a table = one module here + one entry.
 
 from __future__ import annotations
 
-from functools import partial
+from importlib import import_module
 from pathlib import Path
 
 from mor.analysis.sidecar import TOKENIZER_ARTIFACTS
-from mor.reports import fig1, fig4a, fig4b, fig5a, fig5b, fig5c, fig6, fig7, real_weights, table9, table10, table17
-from mor.reports.ablation import SPECS, render_ablation
 
+# Which function draws each artifact, as "module:function" names resolved only when one is
+# drawn: every Snakemake parse imports this package (for the report's captions), and importing
+# the figure modules eagerly pulled in matplotlib, seaborn and scipy on every dry run (~1.1 s on
+# an idle machine, several seconds on a loaded one). The ablation tables are one function
+# (mor.reports.ablation.render_ablation) with the spec of that name (ablation.SPECS; the names
+# are listed here so the keys need no import, and tests/test_reports.py checks they match).
+ABLATIONS = ("deciding", "table11", "table12", "table13", "table14", "table15", "table16")
 RENDERERS = {
-    "tables/table9": table9.render,
-    "figures/fig5a": fig5a.render,
-    "tables/table10": table10.render,
-    "figures/fig4a": fig4a.render_figure,
-    "tables/fig4a": fig4a.render_table,
-    "figures/fig4b": fig4b.render,
-    "figures/fig6": fig6.render,
-    **{f"tables/{name}": partial(render_ablation, spec) for name, spec in SPECS.items()},
-    "figures/fig1": fig1.render,
-    "figures/fig5b": fig5b.render,
-    "figures/fig5c": fig5c.render,
-    "figures/fig7": fig7.render_fig7,
-    "figures/fig8": fig7.render_fig8,
-    "tables/table17": table17.render,
-    "tables/real_weights": real_weights.render,
+    "tables/table9": "table9:render",
+    "figures/fig5a": "fig5a:render",
+    "tables/table10": "table10:render",
+    "figures/fig4a": "fig4a:render_figure",
+    "tables/fig4a": "fig4a:render_table",
+    "figures/fig4b": "fig4b:render",
+    "figures/fig6": "fig6:render",
+    **{f"tables/{name}": "ablation:render_ablation" for name in ABLATIONS},
+    "figures/fig1": "fig1:render",
+    "figures/fig5b": "fig5b:render",
+    "figures/fig5c": "fig5c:render",
+    "figures/fig7": "fig7:render_fig7",
+    "figures/fig8": "fig7:render_fig8",
+    "tables/table17": "table17:render",
+    "tables/real_weights": "real_weights:render",
 }
 
 
-def render(artifact: str, results: str, grid: str, mode: str = "local", data_root: str = "data") -> list[Path]:
+def renderer(artifact: str):
+    """The function that draws ``artifact`` (its module imported now)."""
     if artifact not in RENDERERS:
         raise KeyError(f"no renderer for {artifact!r}; known: {sorted(RENDERERS)}")
+    module, function = RENDERERS[artifact].split(":")
+    fn = getattr(import_module(f"mor.reports.{module}"), function)
+    if module == "ablation":
+        from functools import partial
+
+        return partial(fn, import_module("mor.reports.ablation").SPECS[artifact.split("/", 1)[1]])
+    return fn
+
+
+def render(artifact: str, results: str, grid: str, mode: str = "local", data_root: str = "data") -> list[Path]:
+    draw = renderer(artifact)
     kw = {"data_root": Path(data_root)} if artifact in TOKENIZER_ARTIFACTS else {}  # decodes with the run's tokenizer
-    return RENDERERS[artifact](Path(results), Path(grid), Path(artifact), mode, **kw)
+    return draw(Path(results), Path(grid), Path(artifact), mode, **kw)
