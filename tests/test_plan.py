@@ -234,6 +234,42 @@ def test_throughput_jobs_only_in_grids_that_draw_fig4a(presets):
     assert mor4.tokens > job.tokens and mor4.fits
 
 
+def test_throughput_price_counts_the_entries_the_engine_holds():
+    """The planner prices a throughput job (App. E's memory model: its batch, whether a
+    sequence fits) at the KV entries a request really holds in the engine: measured here on
+    a tiny run (a 1-token prompt and n new tokens hold n entries per storing layer, and an
+    engine of max_len n - 1 refuses the request), then required of the cluster protocol's
+    price at its own gen_max."""
+    import torch
+
+    from mor.engine import Engine, Request
+    from mor.flops import relative_max_batch_exact
+    from mor.launch.cost import throughput_cost
+    from mor.throughput_protocol import baseline, load_protocol
+    from mor.model.transformer import build_model
+
+    n = 11
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(scale="tiny", variant="vanilla"), SCALES["tiny"], 50).eval()
+    held = {}
+    eng = Engine(model, batch=2, max_len=n)
+    res = eng.run([Request(0, [3], n)], on_finish=lambda rid, slot: held.update(
+        {e: k.shape[0] for e, (k, _) in eng.sequence_kv(slot).items()}))
+    assert len(res.outputs[0]) == n and len(set(held.values())) == 1  # every storing layer alike (Vanilla)
+    entries = held[0]  # as the last token is generated: every fed token's entry is written
+    with pytest.raises(ValueError, match="exceeds the engine's max_len"):
+        Engine(model, batch=2, max_len=entries - 1).run([Request(0, [3], n)])
+    extra = entries - n  # entries per request beyond its new tokens (0)
+    p = load_protocol("cluster")
+    run = next(r.config for r in load_grid(GRIDS / "fig4a.yaml", "cluster").runs if "nr4" in r.run_id)
+    want = p["gen_max"] + extra
+    assert f"no sequence of {want} tokens fits" in throughput_cost(run, p, gpu_memory_gib=0.5).note
+    s, van = model_shape(run.model), baseline(run.model)
+    batch = int(relative_max_batch_exact(run.model, van, s, 49152, want, 80 * 2**30, p["base_batch"], 2))
+    cost = throughput_cost(run, p, gpu_memory_gib=80)
+    assert cost.fits and cost.tokens == 2 * p["requests"] * p["gen_mean"] + (p["fixed_batch"] + batch) * p["warmup_tokens"]
+
+
 def test_plan_warns_where_a_job_does_not_fit_has_no_preset_or_outruns_its_limit(tmp_path, monkeypatch):
     monkeypatch.delenv("MOR_SITE", raising=False)
     tiny = tmp_path / "tiny-gpu.yaml"  # 360M's bf16 weights alone (~0.7 GB) fill it: no KV room
@@ -249,7 +285,7 @@ def test_plan_warns_where_a_job_does_not_fit_has_no_preset_or_outruns_its_limit(
     text = format_plan(grid, jobs, presets)
     assert "WARNING: 5 train job(s) do not fit the GPU's memory even at micro-batch 1" in text
     assert "WARNING: 5 throughput job(s) do not fit the GPU's memory:" in text and text.count("DOES NOT FIT") == 10
-    assert "no sequence of 513 tokens fits 0.5 GiB beside the weights" in text
+    assert "no sequence of 512 tokens fits 0.5 GiB beside the weights" in text  # gen_max (engine: see below)
     assert "WARNING: 5 job(s) have no preset entry (scales.360M.lmeval): on Slurm they fail" in text
     assert all(j.gpu_hours == j.gpu_hours_requested == 0 for j in jobs if j.missing_preset)
     assert "WARNING: 5 scoring job(s) run longer than their time limit" in text

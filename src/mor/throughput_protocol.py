@@ -35,6 +35,14 @@ def load_protocol(mode: str, path: str | Path = PROTOCOL_FILE) -> dict:
     return {k: spec[k] for k in KEYS}
 
 
+def sequence_len(p: dict) -> int:
+    """KV entries (tokens fed) one request of protocol ``p`` holds at most, the engine's
+    ``max_len``: its one prompt token and the first gen_max - 1 generated ones (the last
+    generated token is never fed back) = gen_max. The job sizes its engine and App. E's
+    memory model with it, the planner prices the job with it (mor.launch.cost)."""
+    return int(p["gen_max"])
+
+
 def job_settings(run, mode: str, wildcards: dict) -> dict:
     """The throughput kind's settings hook (``mor.jobs``; Snakemake calls it while it builds the
     DAG, so it lives here, without torch): the mode's protocol (workflows/config/throughput.yaml)."""

@@ -32,7 +32,7 @@ from pathlib import Path
 
 # the protocol's definition lives without torch, for the planner and the Snakefile
 from mor.layout import RunPaths
-from mor.throughput_protocol import PROTOCOL_FILE, VERSION, baseline, load_protocol
+from mor.throughput_protocol import PROTOCOL_FILE, VERSION, baseline, load_protocol, sequence_len
 
 
 def requests_from(val_tokens, p: dict):
@@ -118,7 +118,7 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
               else float(p["memory_gib"]) * 2**30)
     cfg, s, vocab = run.model, model_shape(run.model), model.vocab_size
     van = baseline(cfg)
-    max_len = p["gen_max"]  # KV entries a sequence holds: one prompt token + gen_max - 1 fed tokens (512: whole 256-blocks)
+    max_len = sequence_len(p)  # KV entries a sequence holds: one prompt token + gen_max - 1 fed tokens (512: whole 256-blocks)
     own_max = max_batch(cfg, s, vocab, max_len, memory, elem)  # App. E's exact count (the engine admits by blocks)
     van_max = max_batch(van, model_shape(van), vocab, max_len, memory, elem)
     rel = relative_max_batch_exact(cfg, van, s, vocab, max_len, memory, p["base_batch"], elem)

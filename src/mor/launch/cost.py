@@ -235,7 +235,7 @@ def throughput_cost(run: RunConfig, protocol: dict, gpu_memory_gib: float = 0.0)
     p, cfg, s, vocab = protocol, run.model, model_shape(run.model), run_vocab(run)
     elem = DTYPE_BYTES[p["dtype"]]
     memory = (gpu_memory_gib if p["memory_gib"] == "device" else float(p["memory_gib"])) * GiB
-    max_len = p["gen_max"] + 1
+    max_len = throughput_protocol.sequence_len(p)  # the engine's: one prompt + gen_max - 1 fed tokens
     fits, note, batch = True, "", p["base_batch"]
     if not memory:
         note = "GPU memory unknown (no site): the maximum batch taken as base_batch"
