@@ -58,6 +58,8 @@ class EngineResult:
     rejected: dict[int, str] = field(default_factory=dict)  # request id -> why it can never run
     peak_blocks: int = 0
     pass_s: list[float] = field(default_factory=list)  # per pass: seconds inside it (CUDA events on a GPU)
+    pass_cpu_s: list[float] = field(default_factory=list)  # per pass on a CPU: the process's CPU seconds in it
+    head_cont: list[int] = field(default_factory=list)  # per head pass: rows whose next token entered in it
     forward_s: float = 0.0  # time inside the passes and prefills (the sum of pass_s)
     wall_s: float = 0.0  # whole run
 
@@ -82,16 +84,20 @@ class EngineResult:
         row_fill          mean rows per shared-block pass / B
         passes_per_token  block_passes / tokens (Σ c_r / B when every pass is full)
         forward_s         seconds inside the window's passes (prefills included)
-        tokens_per_s      tokens / forward_s"""
+        tokens_per_s      tokens / forward_s
+        cpu_s, tokens_per_cpu_s  the same over the process's CPU seconds (CPU runs: robust to
+                          other jobs on a shared machine; 0 on a GPU)"""
         sel = [i for i, (w, n) in enumerate(zip(self.waiting, self.live))
                if w > 0 or n >= 2 * self.batch or not while_waiting]
         block = [i for i in sel if self.kinds[i] == "block"]
         tokens = sum(self.rows[i] for i in sel if self.kinds[i] == "head")
         secs = sum(self.pass_s[i] for i in sel) if self.pass_s else 0.0
+        cpu = sum(self.pass_cpu_s[i] for i in sel) if self.pass_cpu_s else 0.0
         return {"tokens": tokens, "block_passes": len(block), "passes": len(sel),
                 "row_fill": sum(self.rows[i] for i in block) / (self.batch * len(block)) if block else 0.0,
                 "passes_per_token": len(block) / tokens if tokens else 0.0,
-                "forward_s": secs, "tokens_per_s": tokens / secs if secs > 0 else 0.0}
+                "forward_s": secs, "tokens_per_s": tokens / secs if secs > 0 else 0.0,
+                "cpu_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else 0.0}
 
     @property
     def tokens(self) -> int:
@@ -288,6 +294,7 @@ class Engine:
         res.admitted, res.preempted = sched.admitted, sched.preempted
         res.peak_blocks = bm.peak
         res.pass_s = clock.seconds()
+        res.pass_cpu_s = clock.cpu_seconds()
         res.forward_s = sum(res.pass_s)
         res.wall_s = time.perf_counter() - t_run
         return res
@@ -317,6 +324,8 @@ class Engine:
                 counts[r] += 1
             counts = tuple(counts)
         res.record(p.kind, len(p.seqs), len(sched.waiting), len(sched.running), self.blocks.used, counts)
+        if p.kind == "head":
+            res.head_cont.append(p.n_cont)
         if p.kind == "head" and on_finish is not None:
             for q in p.seqs:
                 if q.remaining == 1:
@@ -353,11 +362,13 @@ class Engine:
 
 class PassClock:
     """Time inside each pass without a host sync between passes: CUDA events on a GPU (read
-    once, when the run ends), the host clock on a CPU (where a pass runs synchronously)."""
+    once, when the run ends), the host clock on a CPU (where a pass runs synchronously),
+    and there also the process's CPU seconds (what other jobs on a shared CPU inflate least)."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self.marks: list = []
+        self.cpu: list = []
 
     def start(self) -> None:
         if self.cuda:
@@ -366,6 +377,7 @@ class PassClock:
             self.marks.append([ev, None])
         else:
             self.marks.append([time.perf_counter(), None])
+            self.cpu.append([time.process_time(), None])
 
     def stop(self) -> None:
         if self.cuda:
@@ -374,6 +386,7 @@ class PassClock:
             self.marks[-1][1] = ev
         else:
             self.marks[-1][1] = time.perf_counter()
+            self.cpu[-1][1] = time.process_time()
 
     def seconds(self) -> list[float]:
         if self.cuda:
@@ -381,6 +394,10 @@ class PassClock:
                 self.marks[-1][1].synchronize()
             return [a.elapsed_time(b) / 1e3 for a, b in self.marks]
         return [b - a for a, b in self.marks]
+
+    def cpu_seconds(self) -> list[float]:
+        """Per pass: the process's CPU seconds in it (a CPU run; empty on a GPU)."""
+        return [b - a for a, b in self.cpu]
 
 
 class Readback:

@@ -35,7 +35,9 @@ over the same static buffers (``StaticPass``: block tables at full width, the wi
 plan, the head's enter part over all of the head's rows, so the shape depends on the row
 bucket alone), captured once as a CUDA graph on a GPU and replayed; on a CPU the same path
 runs eagerly over the static buffers (tested: equal outputs, the same storage every pass).
-Sequence tying's block passes (rows split by unique layer) stay eager.
+Sequence tying's block passes (rows split by unique layer) get one fixed-length row-index
+vector per unique layer a block layer can be, padded with an extra padding row
+(``_tying_static``), so their shape is the row bucket's too.
 """
 
 from __future__ import annotations
@@ -309,23 +311,63 @@ class Stepper:
         calls = [[self.start + r * self.per + j for r in depths] for j in range(self.per)]
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n)), np.array(dpad),
                   np.array([r + 1 for r in dpad])]
+        if not self.same_layers and self.graphs:
+            return self._tying_static(slots, depths, pos, calls, n, N)
         plan = self._plan(slots, calls, N)
         if not self.same_layers:  # the rows of each unique layer, uploaded with the plan
             plan += [g for j in range(self.per) for _, g in self._group_rows(dpad, j)]
-        route = self.expert_choice and any(self.drops[r + 1] for r in depths if r + 1 < self.nr)
-        if self.graphs and self.same_layers:  # one static shape per row bucket: always route
-            route = self.expert_choice and any(self.drops[1:])
+        # the routers this pass needs: those of the rows' next recursions that may drop tokens
+        # (host-known; a router no row goes to would only be overwritten by torch.where)
+        nxt = {r + 1 for r in depths}
+        routers = tuple(self.expert_choice and self.drops[r] and (r in nxt or self.compiled) for r in range(self.nr))
+        if self.graphs and self.same_layers:  # one static shape per row bucket (compiled: every router)
             out = self._static(("block", N), arrays + plan, lambda v: self._block(
-                v[0], v[1].unsqueeze(1), v[2], v[3], tuple(v[4:]), (True,) * self.per, route))
+                v[0], v[1].unsqueeze(1), v[2], v[3], tuple(v[4:]), (True,) * self.per, routers))
             return None if out is None else out[:n]
         dev = self._upload(arrays + plan)
         if self.same_layers:
             need = tuple(self._needs_kv(c) for c in calls)
-            keep = self._block_fn(dev[0], dev[1].unsqueeze(1), dev[2], dev[3], tuple(dev[4:]), need, route)
+            keep = self._block_fn(dev[0], dev[1].unsqueeze(1), dev[2], dev[3], tuple(dev[4:]), need, routers)
         else:  # Sequence tying: per-row unique layers, one call each (not compiled)
             keep = self._block(dev[0], dev[1].unsqueeze(1), dev[2], dev[3], tuple(dev[4:4 + 3 * self.per]),
-                               (True,) * self.per, route, self._groups(dpad, dev[4 + 3 * self.per:]))
+                               (True,) * self.per, routers, self._groups(dpad, dev[4 + 3 * self.per:]))
         return None if keep is None else keep[:n]
+
+    def _tying_static(self, slots, depths, pos, calls, n: int, N: int):
+        """Sequence tying over static buffers: N + 1 rows, the last always a padding row. Every
+        unique layer that layer j of the block can be (at any recursion) gets a row-index
+        vector of N + 1 entries: its rows, then the last row's index repeated (that row
+        writes the trash block and is never read). So the shape is (row bucket) alone; the price: every
+        such layer runs over N + 1 rows each pass, also one no row needs."""
+        Nt = N + 1
+        dpad = depths + [0] * (Nt - n)
+        arrays = [np.array(slots + [self.pad_row] * (Nt - n)), np.array(pos + [0] * (Nt - n)), np.array(dpad),
+                  np.array([r + 1 for r in dpad])]
+        plan = self._plan(slots, calls, Nt)
+        groups = [self._static_group_rows(dpad[:N], j, N) for j in range(self.per)]
+        plan += [g for gj in groups for _, g in gj]
+        routers = tuple(self.expert_choice and d for d in self.drops)
+        k = 4 + 3 * self.per
+
+        def fn(v):
+            it = iter(v[k:])
+            lids = [[(lid, next(it)) for lid, _ in gj] for gj in groups]
+            return self._block(v[0], v[1].unsqueeze(1), v[2], v[3], tuple(v[4:k]), (True,) * self.per, routers, lids)
+
+        out = self._static(("block", N), arrays + plan, fn)
+        return None if out is None else out[:n]
+
+    def _static_group_rows(self, dpad: list[int], j: int, N: int) -> list[tuple[int, np.ndarray]]:
+        """Sequence tying, layer j of the block, static: (unique layer, its rows padded to N + 1
+        entries with index N) for every unique layer layer j can be."""
+        lids = np.array([self.model.plan.recursions[r][j] for r in dpad])
+        out = []
+        for lid in sorted({rec[j] for rec in self.model.plan.recursions}):
+            rows = np.full(N + 1, N, dtype=np.int64)
+            sel = np.flatnonzero(lids == lid)
+            rows[: sel.size] = sel
+            out.append((int(lid), rows))
+        return out
 
     def _group_rows(self, dpad: list[int], j: int) -> list[tuple[int, np.ndarray]]:
         """Sequence tying, layer j of the block: (unique layer, the rows that run it)."""
@@ -339,8 +381,10 @@ class Stepper:
             out.append([(lid, next(it)) for lid, _ in self._group_rows(dpad, j)])
         return out
 
-    def _block(self, idx, p, rec, nxt, plan, need, route: bool, lids=None):
-        """Device part of ``block``: idx, rec, nxt (N,), p (N, 1), plan (w, tab, ln) per layer."""
+    def _block(self, idx, p, rec, nxt, plan, need, routers: tuple[bool, ...], lids=None):
+        """Device part of ``block``: idx, rec, nxt (N,), p (N, 1), plan (w, tab, ln) per layer;
+        ``routers[r]``: run router r (on every row, kept where it is a row's next); none: the
+        host knows every row continues (-> None)."""
         m = self.model
         x0 = self.h[idx]  # (N, 1, C)
         x = x0
@@ -351,13 +395,13 @@ class Stepper:
         if self.expert_choice:
             x = gate(m.cfg.router.gating, x0, x, self.g[idx])  # (N, 1, C)
         self.h[idx] = x
-        if not route:
+        if not any(routers):
             return None
         keep = torch.zeros_like(p, dtype=torch.bool)  # (N, 1)
         g = self.g[idx]  # (N, 1)
         ones = torch.ones_like(p, dtype=torch.bool)
         for r in range(1, self.nr):
-            if self.drops[r]:
+            if routers[r]:
                 d = decide(m, r, x, ones, policy="causal")  # router r on every row, kept where it applies
                 sel = (nxt == r).unsqueeze(1)  # (N, 1)
                 keep = torch.where(sel, d.keep, keep)
