@@ -62,16 +62,28 @@ class PagedCache:
         self.k.view(-1, *self.k.shape[2:]).index_copy_(0, flat, k.transpose(0, 1).to(self.k.dtype))
         self.v.view(-1, *self.v.shape[2:]).index_copy_(0, flat, v.transpose(0, 1).to(self.v.dtype))
 
-    def view(self, table: torch.Tensor, lengths: torch.Tensor) -> "PagedView":
-        return PagedView(self, table, lengths)
+    def view(self, table: torch.Tensor, lengths: torch.Tensor, writes: torch.Tensor | None = None) -> "PagedView":
+        return PagedView(self, table, lengths, writes)
 
 
 class PagedView:
     """What one layer call attends over, passed as ``kv=`` (``layers.Attention`` calls
-    ``attend``): table (n, MB) int32 block ids per row, lengths (n,) int32."""
+    ``attend``): table (n, MB) int32 block ids per row, lengths (n,) int32; with ``writes``
+    (W, n) flat slots the layer first hands it its keys and values (``store``: the layer
+    computes them from its own normed input, so a pass norms and looks RoPE up once per
+    layer call, not twice)."""
 
-    def __init__(self, cache: PagedCache, table: torch.Tensor, lengths: torch.Tensor):
-        self.cache, self.table, self.lengths = cache, table, lengths
+    def __init__(self, cache: PagedCache, table: torch.Tensor, lengths: torch.Tensor,
+                 writes: torch.Tensor | None = None):
+        self.cache, self.table, self.lengths, self.writes = cache, table, lengths, writes
+
+    @property
+    def stores(self) -> bool:
+        return self.writes is not None
+
+    def store(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k, v (n, Hkv, 1, hd): this call's keys (rotated) and values, written at ``writes``."""
+        self.cache.write(self.writes, k, v)
 
     def attend(self, q: torch.Tensor) -> torch.Tensor:
         """q: (n, H, 1, hd) -> (n, H, 1, hd)."""

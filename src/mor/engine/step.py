@@ -234,19 +234,14 @@ class Stepper:
         tab32, ln32 = tab.to(torch.int32), ln.to(torch.int32)
         ctx = self.relax.at(rec) if rec is not None else contextlib.nullcontext()
         with ctx:
-            if isinstance(lids, int):
-                if need_kv:
-                    k, v = m.layer_kv(lids, x, pos, None)  # (N, Hkv, 1, hd) each
-                    self.cache.write(w, k, v)
-                return m.run_layer(lids, x, pos, None, kv=self.cache.view(tab32, ln32))  # (N, 1, C)
+            if isinstance(lids, int):  # the layer writes its keys/values (need_kv) through the view, then attends
+                return m.run_layer(lids, x, pos, None, kv=self.cache.view(tab32, ln32, w if need_kv else None))
         # Sequence tying: rows at different depths run different unique layers, one call each;
         # lids is [(unique layer, row indices on the device)], uploaded with the pass's plan
         out = torch.empty_like(x)
         for lid, sel in lids:
             with self.relax.at(rec[sel]):
-                k, v = m.layer_kv(lid, x[sel], pos[sel], None)  # (n_l, Hkv, 1, hd)
-                self.cache.write(w[:, sel], k, v)
-                out[sel] = m.run_layer(lid, x[sel], pos[sel], None, kv=self.cache.view(tab32[sel], ln32[sel]))
+                out[sel] = m.run_layer(lid, x[sel], pos[sel], None, kv=self.cache.view(tab32[sel], ln32[sel], w[:, sel]))
         return out
 
     # ------------------------------------------------------------------ passes

@@ -118,12 +118,15 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """x: (B, T, C). ``kv`` replaces this layer's own keys/values (KV sharing, caches), or
         is an object whose ``attend(q (B, H, T, hd)) -> (B, H, T, hd)`` does the attention
-        (the engine's static cache); ``attn_mask`` (B, 1, T, S) bool overrides the plain causal mask."""
+        (the engine's static cache; with ``stores`` true its ``store(k, v)`` takes this call's
+        keys/values first, those ``project_kv`` gives); ``attn_mask`` (B, 1, T, S) bool overrides the plain causal mask."""
         B, T, C = x.shape  # batch, tokens, channels
         rot = rope.tables(positions)  # looked up once for queries and keys
         q = self.q_proj(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         q = apply_rotary(q, *rot)
         if hasattr(kv, "attend"):  # a KV store that attends itself (mor.engine's per-slot cache)
+            if getattr(kv, "stores", False):  # it takes this call's keys/values first: one norm, one RoPE lookup
+                kv.store(*self._kv(x, rot))
             return self.o_proj(kv.attend(q).transpose(1, 2).reshape(B, T, C))  # (B, H, T, hd) -> (B, T, C)
         k, v = kv if kv is not None else self._kv(x, rot)  # (B, Hkv, S, hd)
         causal_square = attn_mask is None and k.shape[2] == T
