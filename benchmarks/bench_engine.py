@@ -32,9 +32,15 @@ measured = MoR tokens/s over Vanilla's (forward time on a GPU; on a CPU the proc
 CPU time, which other jobs on a shared machine do not inflate); predicted = the FLOPs ratio
 (mor.flops.decode_flops_per_token) at the capacities the routers realised in that run,
 beside the design one; the table gives measured / realised-predicted, and the paged cache's
-peak blocks relative to the Vanilla's (memory that follows the routers).
+peak blocks relative to the Vanilla's (memory that follows the routers). Beside it: the same
+ratio in the engine's one window (requests waiting or >= 2B live; CPU seconds inside the
+window's passes), the drain tail's share of the pass time and its speed-up, and a second,
+labelled prediction ('pass model'): FLOPs plus a constant per layer call (kappa rows' worth,
+fitted on both runs' block passes), applied to every pass the two runs made. Where one call's
+fixed cost is worth many rows (eager CPU ops, a GPU's launches), the drain tail's small passes
+cost MoR more than FLOPs say: that, not the full passes, is what the whole-run figure loses.
 
-    .venv/bin/python benchmarks/bench_engine.py [--rounds 3] [--threads 1]
+    .venv/bin/python benchmarks/bench_engine.py [--rounds 3] [--threads 1] [--models MoR-4]
 
 On a GPU, App. E's own setting (360M, bf16, the cluster protocol):
 
@@ -55,7 +61,7 @@ import torch
 from mor.config import ModelConfig, RouterConfig, capacities, load_scales
 from mor.cpu_allocator import tune_cpu_allocator
 from mor.engine import Engine, Request
-from mor.throughput_protocol import baseline, load_protocol
+from mor.throughput_protocol import baseline, load_protocol, sequence_len
 from mor.flops import decode_flops_per_token
 from mor.model.transformer import build_model
 
@@ -131,6 +137,45 @@ def pass_cost(results, lo: int, hi: int) -> tuple[float, float, int, int]:
     return med(small), med(big), len(small), len(big)
 
 
+def pass_fit(runs) -> tuple[float, float]:
+    """Least-squares (alpha, beta) of one layer call's seconds = alpha + beta x rows over the
+    shared-block passes of ``runs`` [(result, layers per block pass)], each pass's time
+    divided by its layers (CPU seconds on a CPU, the pass clock on a GPU). A MoR run's block
+    passes span 1..B rows (the Vanilla's are nearly all B), so kappa = alpha / beta, the
+    rows one call's fixed cost is worth, is measured on both."""
+    pts = []
+    for res, layers in runs:
+        ts = res.pass_cpu_s or res.pass_s
+        pts += [(n, t / layers) for k, n, t in zip(res.kinds, res.rows, ts) if k == "block"]
+    mx = statistics.mean(n for n, _ in pts)
+    my = statistics.mean(t for _, t in pts)
+    sxx = sum((n - mx) ** 2 for n, _ in pts)
+    beta = sum((n - mx) * (t - my) for n, t in pts) / sxx if sxx else my / mx
+    return my - beta * mx, beta
+
+
+def pass_units(res, model, kappa: float) -> float:
+    """A run's cost in row-layer units under 'FLOPs + a constant per layer call': every call
+    of a decoder layer over n rows costs kappa + n, the LM head kappa + n x (its FLOPs over a
+    layer's); the routers, norms and embedding are left out (under 1 % of the FLOPs here).
+    kappa = 0 gives the FLOPs count of the run's passes (attention's context term aside)."""
+    from mor.flops import layer_params
+
+    plan, s = model.plan, model.shape
+    lm = s.hidden * model.vocab_size / (layer_params(s) - 2 * s.hidden)
+    pre, per, suf = len(plan.prefix), len(plan.recursions[0]), len(plan.suffix)
+    units, cont = 0.0, iter(res.head_cont)
+    for kind, n in zip(res.kinds, res.rows):
+        if kind == "enter":
+            units += pre * (kappa + n) if pre else 0.0
+        elif kind == "block":
+            units += per * (kappa + n)
+        elif kind == "head":
+            c = next(cont)
+            units += suf * (kappa + n) + kappa + lm * n + (pre * (kappa + c) if c and pre else 0.0)
+    return units
+
+
 def make_requests(p: dict, n: int, seed: int) -> list[Request]:
     rnd = random.Random(seed)
     return [Request(i, [rnd.randrange(V)], max(1, min(p["gen_max"], round(rnd.gauss(p["gen_mean"], p["gen_std"])))))
@@ -154,6 +199,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--skip", default="", help="'policy' or 'speedup' to run one part only")
+    ap.add_argument("--models", default="", help="part 2: comma-separated MoR models only (e.g. MoR-4; default all)")
     ap.add_argument("--graphs", choices=["auto", "on", "off"], default="auto",
                     help="static buffers / CUDA graphs per row bucket (auto: on a GPU)")
     a = ap.parse_args()
@@ -169,7 +215,7 @@ def main() -> None:
     admit["graphs"] = {"auto": None, "on": True, "off": False}[a.graphs]
     global V
     V = load_scales()[a.scale].vocab or V
-    max_len = p["gen_max"] + 1
+    max_len = sequence_len(p)  # the throughput job's: one prompt token + gen_max - 1 fed tokens
     torch.manual_seed(0)
     calib = torch.randint(0, V, (8, 64))
     print(f"batch {B}, new policy live sequences {'by memory' if memory else live}, {a.threads} thread(s), {a.device} {a.dtype}, "
@@ -213,6 +259,8 @@ def main() -> None:
     if a.skip != "speedup":
         reqs = make_requests(p, a.requests or p["requests"], p["seed"])
         cfgs = configs(a.scale)
+        if a.models:
+            cfgs = {k: v for k, v in cfgs.items() if k in a.models.split(",")}
         names = list(cfgs) + sorted({f"Vanilla-{baseline(c).layers or shape_of(baseline(c)).layers}" for c in cfgs.values()})
         allc = dict(cfgs)
         for c in cfgs.values():
@@ -223,6 +271,7 @@ def main() -> None:
         for eng in engines.values():
             eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(B)])
         fwd = {n: [] for n in names}
+        win = {n: [] for n in names}  # tokens/s in the engine's one window
         last = {}
         rnd = random.Random(1)
         order = list(names)
@@ -233,7 +282,14 @@ def main() -> None:
                 last[n] = engines[n].run(reqs)
                 cpu = time.process_time() - t  # CPU seconds of this process: robust to other jobs on a shared CPU
                 fwd[n].append(last[n].tokens / (cpu if dev.type == "cpu" else last[n].forward_s))
+                w = last[n].window(True)
+                win[n].append(w["tokens_per_cpu_s"] if dev.type == "cpu" else w["tokens_per_s"])
+            print(f"round {rd}: tokens/s whole run / window: " + ", ".join(
+                f"{n} {fwd[n][-1]:.0f} / {win[n][-1]:.0f}" for n in names), flush=True)
         print(f"\n## speed-up over the same-depth Vanilla at scale {a.scale}, {len(reqs)} requests, {a.rounds} rounds")
+        print("measured: whole run (as before); window: the engine's one window (requests waiting or >= 2B live).\n"
+              "pass model: a second prediction, FLOPs plus a constant per layer call measured on both runs' block passes\n"
+              "(a layer call's seconds = alpha + beta x rows; kappa = alpha / beta, in rows), applied to every pass of both runs")
         print("model   vs          measured  predicted(realised)  predicted(design)  measured/realised  fill  "
               "passes/token  bound Σc/B  ratio")
         for name, cfg in cfgs.items():
@@ -248,6 +304,20 @@ def main() -> None:
             bound = sum(realised(last[name])) / B
             print(f"{name:7s} {vname:10s}  {meas:8.3f}  {pred_real:19.3f}  {pred:17.3f}  {meas / pred_real:17.3f}  "
                   f"{fill:.3f}  {ppt:12.4f}  {bound:10.4f}  {ppt / bound:.3f}")
+            wmeas = statistics.median(f / g for f, g in zip(win[name], win[vname]))
+            alpha, beta = pass_fit([(last[k], len(models[k].plan.recursions[0])) for k in (name, vname)])
+            kappa = alpha / beta
+            pm = pass_units(last[vname], models[vname], kappa) / pass_units(last[name], models[name], kappa)
+            pf = pass_units(last[vname], models[vname], 0.0) / pass_units(last[name], models[name], 0.0)
+            ts = lambda r: r.pass_cpu_s or r.pass_s  # noqa: E731
+            tail = lambda r: sum(t for t, w_, l_ in zip(ts(r), r.waiting, r.live) if w_ == 0 and l_ < 2 * B)  # noqa: E731
+            tail_tok = lambda r: r.tokens - r.window(True)["tokens"]  # noqa: E731
+            tail_speed = (tail_tok(last[name]) / tail(last[name])) / (tail_tok(last[vname]) / tail(last[vname]))
+            print(f"{'':7s} window: measured {wmeas:.3f} = {wmeas / pred_real:.3f} of realised-predicted; pass model "
+                  f"(kappa {kappa:.1f} rows per layer call): predicted {pm:.3f} (kappa 0: {pf:.3f}), measured/pass model "
+                  f"{meas / pm:.3f}; drain tail (no request waiting, < 2B live): {tail(last[name]) / sum(ts(last[name])):.2f} "
+                  f"of {name}'s pass time, {tail(last[vname]) / sum(ts(last[vname])):.2f} of {vname}'s, "
+                  f"tokens/s there {tail_speed:.3f} x {vname}'s (last round)")
             kv = last[name].peak_blocks / last[vname].peak_blocks
             print(f"{'':7s} realised capacities {tuple(round(c, 3) for c in realised(last[name]))}; peak KV blocks "
                   f"{last[name].peak_blocks} = {kv:.3f} of {vname}'s (paper's recursion-wise cost: (Nr+1)/(2Nr) = "
