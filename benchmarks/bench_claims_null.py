@@ -4,7 +4,7 @@ shipped design with its looks, the local family and Holm, the cost-per-decision 
 real local budget and the real grids' run ids) end with any "holds" or "contradicted" when
 every true effect is zero.
 
-The frames, grids and rounds are those of tests/test_null_adaptive.py (imported from it, so
+The frames, grids and rounds are those of tests/unit/test_null_adaptive.py (imported from it, so
 the benchmark and the suite's test cannot drift apart); only the noise differs:
 
     homoscedastic   every run's NLL, MaxVio, entropy and router histogram mean with one sd
@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests"))  # the helpers package
+sys.path.insert(0, str(REPO / "tests" / "unit"))
 
 import test_null_adaptive as T  # noqa: E402
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests"))  # the helpers package
+sys.path.insert(0, str(REPO / "tests" / "workflow"))
 
 PAPER_TOKENS = 20e9
 
@@ -41,7 +42,7 @@ def run(settings: Path, out: Path, tokenizer: str, workers: int, tmp: Path) -> d
 
 
 def main() -> None:
-    from conftest import ensure_data
+    from helpers.tiny import ensure_data
     from test_fineweb import documents, write_dataset, write_settings
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

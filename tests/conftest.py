@@ -1,8 +1,17 @@
-"""Shared fixtures: the real embedded corpus (built once per machine), tiny configs, the
-Slurm test cluster; and the session's bookkeeping of what it starts.
+"""Shared fixtures: the real embedded corpus (built once per machine), the Slurm test
+cluster, drawn figures, the real SmolLM2 start point; the test groups; and the session's
+bookkeeping of what it starts. Helpers that tests import live in the ``helpers`` package.
+
+Groups (markers set here from the folder, so ``-m unit`` selects them): ``unit`` (tests/unit:
+in-process), ``workflow`` (tests/workflow: Snakemake, the launcher's commands, multi-process
+end-to-end cases), ``cluster`` (tests/cluster: the real loopback Slurm cluster or headless
+Chromium). A test marked ``slurm`` or ``browser`` anywhere is in ``cluster`` instead, so
+``-m unit`` and ``-m workflow`` never start either. An ``-m`` that names groups only
+(``-m unit``, ``-m "unit or workflow"``) keeps the default's ``not slow`` unless MOR_TESTS is
+``all``; name ``slow`` to get those (``-m "unit and slow"``). Any other ``-m`` is pytest's own.
 
 Every process the suite starts inherits ``MOR_SUITE_ID`` (set here unless the caller set
-it), so ``tests/machine_state.py`` can find any that outlive the session. The session is a
+it), so ``tests/helpers/machine_state.py`` can find any that outlive the session. The session is a
 child subreaper (Linux): daemons and grandchildren orphaned by their parent become its
 children instead of PID 1's, and are reaped at the end, so none is left as a zombie.
 Tests of an asked-for component (marker ``slurm`` or ``browser``) are counted by outcome
@@ -13,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import uuid
 from collections import Counter
@@ -20,35 +30,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # this checkout's mor, first
 
-from mor.config import ModelConfig, RunConfig, TrainConfig  # noqa: E402
+from helpers.tiny import ensure_data  # noqa: E402
 
-DATA = Path(os.environ.get("MOR_TEST_DATA", REPO / "data"))
-VOCAB = 4096
-
-
-def ensure_data(root: Path = DATA) -> Path:
-    """The same files the Snakemake data rules make (corpus, BPE, token arrays), built if absent."""
-    from mor.data.corpus import build_corpus
-    from mor.data.tokenizer import train_bpe
-    from mor.data.tokens import encode_corpus
-
-    corpus = root / "corpus"
-    if not (corpus / "val.txt").exists():
-        build_corpus(corpus, cache_dir=root / "cache")
-    tok = root / "tokenizer" / f"bpe-{VOCAB}.json"
-    if not tok.exists():
-        train_bpe(corpus / "train.txt", VOCAB, tok)
-    for split in ("train", "val"):
-        out = root / "tokens" / f"{split}-bpe-{VOCAB}.npy"
-        if not out.exists():
-            encode_corpus(corpus / f"{split}.txt", tok, out)
-    return root
-
-
+GROUPS = ("unit", "workflow", "cluster")  # the folders under tests/, one marker each
 COMPONENTS = ("slurm", "browser")
 _outcomes: dict[str, Counter] = {c: Counter() for c in COMPONENTS}
 
@@ -57,6 +43,10 @@ _CACHE: list[Path] = []  # the session's cache folder, removed at the end
 
 
 def pytest_configure(config):
+    expr = config.option.markexpr
+    words = set(re.findall(r"[A-Za-z_]\w*", expr))
+    if words and words <= {*GROUPS, "and", "or", "not"} and os.environ.get("MOR_TESTS", "").strip().lower() != "all":
+        config.option.markexpr = f"({expr}) and not slow"  # a group alone is its default part
     config.addinivalue_line("markers", "browser: drives a real headless Chromium (MOR_TESTS=all or browser)")
     os.environ.setdefault("MOR_SUITE_ID", uuid.uuid4().hex)
     # caches (Snakemake's source cache, matplotlib's font list, Hugging Face's) in the
@@ -76,6 +66,22 @@ def pytest_configure(config):
 
         PR_SET_CHILD_SUBREAPER = 36
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test gets the marker of its group: its folder's, or ``cluster`` when it is marked
+    ``slurm`` or ``browser``. Runs before ``-m`` deselects (conftest hooks come first)."""
+    root = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            rel = Path(item.path).resolve().relative_to(root).parts
+        except ValueError:  # a test file outside tests/ (given by path)
+            rel = ()
+        group = rel[0] if len(rel) > 1 and rel[0] in GROUPS else None
+        if item.get_closest_marker("slurm") or item.get_closest_marker("browser"):
+            group = "cluster"
+        if group:
+            item.add_marker(group)
 
 
 def pytest_runtest_logreport(report):
@@ -120,9 +126,9 @@ def slurm_cluster() -> Path:
 
     Returns the state dir (config in etc/, daemon logs in log/). At the end of the session
     the jobs it ran are cancelled and the daemons it started are stopped
-    (tests/slurm_cluster.py, ``release_cluster``; MOR_KEEP_SLURM=1 keeps the daemons).
+    (tests/helpers/slurm_cluster.py, ``release_cluster``; MOR_KEEP_SLURM=1 keeps the daemons).
     """
-    from slurm_cluster import ensure_cluster, release_cluster, state_dir
+    from helpers.slurm_cluster import ensure_cluster, release_cluster, state_dir
 
     ensure_cluster()
     yield state_dir()
@@ -130,25 +136,7 @@ def slurm_cluster() -> Path:
         print(f"\nslurm_cluster: {line}")
 
 
-def run_group(cmd: list[str], timeout: float, **kw) -> "subprocess.CompletedProcess":
-    """subprocess.run(cmd, capture_output=True, text=True) in a session of its own, whose whole
-    process group is killed if the wait ends early (timeout, a failed test, Ctrl-C): a
-    workflow's jobs are the command's grandchildren and would outlive a plain kill."""
-    import signal
-    import subprocess
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **kw)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except BaseException:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @pytest.fixture
@@ -164,19 +152,10 @@ def drawn_figures(monkeypatch) -> list:
         close(fig)
 
 
-def png_size(path: Path) -> tuple[int, int]:
-    """(width, height) from a PNG's IHDR chunk; asserts the signature."""
-    head = Path(path).read_bytes()[:24]
-    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
-    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
 
 
-def bar_heights(ax) -> list[float]:
-    """Heights of the bars an axes shows, left to right (rectangles of non-zero width)."""
-    from matplotlib.patches import Rectangle
 
-    bars = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_width() > 0]
-    return [p.get_height() for p in sorted(bars, key=lambda p: p.get_x())]
+
 
 
 @pytest.fixture(scope="session")
@@ -184,22 +163,10 @@ def data_root() -> Path:
     return ensure_data()
 
 
-def tiny_run(variant="vanilla", tying="middle_cycle", nr=1, steps=8, seq_len=32, batch=4, **model_kw) -> RunConfig:
-    return RunConfig(
-        grid="test",
-        model=ModelConfig(scale="tiny", variant=variant, tying=tying, num_recursions=nr, **model_kw),
-        train=TrainConfig(tokens=steps * batch * seq_len, seq_len=seq_len, global_batch=batch, micro_batch=batch,
-                          checkpoint_every=4, lr=3e-3),
-    )
 
 
-def tiny_grid_file(path: Path) -> Path:
-    """A one-run grid file (a Vanilla at the tiny scale, 4 steps of 4 x 32 tokens) named after ``path``'s stem."""
-    path.write_text(f"name: {path.stem}\nruns:\n  - axes: {{model.scale: [135M]}}\n    set: {{model.variant: vanilla}}\n"
-                    "modes:\n  local:\n    scale_map: {135M: tiny}\n    set:\n"
-                    "      train: {tokens: 512, seq_len: 32, global_batch: 4, micro_batch: 4, checkpoint_every: 2}\n"
-                    "      eval: {nll_tokens: 256, batch: 4}\n")
-    return path
+
+
 
 
 @pytest.fixture(scope="session")

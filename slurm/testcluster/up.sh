@@ -79,7 +79,7 @@ fi
 
 # the munge key belongs to the installation (the package makes one, mode 600; an image may
 # lack it), and so do its owner and mode: the cluster's start below sets them again, and a
-# change there during a test session would be a file the session changed (tests/machine_state.py)
+# change there during a test session would be a file the session changed (tests/helpers/machine_state.py)
 if id munge >/dev/null 2>&1; then
   if [ ! -s /etc/munge/munge.key ]; then
     install -d -o munge -g munge -m 700 /etc/munge

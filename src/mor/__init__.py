@@ -1,7 +1,7 @@
 """mor-repro: Mixture-of-Recursions, reproduced from YAML grids to tables, figures and claims.
 
-The layers, each importing only the ones above it in this list (``tests/test_import_layers.py``
-holds them against the code; ``python tests/import_graph.py`` prints the package graph):
+The layers, each importing only the ones above it in this list (``tests/unit/test_import_layers.py``
+holds them against the code; ``python tests/helpers/import_graph.py`` prints the package graph):
 
     config, grids, results, atomic, ...          torch-free foundations (run configs, the grid
                                                  expansion, the parquet schema, atomic writes)

@@ -1,7 +1,7 @@
 """Where a run's files live: the one place that spells the run-folder layout.
 
 Every job, reader, report and Snakemake rule finds a run's files through this module, so
-changing the layout is an edit here, not a hunt (``tests/test_layout.py`` fails when another
+changing the layout is an edit here, not a hunt (``tests/unit/test_layout.py`` fails when another
 module spells a pattern again). Torch-free and pure: paths only, nothing is read or created.
 
     runs/<grid>/<run_id>/                      RunPaths(grid, run_id).dir

@@ -23,7 +23,7 @@ fits), the train job's ``execution.micro_batch: auto`` and ``benchmarks/device_c
       RoPE tables looked up per call: (2 fp32 | 4 bf16) x head_dim per position of a sequence
 
   so ``a (7C + 2Ckv + 4M) + 16C + 4H + 8`` in bf16 (the counts were read off
-  ``torch.autograd.graph.saved_tensors_hooks`` on one Block; ``tests/test_memory.py`` holds
+  ``torch.autograd.graph.saved_tensors_hooks`` on one Block; ``tests/unit/test_memory.py`` holds
   the whole model to them). A MoR recursion that keeps a fraction c of the tokens runs its
   layers on cT tokens and adds the gathered rows and the gated update, (2C + 8) x 4 bytes per
   kept token (token-choice, routed once: (C + 8) x 4). With activation checkpointing a layer call keeps only its fp32 input (4C), and

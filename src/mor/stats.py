@@ -39,7 +39,7 @@ with p = 1). Holm is monotone (smaller p-values never undo a rejection), and sto
 claim early only removes looks (its p-value can only be larger than if it had run all
 looks), so stopping every decided claim and adding seeds only to the undecided ones keeps
 the family-wise error rate at alpha. Holm is written out here (six lines) because
-statsmodels is not in the environment; ``tests/test_stats.py`` checks it, and every other
+statsmodels is not in the environment; ``tests/unit/test_stats.py`` checks it, and every other
 function, on simulated null and planted effects.
 
 Minimum detectable effect (MDE): the common true mean of every comparison that n seeds find

@@ -3,7 +3,7 @@
 A tiny grid named `table10` (so the claims about tying schemes apply to it; two seeds, so
 they get an interval) is built with `snakemake paper --report report.html
 --report-after-run`. Chromium then loads the report and we click through it as a reader
-would, over the DevTools protocol (tests/browser.py): open the claims category, view
+would, over the DevTools protocol (tests/helpers/browser.py): open the claims category, view
 claims.html (the report shows it in an iframe: we count its rendered table rows and read
 its verdicts), then view fig6.png and check the browser decoded it at the PNG's own width.
 Screenshots of both views are written (``MOR_REPORT_SHOT`` = a folder to keep them in).
@@ -26,31 +26,12 @@ import pandas as pd
 
 import pytest
 
-from test_workflow import E2E_GRID, snakemake
+from helpers.report_page import (
+    CLAIMS_CATEGORY, CLICK, CURVES_CATEGORY, DECODED_PNGS, GRID, LINK, ROW, SHARING, VIEW, chromium,
+)
+from helpers.workflow import snakemake
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-
-# tiny runs, two seeds (claims get an interval), named table10 (the tying claims apply)
-GRID = (E2E_GRID.replace("name: e2e", "name: table10").replace("[middle_cycle]", "[middle_cycle, sequence]")
-        .replace("    scale_map: {135M: tiny}\n", "    scale_map: {135M: tiny}\n    seeds: 2\n"))
-
-
-def browser_tests_enabled() -> bool:
-    names = {n.strip().lower() for n in os.environ.get("MOR_TESTS", "").split(",")}
-    return bool(names & {"all", "browser"})
-
-
-def chromium() -> str:
-    """Chromium's executable; skips when not asked for, fails (never skips) when asked for and absent."""
-    if not browser_tests_enabled():
-        pytest.skip("browser tests are opt-in (as root they apt-get install chromium): "
-                    "MOR_TESTS=all bash scripts/test.sh (or MOR_TESTS=browser)")
-    from browser import find_chromium
-
-    try:
-        return find_chromium()
-    except RuntimeError as e:
-        pytest.fail(f"MOR_TESTS asks for the browser tests, but Chromium cannot be had: {e}", pytrace=False)
 
 
 def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
@@ -61,7 +42,7 @@ def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
     report = tmp_path / "report.html"
     snakemake("paper", "--report", str(report), "--report-after-run", "--directory", str(tmp_path),
               "--config", f"grids_dir={grids}", f"data_root={data_root}")
-    from browser import Browser
+    from helpers.browser import Browser
 
     from mor.claims import CLAIMS
 
@@ -112,16 +93,3 @@ def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
             shutil.copy(shot, Path(os.environ["MOR_REPORT_SHOT"]) / shot.name)
 
 
-SHARING, CLAIMS_CATEGORY, CURVES_CATEGORY = "App. F Parameter sharing", "0 The paper's claims, checked", "1 Training curves"
-# a navigation link whose text is NAME is shown
-LINK = "[...document.querySelectorAll('a')].some(a => a.innerText.trim() == `NAME`)"
-# a result row that names the file NAME, with its view button, is shown
-ROW = "[...document.querySelectorAll('tr')].some(t => t.innerText.includes('NAME') && t.querySelector('a'))"
-# the PNG images the page shows, once the browser has decoded them
-DECODED_PNGS = "[...document.images].filter(i => i.src.startsWith('data:image/png') && i.complete && i.naturalWidth > 0)"
-# click the navigation link whose text is NAME, as a reader would
-CLICK = ("(() => { [...document.querySelectorAll('a')].find(a => a.innerText.trim() == `NAME`).click(); "
-         "return true; })()")
-# click the "view" icon of the result row whose file is NAME (the report's own button)
-VIEW = ("(() => { const tr = [...document.querySelectorAll('tr')].find(t => t.innerText.includes('NAME'));"
-        " tr.querySelector('a').click(); return true; })()")

@@ -1,7 +1,7 @@
 """Real-Slurm smoke tests: submitit jobs on the loopback test cluster.
 
 The cluster comes from slurm/testcluster/up.sh via the ``slurm_cluster``
-fixture (tests/conftest.py, tests/slurm_cluster.py): asked for through MOR_TESTS,
+fixture (tests/conftest.py, tests/helpers/slurm_cluster.py): asked for through MOR_TESTS,
 these tests fail (never skip) where it cannot be started.
 """
 
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from deadlines import deadline
+from helpers.deadlines import deadline
 
 submitit = pytest.importorskip("submitit")
 

@@ -16,8 +16,8 @@ import subprocess
 
 import pytest
 
-from deadlines import deadline
-from test_slurm_faults import fake  # noqa: F401  (fixture: fake sbatch / sacct / squeue on PATH)
+from helpers.deadlines import deadline
+from helpers.slurm_fakes import fake  # noqa: F401  (fixture: fake sbatch / sacct / squeue on PATH)
 
 from mor.launch.presets import Preset, load_presets
 from mor.launch.slurm import LaunchError, pythonpath_setup, submit_and_wait

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from deadlines import deadline
-from test_slurm_workflow import JOB_S, job_ids, launch, sacct_states, squeue_state, wait_for
+from helpers.deadlines import deadline
+from helpers.slurm_jobs import JOB_S, job_ids, launch, sacct_states, squeue_state, wait_for
 
 from mor.grids import load_grid
 

@@ -11,7 +11,7 @@ Chromium runs in its own process group (a new session), and ``close()`` kills th
 one, renderers and GPU/zygote helpers included, then waits until none is left.
 
 ``find_chromium()`` returns the executable, installing Debian's ``chromium`` as root when it
-is missing (``python tests/browser.py --install`` does only that, for CI's set-up step).
+is missing (``python tests/helpers/browser.py --install`` does only that, for CI's set-up step).
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ from pathlib import Path
 
 import aiohttp
 
-import procs
+if not __package__:  # run as a script (python tests/helpers/browser.py): the helpers package is one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from helpers import procs  # noqa: E402
 
 
 class Browser:
@@ -182,5 +185,5 @@ class Page:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--install"]:
-        sys.exit("usage: python tests/browser.py --install")
+        sys.exit("usage: python tests/helpers/browser.py --install")
     print(find_chromium())

@@ -12,8 +12,8 @@ Counted and printed: kills per phase, restarts that failed by themselves (they w
 person: a stale lock, an incomplete-file error, a corrupt file; must be 0), and corrupt or
 half-written files found by reading back everything the workflow wrote (must be 0).
 
-    .venv/bin/python tests/chaos.py --kills 12 --seed 1       # by hand
-    (CI runs it through tests/test_chaos.py)
+    .venv/bin/python tests/helpers/chaos.py --kills 12 --seed 1       # by hand
+    (CI runs it through tests/workflow/test_chaos.py)
 """
 
 from __future__ import annotations
@@ -32,10 +32,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import procs
-from test_workflow import E2E_GRID
+if not __package__:  # run as a script (python tests/helpers/chaos.py): the helpers package is one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import procs  # noqa: E402
+from helpers.paths import REPO  # noqa: E402
+from helpers.workflow import E2E_GRID  # noqa: E402
+
 
 # test_workflow's two-run grid with a third run, longer training and frequent checkpoints
 CHAOS_GRID = (E2E_GRID.replace("name: e2e", "name: chaos").replace("[middle_cycle]", "[middle_cycle, cycle]")
@@ -264,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-root", type=Path, default=REPO / "data")
     ap.add_argument("--keep", type=Path, help="work in this folder (kept) instead of a temporary one")
     a = ap.parse_args(argv)
-    sys.path.insert(0, str(REPO / "tests"))
-    from conftest import ensure_data
+    sys.path.insert(0, str(REPO / "src"))  # this checkout's mor, as under pytest
+    from helpers.tiny import ensure_data
 
     ensure_data(a.data_root)
     with tempfile.TemporaryDirectory() as tmp:

@@ -2,11 +2,11 @@
 
 Every ``import`` / ``from ... import`` counts, at module level or inside a function, and an
 import of ``a.b.c`` also runs the ``__init__`` of ``a`` and ``a.b``, so those are edges too.
-``tests/test_import_layers.py`` holds the layering rules against it; run this file to print
+``tests/unit/test_import_layers.py`` holds the layering rules against it; run this file to print
 the package graph (which package imports which):
 
-    .venv/bin/python tests/import_graph.py            # package -> packages it imports
-    .venv/bin/python tests/import_graph.py --modules  # module -> modules
+    .venv/bin/python tests/helpers/import_graph.py            # package -> packages it imports
+    .venv/bin/python tests/helpers/import_graph.py --modules  # module -> modules
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ import ast
 import sys
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+if not __package__:  # run as a script (python tests/helpers/import_graph.py): the helpers package is one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from helpers.paths import SRC  # noqa: E402
 
 
 def module_name(path: Path, src: Path = SRC) -> str:

@@ -1,8 +1,8 @@
 """What a test session leaves on the machine (helper and command, not a test module).
 
-    python tests/machine_state.py snapshot BEFORE.json    # before the suite
+    python tests/helpers/machine_state.py snapshot BEFORE.json    # before the suite
     MOR_SUITE_ID=... pytest ...                           # every process it starts inherits the id
-    python tests/machine_state.py check BEFORE.json       # after: exit 1 if anything was left
+    python tests/helpers/machine_state.py check BEFORE.json       # after: exit 1 if anything was left
 
 ``check`` compares three things with the snapshot and prints each list:
 
@@ -31,9 +31,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import procs
+if not __package__:  # run as a script (python tests/helpers/machine_state.py): the helpers package is one folder up
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import procs  # noqa: E402
+from helpers.paths import REPO  # noqa: E402
+
 SKIP = {"/proc", "/sys", "/dev", "/tmp", "/var/tmp", tempfile.gettempdir(), str(REPO)}
 
 

@@ -1,6 +1,6 @@
-"""Processes as ``/proc`` shows them (a helper of the test helpers, not a test module): the one
-reader of ``/proc/PID/stat`` that tests/browser.py, tests/chaos.py and tests/machine_state.py
-share."""
+"""Processes as ``/proc`` shows them: the one reader of ``/proc/PID/stat`` that
+helpers/browser.py, helpers/chaos.py and helpers/machine_state.py share; and ``run_group``,
+a command in a process group of its own that is killed as one when the wait ends early."""
 
 from __future__ import annotations
 
@@ -40,3 +40,24 @@ def members(key: str, value: int, reap: bool = False) -> list[int]:
             continue
         out.append(int(pid))
     return out
+
+
+def run_group(cmd: list[str], timeout: float, **kw) -> "subprocess.CompletedProcess":
+    """subprocess.run(cmd, capture_output=True, text=True) in a session of its own, whose whole
+    process group is killed if the wait ends early (timeout, a failed test, Ctrl-C): a
+    workflow's jobs are the command's grandchildren and would outlive a plain kill."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

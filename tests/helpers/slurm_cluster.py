@@ -39,9 +39,9 @@ import time
 from pathlib import Path
 
 import pytest
-from deadlines import deadline
+from helpers.deadlines import deadline
+from helpers.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 UP_SH = REPO / "slurm" / "testcluster" / "up.sh"
 DOWN_SH = REPO / "slurm" / "testcluster" / "down.sh"
 DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import png_size, tiny_run
+from helpers.figures import png_size
+from helpers.tiny import tiny_run
 from mor.analysis.sidecar import sidecar_path, write_sidecar
 from mor.config import RouterConfig
 from mor.data.tokenizer import load_tokenizer

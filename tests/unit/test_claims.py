@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from helpers.paths import REPO
 from mor.claims import CLAIMS, SPEC_FILE, Claim, Seed, Spec, evaluate, kv_pairs, load_frames, load_specs
 from mor.config import ModelConfig, RunConfig, TrainConfig
 from mor.results import write_rows
 from mor.stats import Design, interval
 
-REPO = Path(__file__).resolve().parent.parent
 SCHEMES = ("cycle", "sequence", "middle_cycle", "middle_sequence")
 CLAIM = {c.id: c for c in CLAIMS}
 DESIGN, SPECS = load_specs()
@@ -495,7 +495,7 @@ def test_null_family_through_evaluate():
     """Every true effect zero ('best' against one tied and one beaten competitor; the
     equivalence claim at its margin), 9 seeds, every look, Holm: the family-wise rate of
     wrong decisive verdicts stays at or below 5% within the simulation's error (300 runs
-    of the whole evaluate(); tests/test_stats.py runs the same machinery 20,000 times)."""
+    of the whole evaluate(); tests/unit/test_stats.py runs the same machinery 20,000 times)."""
     claims, specs = _family()
     rng = np.random.default_rng(0)
     means = {"a": [0.0], "b": [0.0], "c": [0.0, 3.0], "d": [0.0, 3.0, 3.0], "e": [0.05]}

@@ -4,14 +4,12 @@ to do, never a traceback; an unfinished run is called unfinished, not corrupt.""
 import errno
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from helpers.paths import REPO
 from mor.cli import main
 from mor.errors import one_line
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _one_error_line(capsys) -> str:

@@ -125,9 +125,9 @@ def test_curves_are_in_the_report_under_training_curves(tmp_path, data_root):
     whose one entry figures/curves/table10 shows at once, and decodes curves.png at its own width."""
     import struct
 
-    from browser import Browser
-    from test_report_browser import CLICK, CURVES_CATEGORY, DECODED_PNGS, GRID, LINK, ROW, SHARING, VIEW, chromium
-    from test_workflow import snakemake
+    from helpers.browser import Browser
+    from helpers.report_page import CLICK, CURVES_CATEGORY, DECODED_PNGS, GRID, LINK, ROW, SHARING, VIEW, chromium
+    from helpers.workflow import snakemake
 
     browser = chromium()
     grids = tmp_path / "grids"
@@ -166,7 +166,7 @@ def test_curves_are_in_the_report_under_training_curves(tmp_path, data_root):
 @pytest.mark.parametrize("router, key", [(None, None), ("expert_choice", "sampling_accuracy"),
                                          ("token_choice", "max_vio")])
 def test_training_logs_router_statistics_per_step(data_root, tmp_path, router, key):
-    from conftest import VOCAB, tiny_run
+    from helpers.tiny import VOCAB, tiny_run
     from mor.config import RouterConfig
     from mor.train.trainer import Trainer
 

@@ -2,11 +2,9 @@
 
 import re
 import tomllib
-from pathlib import Path
 
 import yaml
-
-REPO = Path(__file__).resolve().parent.parent
+from helpers.paths import REPO
 
 
 def _pins(specs):

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import VOCAB, tiny_run
+from helpers.tiny import VOCAB, tiny_run
 from mor.config import ConfigError, ExecConfig, ModelConfig, RouterConfig, exec_config, load_scales, run_config_from_dict
 from mor.model.transformer import build_model
 from mor.train.execution import apply_execution, chunked_cross_entropy
@@ -232,7 +232,7 @@ def _fsdp_exec_worker(rank, world, run, tokens, run_dir, port, execution):
 
     from mor.launch import distributed
     from mor.train.parallel import trainer_class
-    from test_launch import _FakeEnv
+    from helpers.launch import _FakeEnv
 
     os.environ["MASTER_PORT"] = str(port)
     info = distributed.init_distributed("cpu", env=_FakeEnv(rank, world))
@@ -253,7 +253,7 @@ def test_fsdp_with_accumulation_checkpointing_and_chunked_loss_equals_one_plain_
     the plain path on the same sequences (a recursive model: a tied layer called twice)."""
     from safetensors.torch import load_file
 
-    from test_launch import _free_port, single_process_reference
+    from helpers.launch import _free_port, single_process_reference
 
     run = tiny_run(steps=4, batch=4, seq_len=32, variant="recursive", tying="cycle", nr=2)
     run = dataclasses.replace(run, train=dataclasses.replace(run.train, micro_batch=2))  # draws of 2 per rank

@@ -2,7 +2,7 @@
 
 Offline (HF_HUB_OFFLINE=1): the folder carries its own modeling file, so nothing is fetched.
 Four trained runs (Vanilla, Recursive, expert-choice and token-choice MoR, a few steps each,
-like ``conftest.tiny_run``) are exported and loaded with ``AutoModelForCausalLM``; their
+like ``helpers.tiny.tiny_run``) are exported and loaded with ``AutoModelForCausalLM``; their
 logits are compared with ours teacher-forced (expert-choice: the training top-k) and under
 the causal routing of decoding, and ``generate()`` with our cached greedy ``decode.generate``.
 Every model variant of ``test_decode`` (KV sharing, aux routers, gating, router functions)
@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import VOCAB, tiny_run
+from helpers.tiny import VOCAB, tiny_run
 from mor.config import RouterConfig, RunConfig, model_shape
 from mor.export_hf import ExportError, export_run
 from mor.model import decode
@@ -196,7 +196,7 @@ def test_unfinished_run_is_refused(tmp_path, data_root):
 
 # --------------------------------------------------------------------------------- every variant
 def _variant_cases():
-    from test_decode import VARIANTS, cfg_id
+    from helpers.decode import VARIANTS, cfg_id
 
     return [pytest.param(c, id=cfg_id(c)) for c in VARIANTS]
 
@@ -204,7 +204,7 @@ def _variant_cases():
 @pytest.mark.parametrize("cfg", _variant_cases())
 def test_every_decode_variant_exports_with_equal_logits(tmp_path, data_root, cfg):
     """Random weights, routers scaled so the causal decision splits tokens (test_decode.make)."""
-    from test_decode import V, make
+    from helpers.decode import V, make
 
     model, x = make(cfg)
     hf = load_hf(export_run(fake_run(tmp_path, cfg, model, vocab=V), tmp_path / "hf", data_root=data_root))
@@ -234,7 +234,7 @@ RELAXED = [
 def test_relaxed_models_export_with_equal_logits(tmp_path, data_root, relaxation, rank, model_kw):
     """Relaxation parameters away from their identity init (LoRA B = 0, gains 1), so each counts."""
     from mor.config import ModelConfig
-    from test_decode import V, make
+    from helpers.decode import V, make
 
     cfg = ModelConfig(scale="tiny", relaxation=relaxation, relaxation_rank=rank, **model_kw)
     model, x = make(cfg)

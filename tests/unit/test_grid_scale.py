@@ -16,12 +16,12 @@ import pytest
 
 import mor.grids as grids_mod
 import mor.yaml_io as yaml_io
+from helpers.paths import REPO
 from mor.config import ConfigError, load_scales
 from mor.grids import GridError, load_grid
 from mor.jobs import KINDS
 from mor.launch.cost import run_jobs
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_dag import generated_grid  # noqa: E402
 

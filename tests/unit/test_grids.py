@@ -1,11 +1,9 @@
-from pathlib import Path
 
 import pytest
 import yaml
 
+from helpers.paths import REPO
 from mor.grids import GridError, all_grids, load_grid
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("path", all_grids(), ids=lambda p: p.stem)

@@ -3,7 +3,7 @@
     model / data  ->  train / eval / engine / lm_eval / analysis  ->  jobs  ->  launch  ->  cli
 
 Every import counts, at module level or inside a function, and so does the package
-``__init__`` an import runs (``tests/import_graph.py`` builds the graph; run it to print it).
+``__init__`` an import runs (``tests/helpers/import_graph.py`` builds the graph; run it to print it).
 Each check fails naming the offending import, file and line.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from import_graph import SRC, find_cycle, graph, modules
+from helpers.import_graph import SRC, find_cycle, graph, modules
 
 DOMAIN = ("mor.model", "mor.data", "mor.train", "mor.eval", "mor.engine", "mor.lm_eval", "mor.analysis",
           "mor.metrics")

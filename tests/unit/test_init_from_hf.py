@@ -144,7 +144,7 @@ def test_native_final_weights_of_a_vanilla_run_load(tmp_path):
 
 
 def test_make_model_applies_the_init(tmp_path):
-    from conftest import tiny_run
+    from helpers.tiny import tiny_run
     from mor.config import load_scales
     from mor.train.trainer import make_model
 

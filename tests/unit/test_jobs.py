@@ -10,7 +10,8 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from conftest import REPO, tiny_grid_file
+from helpers.paths import REPO
+from helpers.tiny import tiny_grid_file
 from mor.jobs import KINDS, RUN_KINDS, kind, resolve
 
 

@@ -1,7 +1,7 @@
 """mor.launch without Slurm: presets, the plan's numbers, rank discovery, the pickled callables,
 the inline launcher, and FSDP (2 gloo ranks) against a single-process run of the same batches.
 
-The real-Slurm behaviour (profile, DDP job, requeue, failure) is in test_slurm_workflow.py.
+The real-Slurm behaviour (profile, DDP job, requeue, failure) is in cluster/test_slurm_workflow.py.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ import subprocess
 import sys
 from contextlib import redirect_stdout
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import VOCAB, tiny_grid_file, tiny_run
-from deadlines import deadline
+from helpers.deadlines import deadline
+from helpers.launch import _FakeEnv, _free_port, single_process_reference
+from helpers.paths import REPO
+from helpers.tiny import VOCAB, tiny_grid_file, tiny_run
 from mor.config import RouterConfig, load_scales
 from mor.flops import train_flops
 from mor.grids import load_grid
@@ -30,23 +31,12 @@ from mor.launch.checkpointable import Job
 from mor.launch.cost import estimate, plan_grid
 from mor.launch.presets import DEFAULT_PRESETS, Preset, PresetError, load_presets
 from mor.train.parallel import trainer_class
-from mor.train.trainer import DistInfo, Trainer
+from mor.train.trainer import DistInfo
 
-REPO = Path(__file__).resolve().parent.parent
 PAPER_SCALES = ("135M", "360M", "730M", "1.7B")
 
 
 # ------------------------------------------------------------------ a reference for data parallelism
-def single_process_reference(run, run_dir: Path, tokens: Path, world: int) -> tuple[Trainer, dict]:
-    """Train ``run`` in this process on the sequences that ``world`` ranks would draw.
-
-    Under train.data_order "sequence" (the default) rank r trains the step's global sequences
-    r * per_rank .. (r + 1) * per_rank - 1 (mor.data.sampler), so one plain process sees the
-    same sequences, averages the same per-micro losses and takes the same optimizer steps (up
-    to the order of float additions); tests/test_sampler.py checks the tiling itself."""
-    assert run.train.data_order == "sequence" and run.train.global_batch % world == 0
-    tr = Trainer(run, run_dir, tokens, VOCAB, progress=False)
-    return tr, tr.fit()
 
 
 # ------------------------------------------------------------------ presets
@@ -219,7 +209,7 @@ def test_plan_counts_jobs_and_gpu_hours_of_table10():
     jobs = plan_grid(grid, presets)
     kinds = [j.kind for j in jobs]
     # every run: train, eval and (paper-10B lists six lm-eval tasks) lmeval; table10 draws no fig4a
-    # (no throughput job) and no figure that needs an analysis (tests/test_plan.py: those kinds)
+    # (no throughput job) and no figure that needs an analysis (tests/unit/test_plan.py: those kinds)
     assert {k: kinds.count(k) for k in set(kinds)} == {"train": 22, "eval": 22, "lmeval": 22}
     run = next(r.config for r in grid.runs if r.config.model.scale == "135M")
     job = next(j for j in jobs if j.run_id == run.run_id and j.kind == "train")
@@ -328,20 +318,6 @@ def test_unknown_run_id_is_an_error_naming_the_grid(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ FSDP on 2 gloo ranks
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _FakeEnv:
-    """The fields of submitit.JobEnvironment that init_distributed reads."""
-
-    def __init__(self, rank: int, world: int):
-        self.global_rank, self.num_tasks, self.local_rank = rank, world, rank
-        self.num_nodes, self.raw_job_id, self.hostnames = 1, "0", ["localhost"]
 
 
 def _fsdp_worker(rank, world, run, tokens, run_dir, port):

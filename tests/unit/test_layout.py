@@ -13,9 +13,9 @@ import re
 import tokenize
 from pathlib import Path
 
+from helpers.paths import REPO
 from mor import layout
 
-REPO = Path(__file__).resolve().parents[1]
 RUN_FILES = {layout.SUMMARY_FILE, layout.LM_EVAL_FILE, layout.THROUGHPUT_FILE, layout.TRAIN_LOG_FILE,
              layout.JOB_RECORD_FILE}
 _QUOTES = re.compile(r"^[rbfuRBFU]*(\"\"\"|\x27\x27\x27|\"|\x27)|(\"\"\"|\x27\x27\x27|\"|\x27)$")  # a token's quotes

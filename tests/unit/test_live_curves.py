@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import VOCAB, tiny_run
+from helpers.tiny import VOCAB, tiny_run
 from mor.train.live_curves import LiveCurves, parse_setting, scalars, tag
 from mor.train.trainer import Trainer
 from mor.train_log import read_train_log

@@ -19,7 +19,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import REPO, VOCAB, tiny_run
+from helpers.paths import REPO
+from helpers.tiny import VOCAB, tiny_run
 from mor.config import RouterConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

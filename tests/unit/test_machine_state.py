@@ -1,4 +1,4 @@
-"""The CI's machine-state check (tests/machine_state.py): what it blames on the suite.
+"""The CI's machine-state check (tests/helpers/machine_state.py): what it blames on the suite.
 
 A file some process already held open for writing before the snapshot (the CI runner's own
 log) is not the suite's doing; a file changed by anyone else, or opened for writing only
@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import machine_state  # noqa: E402
+from helpers import machine_state
+from helpers.paths import TESTS
 
 # Appends each line it reads on stdin to the file named on its command line, and says "ok".
 WRITER = r"""
@@ -71,9 +70,9 @@ def test_a_log_written_by_an_earlier_process_is_not_blamed_on_the_suite(tmp_path
 def test_the_checks_own_output_file_is_not_blamed(tmp_path):
     """`.ci/run > log`: the log is the check's (inherited) standard output."""
     log = tmp_path / "ci.log"
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import machine_state as m; "
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from helpers import machine_state as m; "
             "print(json.dumps(sorted(m.ancestors_output())), file=sys.stderr)")
     with open(log, "w") as out:
-        r = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], stdout=out,
+        r = subprocess.run([sys.executable, "-c", code, str(TESTS)], stdout=out,
                            stderr=subprocess.PIPE, text=True, check=True)
     assert str(log) in json.loads(r.stderr)

@@ -1,8 +1,8 @@
 """The whole claims machinery under a global null: why this test exists.
 
-tests/test_stats.py checks the family-wise rate of the sequential design on bare arrays, with
+tests/unit/test_stats.py checks the family-wise rate of the sequential design on bare arrays, with
 its own stand-in for the allocation rule (smallest p first, cost ignored), and
-tests/test_claims.py runs the real ``evaluate()`` at a fixed 9 seeds, with no adaptive stopping.
+tests/unit/test_claims.py runs the real ``evaluate()`` at a fixed 9 seeds, with no adaptive stopping.
 Neither runs what `tables/claims` actually does: the claims' predicates on results frames
 (seeds dropped, binding comparison, Holm over every built claim), then
 ``mor.claims.seeding.plan`` with the pre-registered budget (most promising claims first, shared
@@ -26,19 +26,18 @@ from __future__ import annotations
 import json
 import math
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as st
 
+from helpers.paths import REPO
 from mor.claims import CLAIMS, evaluate, load_frames, load_specs
 from mor.claims.registry import load_family
 from mor.claims.seeding import Budget, load_budget, next_round, runs_per_seed
 from mor.grids import load_grid
 
-REPO = Path(__file__).resolve().parent.parent
 GRIDS = ("deciding", "fig5c")
 DESIGN, SPECS = load_specs()
 # the claims these two grids build: Holm's family, as evaluate() makes it from what is built

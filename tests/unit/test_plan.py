@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.paths import REPO
 from mor.config import ModelConfig, RouterConfig, capacities, load_scales, model_shape
 from mor.flops import (capped_forward_flops_per_token, decode_flops_per_token, forward_flops_per_token, layer_params,
                        plan_for, recursion_flops_per_token, router_params)
@@ -19,7 +20,6 @@ from mor.launch.cost import lm_eval_sizes, plan_grid
 from mor.launch.plan import format_plan
 from mor.launch.presets import DEFAULT_PRESETS, load_presets
 
-REPO = Path(__file__).resolve().parent.parent
 GRIDS = REPO / "grids"
 SCALES = load_scales()
 

@@ -1,14 +1,14 @@
 """tables/real_weights (mor.reports.real_weights) from a results file written here."""
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from helpers.paths import REPO
 from mor.results import RUN_SCHEMA, write_rows
 
-GRID = Path(__file__).resolve().parent.parent / "grids" / "real_weights.yaml"
+GRID = REPO / "grids" / "real_weights.yaml"
 TASKS = ("mor_lambada", "mor_hellaswag", "mor_piqa", "mor_winogrande", "mor_arc_easy", "mor_arc_challenge")
 
 

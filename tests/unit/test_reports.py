@@ -1,24 +1,15 @@
 """Reports are drawn from parquet alone: synthetic result rows in, tables and figures out."""
 
-import json
 
 import pandas as pd
 import pytest
 
-from conftest import bar_heights, png_size
+from helpers.figures import bar_heights, png_size
+from helpers.tiny import _row
 from mor.config import ModelConfig, RouterConfig, RunConfig
 from mor.reports import RENDERERS, render
 from mor.reports.ablation import varying_axes
 from mor.results import write_rows
-
-
-def _row(run: RunConfig, **metrics):
-    m = run.model
-    return {"run_id": run.run_id, "grid": run.grid, "config_hash": run.config_hash, "git_commit": "abc123", "mode": "local",
-            "scale": m.scale, "paper_scale": run.paper_scale, "seed": 0, "variant": m.variant,
-            "tying": None if m.variant == "vanilla" else m.tying, "num_recursions": m.num_recursions,
-            "reduced": m.reduced, "n_params": 1000, "unique_layers": 2, "effective_layers": 4,
-            "config_json": json.dumps(run.to_dict()), **metrics}
 
 
 def test_varying_axes_finds_only_what_changes():

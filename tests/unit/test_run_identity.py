@@ -16,13 +16,12 @@ import pytest
 import torch
 import yaml
 
-from conftest import VOCAB, tiny_run
+from helpers.paths import REPO
+from helpers.tiny import VOCAB, tiny_run
 from mor.config import ConfigError, ModelConfig, RunConfig, TrainConfig, run_config_from_dict
 from mor.grids import grid_path, load_grid
 from mor.launch.cost import plan_grid
 from mor.launch.presets import load_presets
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _ids(grid) -> list[str]:
@@ -145,7 +144,7 @@ def test_the_id_is_cached_and_follows_a_replaced_config():
 def test_train_micro_batch_under_sequence_order_trains_the_same_weights(data_root, tmp_path):
     """Why it may leave the id: with data_order 'sequence' a step trains on the same
     sequences whatever train.micro_batch is, and the passes it sets change float summation
-    order only (the same tolerance as tests/test_exec_settings.py)."""
+    order only (the same tolerance as tests/unit/test_exec_settings.py)."""
     from mor.train.trainer import Trainer
 
     tokens = data_root / "tokens" / f"train-bpe-{VOCAB}.npy"

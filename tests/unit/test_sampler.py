@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import VOCAB, tiny_run
+from helpers.tiny import VOCAB, tiny_run
 from mor.config import ConfigError, ExecConfig, run_config_from_dict
 from mor.data.sampler import TokenSampler, load_tokens
 from mor.train.trainer import DistInfo, Trainer
 
 # Float summation order differs between one process and the ranks' all-reduce; see
-# tests/test_exec_settings.py (a wrong batch moves a weight by ~lr = 3e-3 per step).
+# tests/unit/test_exec_settings.py (a wrong batch moves a weight by ~lr = 3e-3 per step).
 ATOL = 5e-5
 
 
@@ -119,7 +119,7 @@ def test_legacy_rank_order_reproduces_the_old_draws_and_run_ids(data_root, tmp_p
                 old = [_old_draw(tokens, 32, 5, step, d, r, 2) for d in range(per_rank // 2)]
                 assert np.array_equal(torch.cat([x for x, _ in got]).numpy(), np.concatenate([x for x, _ in old]))
                 assert np.array_equal(torch.cat([y for _, y in got]).numpy(), np.concatenate([y for _, y in old]))
-    sampler = TokenSampler(tokens, 32, seed=5)  # the legacy address alone (tests/test_fineweb.py uses it)
+    sampler = TokenSampler(tokens, 32, seed=5)  # the legacy address alone (tests/workflow/test_fineweb.py uses it)
     x, y = sampler.batch(9, 1, 3, 4)
     want_x, want_y = _old_draw(tokens, 32, 5, 9, 1, 3, 4)
     assert np.array_equal(x.numpy(), want_x) and np.array_equal(y.numpy(), want_y)
@@ -151,7 +151,7 @@ def _ddp_worker(rank, world, run, tokens, out, port):
 
     from mor.launch import distributed
     from mor.train.parallel import trainer_class
-    from test_launch import _FakeEnv
+    from helpers.launch import _FakeEnv
 
     os.environ["MASTER_PORT"] = str(port)
     info = distributed.init_distributed("cpu", env=_FakeEnv(rank, world))
@@ -180,7 +180,7 @@ def two_ranks_then_one(data_root, tmp_path_factory):
     process (1 pass of 4)."""
     from safetensors.torch import load_file
 
-    from test_launch import _free_port
+    from helpers.launch import _free_port
 
     out = tmp_path_factory.mktemp("ranks")
     run = tiny_run(steps=4, batch=4, seq_len=32, variant="recursive", tying="cycle", nr=2)

@@ -4,17 +4,16 @@ CPU budget; blocks shared by claims are paid once."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from helpers.paths import REPO
 from mor.claims import load_specs
 from mor.claims.seeding import Budget, load_budget, next_look, plan, runs_per_seed
 from mor.grids import load_grid
 from mor.stats import Design
 
-REPO = Path(__file__).resolve().parent.parent
 DESIGN, SPECS = load_specs()
 D3 = Design(looks=(3, 6, 9))  # the allocation rule's tests read looks at 3, 6, 9 (the shipped design's are 6, 9)
 

@@ -23,64 +23,23 @@ from pathlib import Path
 
 import pytest
 
-from deadlines import deadline
-from slurm_cluster import restart_cluster, slurm_tests_enabled, stop_daemon
+from helpers.deadlines import deadline
+from helpers.paths import REPO
+from helpers.slurm_cluster import restart_cluster, slurm_tests_enabled, stop_daemon
+from helpers.slurm_fakes import NEW_ID, fake  # noqa: F401  (fixture: fake sbatch / sacct / squeue on PATH)
+from helpers.slurm_jobs import job_ids, launch, sacct_states, wait_for, write_grid, write_presets
 from submitit.core.utils import JobPaths, cloudpickle_dump
-from test_slurm_workflow import job_ids, launch, sacct_states, wait_for, write_grid, write_presets
 
 from mor.grids import load_grid
 from mor.launch.presets import Preset
 from mor.launch.slurm import LaunchError, slurm_state, submit_and_wait
 
-REPO = Path(__file__).resolve().parent.parent
-NEW_ID = "4242"  # what the fake sbatch answers
 DB_DOWN = "sacct: error: Problem talking to the database: Connection refused"
 NO_CTLD = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
 INVALID = "slurm_load_jobs error: Invalid job id specified"
 
 
 # ------------------------------------------------------------------ fake Slurm clients on PATH
-FAKE = """#!/bin/sh
-# fake {name}: logs its arguments, answers from $MOR_FAKE_SLURM/{name}.out / .err / .rc
-d="$MOR_FAKE_SLURM"
-echo "{name} $*" >> "$d/calls"
-[ -f "$d/{name}.out" ] && cat "$d/{name}.out"
-[ -f "$d/{name}.err" ] && cat "$d/{name}.err" >&2
-exit "$(cat "$d/{name}.rc" 2>/dev/null || echo 0)"
-"""
-
-
-class FakeSlurm:
-    """sacct, squeue, sbatch, scancel and srun as shell scripts in one directory put first on PATH
-    (submitit only looks for ``srun`` to know it is on a cluster), so these tests need no Slurm
-    installation."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        root.mkdir()
-        for name in ("sacct", "squeue", "sbatch", "scancel", "srun"):
-            exe = root / name
-            exe.write_text(FAKE.format(name=name))
-            exe.chmod(0o755)
-        self.answer("sbatch", out=f"Submitted batch job {NEW_ID}\n")
-        (root / "calls").write_text("")
-
-    def answer(self, name: str, out: str = "", err: str = "", rc: int = 0) -> None:
-        """What ``name`` prints and exits with from now on (a test may change it mid-wait)."""
-        (self.root / f"{name}.out").write_text(out)
-        (self.root / f"{name}.err").write_text(err)
-        (self.root / f"{name}.rc").write_text(str(rc))
-
-    def calls(self, name: str) -> list[str]:
-        return [ln for ln in (self.root / "calls").read_text().splitlines() if ln.split()[0] == name]
-
-
-@pytest.fixture
-def fake(tmp_path, monkeypatch) -> FakeSlurm:
-    f = FakeSlurm(tmp_path / "bin")
-    monkeypatch.setenv("MOR_FAKE_SLURM", str(f.root))
-    monkeypatch.setenv("PATH", f"{f.root}{os.pathsep}{os.environ['PATH']}")
-    return f
 
 
 def paths(folder: Path, job_id: str = NEW_ID, task: int = 0) -> JobPaths:
@@ -316,7 +275,8 @@ def test_without_mor_tests_the_slurm_fixture_skips_before_starting_anything(tmp_
     state = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if k != "MOR_TESTS"}
     env.update(MOR_SLURM_STATE=str(state), PYTHONPATH=str(REPO / "src"))
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(REPO / "tests" / "test_slurm_cluster.py"), "-q", "-rs",
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(REPO / "tests" / "cluster" / "test_slurm_cluster.py"),
+                           "-q", "-rs",
                            "-p", "no:cacheprovider", "-k", "returns_result"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=deadline(120), check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -51,7 +51,7 @@ def test_one_step_at_lr_1e30_moves_no_weight_by_more_than_1e30():
     lr 1e-30 with real gradients, leaves every nonzero float32 weight bit for bit (the update is
     below its resolution); an exact zero (the Q4_1 weights have many) becomes at most 1e-30 in
     magnitude. So the run's NLL is the step-0 NLL."""
-    from conftest import tiny_run
+    from helpers.tiny import tiny_run
     from mor.config import load_scales
     from mor.model.transformer import build_model
     from mor.train.trainer import make_optimizer

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from helpers.paths import REPO
 from mor.grids import GridError, load_grid
 from mor.results import RUN_SCHEMA, write_rows
 from mor.status import Paths, collect, log_tail, render, resolve_targets
 
-REPO = Path(__file__).resolve().parent.parent
 GRIDS = REPO / "grids"
 
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import VOCAB, tiny_run
+from helpers.tiny import VOCAB, tiny_run
 from mor.config import EvalConfig, ModelConfig, RouterConfig, load_scales
 from mor.flops import forward_flops_per_token, layer_params, param_count
 from mor.model.router_losses import router_z_loss, token_choice_balance_loss

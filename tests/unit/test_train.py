@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from conftest import VOCAB, tiny_run
+from helpers.tiny import VOCAB, tiny_run
 from mor.config import ModelConfig, RunConfig, TrainConfig
 from mor.train.checkpoint import CheckpointError
 from mor.train.schedule import wsd_lr

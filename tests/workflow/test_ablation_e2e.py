@@ -8,7 +8,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from test_workflow import REPO, snakemake
+from helpers.paths import REPO
+from helpers.workflow import snakemake
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import pytest
 
-from test_workflow import TINY_LOCAL_MODE, snakemake
+from helpers.workflow import TINY_LOCAL_MODE, snakemake
 
 from mor.claims import load_specs
 from mor.claims.seeding import load_budget, next_look

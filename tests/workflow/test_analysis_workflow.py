@@ -9,8 +9,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import png_size
-from test_workflow import TINY_LOCAL_MODE, job_counts, plan, snakemake
+from helpers.figures import png_size
+from helpers.workflow import TINY_LOCAL_MODE, job_counts, plan, snakemake
 
 ARTIFACTS = ("figures/fig1", "figures/fig5b", "figures/fig5c", "figures/fig7", "figures/fig8", "tables/table17")
 GRID = """
@@ -97,7 +97,7 @@ def test_analysis_figures_build_from_a_tiny_grid(tmp_path, data_root):
 
 
 def test_dry_run_of_the_paper_grids_lists_one_analysis_per_run_that_needs_one(tmp_path):
-    from test_workflow import REPO
+    from helpers.paths import REPO
 
     out = snakemake(*ARTIFACTS, "-n", "--nolock", "--directory", str(tmp_path),
                     "--config", f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}")

@@ -1,4 +1,4 @@
-"""The chaos test (tests/chaos.py) in the suite: >= 10 kill -9s of the whole workflow over
+"""The chaos test (tests/helpers/chaos.py) in the suite: >= 10 kill -9s of the whole workflow over
 train, eval, collect and report, each followed by the same command; the final parquet and
 tables must equal an undisturbed run's, with no manual step and no corrupt file."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos import run_chaos
+from helpers.chaos import run_chaos
 
 
 @pytest.mark.slow

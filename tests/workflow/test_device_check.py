@@ -5,11 +5,9 @@ report (so device time is never spent on a broken script)."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.paths import REPO as ROOT
 
 
 def test_device_check_runs_on_cpu_and_reports(tmp_path):

@@ -16,7 +16,7 @@
   error that names the file.
 
 Every wait is on an event (a file, a line, a process state); deadlines only bound a hang and
-scale with the machine (tests/deadlines.py).
+scale with the machine (tests/helpers/deadlines.py).
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, run_group
-from deadlines import deadline, wait_for
-from test_checkpoint import reference  # noqa: F401 - the undisturbed run the damaged ones are held to
-from test_workflow import E2E_GRID, SNAKEMAKE
+from helpers.checkpoint import reference  # noqa: F401 - the undisturbed run the damaged ones are held to
+from helpers.deadlines import deadline, wait_for
+from helpers.paths import REPO
+from helpers.procs import run_group
+from helpers.workflow import E2E_GRID, SNAKEMAKE
 
 from mor.grids import SCHEMA_FILE, load_grid
 
@@ -241,7 +242,7 @@ def test_a_full_disk_during_training_fails_clearly_keeps_the_last_checkpoint_and
     checkpoint is intact and no temporary is left. With the space back, the same command
     resumes at step 2 and ends with the weights and losses of an undisturbed run."""
     from safetensors.torch import load_file
-    from test_slurm_workflow import write_grid
+    from helpers.slurm_jobs import write_grid
 
     from mor.train.checkpoint import load_latest
 
@@ -290,7 +291,7 @@ def test_a_full_disk_during_collection_and_rendering_keeps_the_previous_outputs(
     writes them, numbers made up): exit 2, one line naming the file and what to do; the
     previous grid table and the previous rendered table are whole, no temporary is left;
     with the space back the same commands write them again."""
-    from test_reports import _row
+    from helpers.tiny import _row
 
     from mor.cli import main
     from mor.config import ModelConfig, RunConfig
@@ -341,7 +342,7 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_previous_good_one(referenc
     """A run killed after step 8 (checkpoints at 4 and 8) whose newest checkpoint is then
     damaged: the resume names the bad file, takes step 4's, and ends bit for bit where an
     undisturbed run ends; never a half-read state."""
-    from test_checkpoint import _assert_same_run, _partial, _trainer
+    from helpers.checkpoint import _assert_same_run, _partial, _trainer
 
     run, ref = reference
     d = tmp_path / "run"
@@ -362,7 +363,7 @@ def _launch(kind: str, grid: Path, run_id: str, workdir: Path, data_root: Path, 
 
 
 def _one_run_grid(tmp_path: Path) -> tuple[Path, str]:
-    from test_slurm_workflow import write_grid
+    from helpers.slurm_jobs import write_grid
 
     grid = write_grid(tmp_path / "grids", "bad", steps=4, tying=False)
     return grid, load_grid(grid, "local").runs[0].run_id
@@ -461,10 +462,10 @@ def test_asked_for_slurm_tests_fail_with_the_reason_when_the_cluster_cannot_star
     up = tmp_path / "up.sh"
     up.write_text("echo '[testcluster] apt-get install failed (rc=100)' >&2\nexit 3\n")
     (tmp_path / "broken_up.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\nimport slurm_cluster\n"
+        f"import sys\nsys.path.insert(0, {str(REPO / 'tests')!r})\nfrom helpers import slurm_cluster\n"
         f"from pathlib import Path\nslurm_cluster.UP_SH = Path({str(up)!r})\n")
     env = dict(os.environ, MOR_TESTS="slurm", MOR_SLURM_STATE=str(tmp_path / "state"))
-    proc = _inner_pytest(tmp_path, "test_slurm_cluster.py", env, "-p", "broken_up")
+    proc = _inner_pytest(tmp_path, "cluster/test_slurm_cluster.py", env, "-p", "broken_up")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "2 failed" in out or "1 failed, 1 error" in out or "2 errors" in out, out[-3000:]
@@ -483,7 +484,7 @@ def test_asked_for_browser_test_fails_with_the_reason_when_chromium_cannot_be_ha
     apt.write_text("#!/bin/sh\necho 'E: Unable to locate package chromium' >&2\nexit 100\n")
     apt.chmod(0o755)
     env = dict(os.environ, MOR_TESTS="browser", PATH=str(bin_dir))
-    proc = _inner_pytest(tmp_path, "test_report_browser.py", env)
+    proc = _inner_pytest(tmp_path, "cluster/test_report_browser.py", env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "1 failed" in out.splitlines()[-1] and "skipped" not in out.splitlines()[-1], out[-3000:]
@@ -523,7 +524,7 @@ def test_lock_files_are_stale_only_when_no_workflow_holds_the_folder(tmp_path):
 
 # ------------------------------------------------------------------ a SIGKILLed workflow, two writers
 def _state(pid: int) -> str | None:
-    from procs import stat
+    from helpers.procs import stat
 
     s = stat(pid)
     return None if s is None else str(s["state"])
@@ -557,7 +558,7 @@ def test_a_sigkilled_workflow_leaves_no_trainer_behind_and_loses_no_step(tmp_pat
     (it cannot kill its jobs), and the trainer is let go. It notices its workflow is gone,
     stops at the end of its step with a checkpoint of that step, logs why and exits; its run's
     writer lock is free for the next run, which resumes from that checkpoint."""
-    from test_slurm_workflow import write_grid
+    from helpers.slurm_jobs import write_grid
 
     grids = tmp_path / "grids"
     grid = write_grid(grids, "orphan", steps=20_000, tying=False, checkpoint_every=10_000)

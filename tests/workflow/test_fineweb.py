@@ -24,13 +24,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from deadlines import deadline
+from helpers.deadlines import deadline
+from helpers.paths import REPO
 from mor.data.sampler import TokenSampler, load_tokens
 from mor.data.shards import Chunk, Position, ShardError, ShardedTokens, write_shards
 from mor.data.tokenizer import load_tokenizer
 from mor.data.tokens import read_documents
 
-REPO = Path(__file__).resolve().parent.parent
 FILES = 3
 SHARD = 20_000
 VAL = 15_000

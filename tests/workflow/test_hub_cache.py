@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers.paths import REPO
 from mor.data.paths import DataPaths
 from mor.data.shards import FORMAT
 from mor.data.tokenizer import load_tokenizer, vocab_size

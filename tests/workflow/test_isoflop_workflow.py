@@ -9,7 +9,8 @@ import pytest
 
 from mor.budget import step_flops
 from mor.grids import load_grid
-from test_workflow import REPO, job_counts, snakemake
+from helpers.paths import REPO
+from helpers.workflow import job_counts, snakemake
 
 ISO_GRID = """
 name: iso

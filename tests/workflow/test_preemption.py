@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from helpers.paths import REPO
 from mor.atomic import sha256_file
 from mor.grids import load_grid
 from mor.train.checkpoint import load_latest

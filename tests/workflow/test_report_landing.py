@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
+from helpers.paths import REPO
 from mor.reports.landing import CLAIMS_CATEGORY, CURVES_CATEGORY, landing_rst
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _html(rst: str) -> str:
@@ -65,8 +63,8 @@ def test_the_report_opens_on_the_results(tmp_path, data_root):
     metadata (with it, the report's app starts on the landing view, not the rule graph) and
     the landing text; table10 alone builds no claims table, so the training curves come first
     in it and in the menu, then the paper's section."""
-    from test_report_browser import GRID
-    from test_workflow import snakemake
+    from helpers.report_page import GRID
+    from helpers.workflow import snakemake
 
     grids = tmp_path / "grids"
     grids.mkdir()

@@ -9,17 +9,16 @@ from __future__ import annotations
 import os
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
+from helpers.paths import REPO
 from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS
 from mor.launch.cost import plan_grid
 from mor.launch.resources import preset_resources, resource
 from mor.launch.presets import PresetError, load_presets
 
-REPO = Path(__file__).resolve().parents[1]
 RULE_KIND = {"train": "train", "eval": "eval", "lmeval": "lmeval", "analysis": "analysis", "throughput": "throughput"}
 
 
@@ -39,7 +38,7 @@ def dry_run_jobs(text: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    from conftest import run_group
+    from helpers.procs import run_group
 
     wd = tmp_path_factory.mktemp("slurm-dry")
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))

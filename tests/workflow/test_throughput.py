@@ -19,8 +19,9 @@ from mor.throughput_protocol import THROUGHPUT_FILE, baseline, load_protocol
 from mor.reports import render
 from mor.reports.fig4a import pareto, throughput_table
 from mor.results import write_rows
-from test_reports import _row
-from test_workflow import REPO, TINY_LOCAL_MODE, job_counts, snakemake
+from helpers.paths import REPO
+from helpers.tiny import _row
+from helpers.workflow import TINY_LOCAL_MODE, job_counts, snakemake
 
 
 def test_protocol_has_both_modes_and_app_e_values():

@@ -6,30 +6,12 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-
-
-def snakemake(*args, cwd=REPO, check=True):
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-    from conftest import run_group
-
-    proc = run_group([*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--profile", str(REPO / "local"), *args],
-                     cwd=cwd, env=env, timeout=900)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return proc
-
-
-def job_counts(output: str) -> dict[str, int]:
-    block = output.split("Job stats:")[1].split("\n\n")[0]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", block, re.M) if m.group(1) != "total"}
+from helpers.paths import REPO
+from helpers.workflow import E2E_GRID, SNAKEMAKE, job_counts, plan, reference_nll, snakemake
 
 
 def expected_jobs(grid_names: list[str], tables: int = 0, figures: int = 0, data: bool = True) -> dict[str, int]:
@@ -105,32 +87,6 @@ def test_bad_presets_stop_the_slurm_workflow_before_any_job(tmp_path, text, mess
     assert not (tmp_path / "runs").exists() and not (tmp_path / "logs").exists()
 
 
-# The local mode of the test grids: the tiny scale, 16 steps of 8 x 64 tokens, a short eval.
-TINY_LOCAL_MODE = """modes:
-  local:
-    scale_map: {135M: tiny}
-    set:
-      train: {tokens: 8192, seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 8}
-      eval: {nll_tokens: 2048, batch: 8}
-"""
-
-E2E_GRID = """
-name: e2e
-artifacts: [tables/table10, figures/fig6]
-defaults:
-  data: {source: django-docs, tokenizer: bpe-4096}
-runs:
-  - label: Vanilla
-    set: {model.variant: vanilla}
-    axes: {model.scale: [135M]}
-  - label: "{model_tying}"
-    set: {model.variant: recursive, model.num_recursions: 2}
-    axes: {model.scale: [135M], model.tying: [middle_cycle]}
-""" + TINY_LOCAL_MODE + """reference:
-  - {paper_scale: 135M, variant: recursive, tying: middle_cycle, num_recursions: 2, val_nll: 3.0330}
-"""
-
-
 def test_two_run_grid_end_to_end_through_the_local_profile(tmp_path, data_root):
     grids = tmp_path / "grids"
     grids.mkdir()
@@ -171,7 +127,7 @@ def assert_fig6_shows(workdir: Path, rows: list[dict]) -> None:
     process draws from the workflow's parquet, whose bars and line are the runs' NLLs."""
     import matplotlib.pyplot as plt
 
-    from conftest import bar_heights
+    from helpers.figures import bar_heights
     from mor.reports import render
 
     redraw = workdir / "redraw"
@@ -198,40 +154,6 @@ def assert_fig6_shows(workdir: Path, rows: list[dict]) -> None:
     png = "figures/fig6/fig6.png"
     assert (workdir / png).read_bytes() == (redraw / png).read_bytes(), "the workflow drew another figure"
     assert (workdir / "figures" / "fig6" / "fig6.pdf").read_bytes()[:4] == b"%PDF"
-
-
-def reference_nll(workdir: Path, row: dict, data_root: Path) -> float:
-    """Validation NLL of a run's final weights, from the model's training loss (F.cross_entropy)
-    over the eval job's windows: consecutive seq_len + 1 tokens of the validation split."""
-    import json
-
-    import numpy as np
-    import torch
-
-    from mor.config import run_config_from_dict
-    from mor.train.checkpoint import load_model_weights
-    from mor.train.trainer import make_model
-
-    cfg = run_config_from_dict(json.loads(row["config_json"]))
-    model = make_model(cfg, 4096, torch.device("cpu"), load_init=False)
-    load_model_weights(workdir / "runs" / row["grid"] / row["run_id"] / "final" / "model.safetensors", model)
-    model.eval()
-    t = cfg.train.seq_len
-    val = np.load(data_root / "tokens" / "val-bpe-4096.npy")
-    n = min(len(val) // (t + 1), cfg.eval.nll_tokens // t)
-    windows = torch.from_numpy(val[: n * (t + 1)].astype(np.int64)).view(n, t + 1)
-    with torch.no_grad():
-        losses = [model(w[None, :-1], w[None, 1:]).lm_loss.item() for w in windows]
-    assert row["val_tokens"] == n * t
-    return sum(losses) / n
-
-
-def plan(workdir: Path, grids: Path, data_root: Path, *targets: str) -> dict[str, int]:
-    """Job counts of a dry run (`-n`) of ``targets`` ({} when nothing is to be done)."""
-    out = snakemake(*targets, "-n", "--directory", str(workdir), "--config", f"grids_dir={grids}",
-                    f"data_root={data_root}")
-    text = out.stdout + out.stderr
-    return {} if "Nothing to be done" in text else job_counts(text)
 
 
 def test_grid_edits_redo_only_what_they_change(tmp_path, data_root):
@@ -297,7 +219,7 @@ def test_grid_edits_redo_only_what_they_change(tmp_path, data_root):
         text = rules.read_text()
         rules.write_text(text.replace(" > {log:q} 2>&1", "  >{log:q}  2>&1"))
         assert rules.read_text() != text
-    from conftest import run_group
+    from helpers.procs import run_group
 
     proc = run_group([*SNAKEMAKE, "--snakefile", str(edited / "Snakefile"), "--profile", str(edited / "local"), *targets,
                       "-n", "--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}"],

@@ -12,7 +12,7 @@
 #              a note on every round.
 # The looks are pre-registered and Holm runs over the mode's pre-registered family (design.family),
 # so which claims the data send seeds to (cheapest expected decision first) does not inflate the error rate (mor.claims.seeding's docstring,
-# tests/test_stats.py). Tables and figures draw the grids' own seeds (results/<grid>.parquet).
+# tests/unit/test_stats.py). Tables and figures draw the grids' own seeds (results/<grid>.parquet).
 rule collect_round:
     input:
         round_run_results,

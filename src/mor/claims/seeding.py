@@ -14,7 +14,7 @@ and its sequential p-value can only be larger than if it had run them all. Holm'
 the mode's family pre-registered in grids/claims/claims.yaml, whether or not a member reached a
 look (``mor.claims.verdict``),
 so the data never choose the family either. Holm over those p-values still controls the
-family-wise error (tests/test_stats.py simulates exactly this).
+family-wise error (tests/unit/test_stats.py simulates exactly this).
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, spe
     ``previous`` asked for; a grid missing here has no runs to raise).
 
     Each grid's frame is read for the runs of the grid at those seeds and no others, so a
-    round's verdicts rest on the seeds its plan asked for. tests/test_null_adaptive.py runs
+    round's verdicts rest on the seeds its plan asked for. tests/unit/test_null_adaptive.py runs
     this, round after round, on simulated results."""
     from mor.claims.registry import CLAIMS
     from mor.claims.verdict import evaluate

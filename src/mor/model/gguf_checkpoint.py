@@ -23,7 +23,7 @@ Tokenizer: byte-level BPE from ``tokenizer.ggml.tokens`` / ``merges``; the pre-t
 llama.cpp's for ``tokenizer.ggml.pre = smollm`` (every digit on its own, then GPT-2's split, as
 SmolLM2's own ``tokenizer.json``); control tokens (``<|endoftext|>`` = 0, ``<|im_start|>``, ...)
 are special and never split. transformers' GGUF tokenizer leaves out the digit split (it knows no
-``smollm`` rule); on the Django validation split both give identical ids (tests/test_smollm2.py),
+``smollm`` rule); on the Django validation split both give identical ids (tests/unit/test_smollm2.py),
 on text with digit runs the two can differ.
 """
 
