@@ -1,7 +1,7 @@
 """What a test session leaves on the machine (helper and command, not a test module).
 
     python tests/helpers/machine_state.py snapshot BEFORE.json    # before the suite
-    MOR_SUITE_ID=... pytest ...                           # every process it starts inherits the id
+    MOR_SUITE_ID=... pytest ...                                   # every process it starts inherits the id
     python tests/helpers/machine_state.py check BEFORE.json       # after: exit 1 if anything was left
 
 ``check`` compares three things with the snapshot and prints each list:
