@@ -20,7 +20,7 @@ from mor.analysis.sidecar import TOKENIZER_ARTIFACTS
 # the figure modules eagerly pulled in matplotlib, seaborn and scipy on every dry run (~1.1 s on
 # an idle machine, several seconds on a loaded one). The ablation tables are one function
 # (mor.reports.ablation.render_ablation) with the spec of that name (ablation.SPECS; the names
-# are listed here so the keys need no import, and tests/test_reports.py checks they match).
+# are listed here so the keys need no import, and tests/unit/test_reports.py checks they match).
 ABLATIONS = ("deciding", "table11", "table12", "table13", "table14", "table15", "table16")
 RENDERERS = {
     "tables/table9": "table9:render",
