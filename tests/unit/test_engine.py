@@ -21,14 +21,13 @@ import torch
 
 import typing
 
-from mor.config import ModelConfig, RouterConfig, Tying, load_scales
+from mor.config import ModelConfig, RouterConfig, Tying
 from mor.engine import Engine, Request
 from mor.grids import grid_path, load_grid
-from mor.model.decode import generate
-from mor.model.transformer import build_model
 
-TINY = load_scales()["tiny"]
-V, MAX_LEN = 50, 16
+from helpers.engine import TINY, V, make, solo
+
+MAX_LEN = 16
 GRIDS = ("table10", "table13", "table14", "table15")
 
 
@@ -59,23 +58,6 @@ def requests(n: int, seed: int = 0) -> list[Request]:
     """Staggered prompt (1..6) and generation (1..9) lengths."""
     rnd = random.Random(seed)
     return [Request(i, [rnd.randrange(V) for _ in range(rnd.randint(1, 6))], rnd.randint(1, 9)) for i in range(n)]
-
-
-def make(cfg: ModelConfig, seed: int = 0):
-    """A tiny model in eval mode; MoR routers get std-1 weights (decisive logits)."""
-    torch.manual_seed(seed)
-    model = build_model(cfg, TINY, V).eval()
-    with torch.no_grad():
-        for router in model.routers:
-            for head in (router.head, getattr(router, "aux_head", None)):
-                for p in head.parameters() if head is not None else ():
-                    if p.dim() == 2:
-                        torch.nn.init.normal_(p, std=1.0)
-    return model
-
-
-def solo(model, req: Request) -> list[int]:
-    return generate(model, torch.tensor([req.prompt]), req.max_new_tokens)[0, len(req.prompt):].tolist()
 
 
 def early_exits(res) -> bool:

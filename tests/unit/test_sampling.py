@@ -45,7 +45,7 @@ def test_sampled_frequencies_match_the_tempered_nucleus():
 
 
 def _model(seed=0):
-    from tests.test_engine import make
+    from helpers.engine import make
 
     return make(ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=3,
                             router=RouterConfig(aux="aux_router")), seed)
@@ -69,7 +69,7 @@ def test_engine_sampling_is_seeded_and_independent_of_batching():
     assert greedy.outputs != a.outputs  # temperature 1 over 50 tokens of a random model samples
     other = Engine(model, batch=3, max_len=16).run([dataclasses.replace(r, seed=4) for r in reqs])
     assert other.outputs != a.outputs
-    from tests.test_engine import solo
+    from helpers.engine import solo
 
     narrow = Engine(model, batch=3, max_len=16).run([dataclasses.replace(r, top_p=1e-6) for r in reqs])
     assert narrow.outputs == greedy.outputs == {r.id: solo(model, r) for r in reqs}  # the nucleus is the argmax
