@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from mor.config import ModelConfig, load_scales
+from mor.config import ModelConfig
 from mor.engine import Request
 from mor.model.decode import generate
 from mor.model.transformer import build_model
 
-TINY = load_scales()["tiny"]
-V = 50  # vocabulary of the tiny engine models
+from helpers.decode import TINY, V  # the decoding tests' tiny scale and vocabulary
 
 
 def make(cfg: ModelConfig, seed: int = 0):
