@@ -20,6 +20,27 @@ def stat(pid: int) -> dict[str, str | int] | None:
     return {k: fields[i] if k == "state" else int(fields[i]) for k, i in FIELDS.items()}
 
 
+SIGSTOP_BIT = 1 << (19 - 1)  # SIGSTOP in the hex masks of /proc/PID/status (signal 19 on Linux)
+
+
+def frozen(pid: int) -> bool:
+    """Whether a process can run no more user code until SIGCONT: it is stopped ("T"/"t"), or a
+    SIGSTOP is pending for it. The second case is real: a process that is vfork()ing a child
+    (Python's subprocess does) waits in "D" for the child's exec; a group SIGSTOP stops the child
+    first, so the parent stays "D" with the SIGSTOP pending until SIGCONT (seen 3 times in 200
+    tries; once in CI, where a wait for every member to read "T" hung)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return True  # gone: it runs nothing
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    state = fields.get("State", "").strip()[:1]
+    if state in ("T", "t", "Z", "X"):
+        return True
+    pending = int(fields.get("ShdPnd", "0"), 16) | int(fields.get("SigPnd", "0"), 16)
+    return bool(pending & SIGSTOP_BIT)
+
+
 def members(key: str, value: int, reap: bool = False) -> list[int]:
     """Live processes whose ``key`` ('pgrp' or 'session') is ``value``. Zombies are never
     counted; with ``reap`` they are reaped too (this process may be their subreaper, see

@@ -38,7 +38,7 @@ import yaml
 from helpers.checkpoint import reference  # noqa: F401 - the undisturbed run the damaged ones are held to
 from helpers.deadlines import deadline, wait_for
 from helpers.paths import REPO
-from helpers.procs import run_group
+from helpers.procs import frozen, members, run_group
 from helpers.workflow import E2E_GRID, SNAKEMAKE
 
 from mor.grids import SCHEMA_FILE, load_grid
@@ -93,15 +93,10 @@ def test_the_schema_knows_every_artifact_and_every_reference_key_the_reports_rea
 
 # ------------------------------------------------------------------ two workflows in one folder
 def _group_stopped(pgid: int) -> bool:
-    states = []
-    for pid in os.listdir("/proc"):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            states.append(fields[0])
-    return bool(states) and all(s == "T" for s in states)
+    """Every live member of the group is frozen (helpers.procs.frozen: stopped, or bound to stop
+    before it runs user code again, as a parent in the middle of a vfork is)."""
+    pids = members("pgrp", pgid)
+    return bool(pids) and all(frozen(pid) for pid in pids)
 
 
 def test_a_second_workflow_in_the_same_folder_refuses_and_the_first_finishes(tmp_path, data_root):
@@ -578,7 +573,7 @@ def test_a_sigkilled_workflow_leaves_no_trainer_behind_and_loses_no_step(tmp_pat
         trainer = _lease_holder(lease)
         assert trainer and _state(trainer) not in (None, "Z")
         os.kill(trainer, signal.SIGSTOP)
-        wait_for(lambda: _state(trainer) == "T", "the trainer to freeze", 60)
+        wait_for(lambda: frozen(trainer), "the trainer to freeze", 60)
         os.kill(flow.pid, signal.SIGKILL)
         flow.wait()
         os.kill(trainer, signal.SIGCONT)
