@@ -44,8 +44,21 @@ OBSERVED = {
 BLOCK_COST = {"vanilla": 4.4, "recursive": 8.8, "mor": 4.4, "fig5c": 2.7, "balancing": 1.8}
 OWN_SEEDS, BUDGET, ALPHA = 3, 30.0, 0.05
 
+# Issue 31's second design (--pilot): the first design's 9 seeds of fig5c's MoR block and the
+# balancing pair are its pilot (tables/claims of the local family, 2026-12-03: every comparison's
+# mean and seed sd at n = 9, from mor.claims.verdict's comparisons); the new design reads fresh
+# seeds only (none at its start), over the family those blocks decide cheaply.
+PILOT = {
+    "aux-separates": ([-0.2802, -0.2149, -0.2177, -0.1214, -0.2420, -0.2291],
+                      [0.0715, 0.0799, 0.0615, 0.0585, 0.0758, 0.1308], ("fig5c",)),
+    "deeper-recursion": ([0.00147, 0.00475, 0.00810], [0.00187, 0.00266, 0.00911], ("fig5c",)),
+    "balancing-maxvio": ([0.9450, 0.0840], [0.5276, 0.0837], ("balancing",)),
+    "balancing-entropy": ([0.3100, 0.0840], [0.1887, 0.0837], ("balancing",)),
+}
 
-def _run(rng, design: stats.Design, truth: dict, reps: int, holm: bool = True):
+
+def _run(rng, design: stats.Design, truth: dict, reps: int, holm: bool = True, own: int = OWN_SEEDS,
+         budget: float = BUDGET):
     """(claims, verdict codes, seeds, CPU-min added) of ``reps`` families; ``holm=False``
     tests each claim at alpha alone (a broken design, for the test that the bound can fail)."""
     claims = list(truth)
@@ -57,9 +70,9 @@ def _run(rng, design: stats.Design, truth: dict, reps: int, holm: bool = True):
     spent = np.zeros(reps)
     w = design.weights()
     for r in range(reps):
-        n = {c: OWN_SEEDS for c in claims}
-        blocks = {b: OWN_SEEDS for b in BLOCK_COST}
-        left = BUDGET
+        n = {c: own for c in claims}
+        blocks = {b: own for b in BLOCK_COST}
+        left = budget
         p_h, p_c = np.ones(len(claims)), np.ones(len(claims))
         while True:
             for j, c in enumerate(claims):
@@ -93,7 +106,7 @@ def _run(rng, design: stats.Design, truth: dict, reps: int, holm: bool = True):
                 break
             for c in claims:
                 n[c] = min(blocks[b] for b in truth[c][2])
-        codes[r], seeds[r], spent[r] = code, [n[c] for c in claims], BUDGET - left
+        codes[r], seeds[r], spent[r] = code, [n[c] for c in claims], budget - left
     return claims, codes, seeds, spent
 
 
@@ -104,20 +117,32 @@ DESIGNS = {
     "fixed n = 6": stats.Design(alpha=ALPHA, looks=(6,), rho=1.0),
     "fixed n = 9": stats.Design(alpha=ALPHA, looks=(9,), rho=1.0),
 }
+# candidates of the second design (fresh seeds from 0, sized on the pilot)
+PILOT_DESIGNS = {
+    **{f"fixed n = {n}": stats.Design(alpha=ALPHA, looks=(n,), rho=1.0) for n in (10, 12, 14, 16, 18, 20)},
+    "looks 8, 14, rho 1": stats.Design(alpha=ALPHA, looks=(8, 14), rho=1.0),
+    "looks 8, 14, rho 2": stats.Design(alpha=ALPHA, looks=(8, 14), rho=2.0),
+    "looks 10, 16, rho 2": stats.Design(alpha=ALPHA, looks=(10, 16), rho=2.0),
+}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=1000)
-    ap.add_argument("--designs", nargs="*", default=list(DESIGNS))
+    ap.add_argument("--designs", nargs="*", default=None)
+    ap.add_argument("--pilot", action="store_true", help="the second design: effects from the first design's 9 seeds "
+                    "(PILOT), fresh seeds only, the pilot's family")
+    ap.add_argument("--budget", type=float, default=None, help="CPU-min the design may add (default: 30; 80 --pilot)")
     a = ap.parse_args()
-    null = {c: ([0.0] * len(m), s, b) for c, (m, s, b) in OBSERVED.items()}
-    for name in a.designs:
-        d, t = DESIGNS[name], time.time()
-        claims, code0, _, spent0 = _run(np.random.default_rng(1), d, null, a.reps)
+    truth, designs, own = (PILOT, PILOT_DESIGNS, 0) if a.pilot else (OBSERVED, DESIGNS, OWN_SEEDS)
+    budget = a.budget if a.budget is not None else (80.0 if a.pilot else BUDGET)
+    null = {c: ([0.0] * len(m), s, b) for c, (m, s, b) in truth.items()}
+    for name in a.designs or list(designs):
+        d, t = designs[name], time.time()
+        claims, code0, _, spent0 = _run(np.random.default_rng(1), d, null, a.reps, own=own, budget=budget)
         fwer = (code0 != 0).any(axis=1).mean()
-        claims, code, seeds, spent = _run(np.random.default_rng(2), d, OBSERVED, a.reps)
-        expect = {c: (1 if all(x > 0 for x in OBSERVED[c][0]) else -1) for c in claims}
+        claims, code, seeds, spent = _run(np.random.default_rng(2), d, truth, a.reps, own=own, budget=budget)
+        expect = {c: (1 if all(x > 0 for x in truth[c][0]) else -1) for c in claims}
         power = {c: float((code[:, j] == expect[c]).mean()) for j, c in enumerate(claims)}
         se = math.sqrt(max(fwer * (1 - fwer), 1e-12) / a.reps)
         print(f"{name}: null FWER {fwer:.4f} (se {se:.4f}, {a.reps} families); observed effects: "

@@ -169,8 +169,13 @@ class Design:
     rho: float = 1.0  # power-family spending exponent, alpha(t) = alpha t^rho
     power: float = 0.8  # for the minimum detectable effect and the seeds needed
     floors: dict = field(default_factory=dict, hash=False)  # metric -> sd floor (its resolution)
+    # train.seed values below this are a pilot's (the data that sized this design): no test
+    # reads them, so the looks count fresh seeds only (grids/claims/claims.yaml design.by_mode)
+    first_seed: int = 0
 
     def __post_init__(self):
+        if isinstance(self.first_seed, bool) or not isinstance(self.first_seed, int) or self.first_seed < 0:
+            raise ValueError(f"first_seed must be an integer >= 0, got {self.first_seed!r}")
         if not 0 < self.alpha < 1:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
         if not self.looks or list(self.looks) != sorted(set(self.looks)) or self.looks[0] < 2:

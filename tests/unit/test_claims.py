@@ -80,7 +80,10 @@ def test_spec_names_every_claim_and_sources_every_number():
                 assert getattr(spec, f"{key}_source"), (cid, key)
         assert spec.decided_by, cid
     assert all(c.sentence for c in CLAIMS)
-    assert DESIGN.looks == (9,) and DESIGN.alpha == 0.05
+    assert DESIGN.looks == (9,) and DESIGN.alpha == 0.05 and DESIGN.first_seed == 0
+    local, _ = load_specs(mode="local")  # the local mode's second design: a look at 20 fresh seeds from seed 9
+    assert local.looks == (20,) and local.first_seed == 9 and local.alpha == DESIGN.alpha
+    assert load_specs(mode="cluster")[0] == DESIGN
 
 
 def test_spec_refuses_unknown_ids_and_unsourced_margins(tmp_path):
@@ -532,7 +535,9 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     files = render_claims(tmp_path / "results", tmp_path / "tables" / "claims", "local")
     assert [f.name for f in files] == ["claims.csv", "claims.html", "claims.md"]
     md = (tmp_path / "tables" / "claims" / "claims.md").read_text()
-    assert "n = 9" in md and "Holm" in md and "(after Holm)" in md
+    local, _ = load_specs(mode="local")  # the table says the mode's own design: its look and its pilot
+    assert f"n = {local.looks[0]})" in md and "Holm" in md and "(after Holm)" in md
+    assert f"Seeds below {local.first_seed} are a pilot's" in md
     assert '"weight-sharing alone in recursive models degraded performance compared to Vanilla"' in md
     assert "Decided by deciding: vanilla, recursive" in md
     csv = pd.read_csv(tmp_path / "tables" / "claims" / "claims.csv")
@@ -644,3 +649,42 @@ def test_every_claims_metric_has_a_floor_with_its_reason(tmp_path):
     bad.write_text(re.sub(r"(    entropy: \{sd_floor: 1.0e-3), why: [^}]*\}", r"\1}", SPEC_FILE.read_text()))
     with pytest.raises(ValueError, match="resolution.entropy needs sd_floor > 0 and why"):
         load_specs(bad)
+
+
+def test_pilot_seeds_are_never_read():
+    """The local design's first_seed: seeds below it sized the design, so no test reads them.
+    A frame whose seeds 0-8 carry a large effect and whose fresh seeds 9-28 carry none holds
+    when the pilot is read (first_seed 0) and is inconclusive when it is not; n counts the
+    fresh seeds alone, and the note names the pilot seeds left out."""
+    claims, specs = _family()
+    claims, specs = claims[:1], {"a": specs["a"]}
+    rng = np.random.default_rng(7)
+    seeds = np.arange(29)
+    noise = 0.1 * rng.normal(size=29)
+    noise[9:] -= noise[9:].mean()  # the fresh seeds' mean is exactly 0: no evidence either way
+    effect = np.where(seeds < 9, 5.0, 0.0) + noise
+    frames = {"sim": pd.DataFrame({"seed": seeds, "a0": effect})}
+    every = dataclasses.replace(DESIGN, looks=(20,), first_seed=0)
+    fresh = dataclasses.replace(DESIGN, looks=(20,), first_seed=9)
+    read_all = evaluate(frames, claims, every, specs).set_index("claim").loc["a"]
+    read_fresh = evaluate(frames, claims, fresh, specs).set_index("claim").loc["a"]
+    assert read_all["verdict"] == "holds" and read_all["n seeds"] == 29
+    assert read_fresh["verdict"] == "inconclusive" and read_fresh["n seeds"] == 20
+    assert "9 pilot seed(s) below design's first fresh seed 9 not read" in read_fresh["note"]
+    assert abs(read_fresh["mean effect"]) < 1e-3 and read_all["mean effect"] > 1  # the fresh seeds' mean, not all 29
+
+
+def test_a_mode_design_refuses_unknown_keys_a_missing_reason_and_a_bad_first_seed(tmp_path):
+    raw = SPEC_FILE.read_text()
+    assert "      first_seed: 9\n" in raw
+    bad = tmp_path / "claims.yaml"
+    bad.write_text(raw.replace("      first_seed: 9\n", "      first_seed: 9\n      alpha: 0.5\n"))
+    with pytest.raises(ValueError, match=r"claims.yaml: design.by_mode.local may set only .*first_seed.*alpha"):
+        load_specs(bad, mode="local")
+    bad.write_text(re.sub(r"      why: .*\n", "", raw, count=1))
+    with pytest.raises(ValueError, match="design.by_mode.local .* needs why"):
+        load_specs(bad)
+    bad.write_text(raw.replace("      first_seed: 9\n", "      first_seed: -1\n"))
+    with pytest.raises(ValueError, match=r"claims.yaml: design.by_mode.local: first_seed must be an integer >= 0, got -1"):
+        load_specs(bad, mode="local")
+    assert load_specs(bad, mode="cluster")[0].first_seed == 0  # another mode's design is not the broken one

@@ -70,6 +70,29 @@ def test_seeds_go_to_the_cheapest_expected_decision_first_within_budget():
         ("balancing-entropy", None, 6.0), ("aux-separates", 0.9, 10.0)]
 
 
+def test_a_design_with_a_pilot_raises_blocks_to_first_seed_plus_the_look():
+    """first_seed 9, one look at 20: the table's n counts fresh seeds, a block's seeds count
+    from its first. From the grid's own 3 seeds the pair goes to 9 + 20 = 29 (26 seeds x 2 runs
+    x 0.9 CPU-min, the pilot's seeds 3-8 included); where the pilot's 9 are built, 20 seeds
+    cost 36; a fresh seed the predicate dropped (19 fresh of 20 built) is replaced: 30."""
+    d = Design(looks=(20,), first_seed=9)
+    budget = Budget(200.0, {"default": 1.0, "deciding/balancing": 0.9})
+    rps = {("deciding", "balancing"): 2}
+    table = _table([("balancing-maxvio", "inconclusive", 0, None)])
+    steps, target = plan(table, SPECS, d, budget, rps, {("deciding", "balancing"): 3})
+    assert target == {("deciding", "balancing"): 29} and steps[0].cost == pytest.approx(26 * 2 * 0.9)
+    steps, target = plan(table, SPECS, d, budget, rps, {("deciding", "balancing"): 9})
+    assert target == {("deciding", "balancing"): 29} and steps[0].cost == pytest.approx(20 * 2 * 0.9)
+    table = _table([("balancing-maxvio", "inconclusive", 19, None)])
+    assert next_look(19, d) == 20
+    _, target = plan(table, SPECS, d, budget, rps, {("deciding", "balancing"): 29})
+    assert target == {("deciding", "balancing"): 30}
+    # Design refuses a first seed that is not a count
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="first_seed must be an integer >= 0"):
+            Design(looks=(20,), first_seed=bad)
+
+
 def test_claims_below_the_first_look_are_raised_to_it():
     budget = Budget(100.0, {"default": 1.0})
     table = _table([("middle-cycle-equal-unique", "inconclusive", 1, None)])
@@ -109,7 +132,7 @@ def test_a_claim_whose_deciding_blocks_are_missing_gets_no_seeds():
 
 def test_budget_and_run_counts_from_the_shipped_files():
     b = load_budget()
-    assert b.total == 30 and b.unit == "CPU min" and b.per_run("deciding", "vanilla") == pytest.approx(4.4)
+    assert b.total == 120 and b.unit == "CPU min" and b.per_run("deciding", "vanilla") == pytest.approx(4.4)
     assert b.per_run("deciding", "balancing") == pytest.approx(0.9) and b.per_run("table13", "x") == pytest.approx(0.9)
     rps = runs_per_seed(load_grid(REPO / "grids" / "deciding.yaml", "local"))
     assert rps == {("deciding", "vanilla"): 1, ("deciding", "recursive"): 2, ("deciding", "mor"): 1,
@@ -117,9 +140,10 @@ def test_budget_and_run_counts_from_the_shipped_files():
 
 
 def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
-    """Results of the deciding grid's 3 seeds with no effects: every deciding claim is
-    undecided at its first look, so the command asks for 6 seeds of the blocks that decide
-    them, as far as the budget goes."""
+    """Results of the deciding grid's 3 seeds with no effects. The command plans the local
+    mode's design: of the deciding grid's claims only the balancing pair is in the local
+    family, so only its block is raised, to the look counted from the first fresh seed
+    (first_seed + look: the 3 seeds here are all pilot seeds, below it)."""
     import json
 
     import numpy as np
@@ -146,8 +170,12 @@ def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
     out = capsys.readouterr().out
     record = json.loads((tmp_path / "plan.json").read_text())
     raised = {s["blocks"][0] for s in record["steps"]}
-    n = DESIGN.looks[0]
-    assert raised and f"-> {n} seeds" in out and all(f"deciding block {b}: {n} seeds" in out for b in raised)
+    local, _ = load_specs(mode="local")
+    n = local.first_seed + local.looks[0]
+    assert local.first_seed > 3 and raised == {"balancing"}
+    assert record["verdicts"]["balancing-maxvio"]["n"] == 0  # every seed is the pilot's
+    assert record["verdicts"]["sharing-costs"]["verdict"] == "not tested in this mode"
+    assert f"-> {n} seeds" in out and all(f"deciding block {b}: {n} seeds" in out for b in raised)
     assert record["round"] == 0 and not record["stop"]
     assert all(record["seeds"]["deciding"][b] == n for b in raised)
     # the grid loaded with the planned seeds keeps the ids of the 3 seeds trained

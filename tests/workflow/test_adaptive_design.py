@@ -19,7 +19,8 @@ from mor.grids import load_grid
 
 # The deciding grid's balancing pair, one seed: balancing-maxvio and balancing-entropy read it
 # (the other deciding claims find no runs and stay unbuilt). The cheapest block of the design
-# (0.9 CPU-min a run): the only one whose first look (9 seeds) fits the 30-minute budget.
+# (0.9 CPU-min a run). The local design reads fresh seeds only (from its first_seed, 9): the
+# grid's one seed is a pilot seed, so the pair goes to first_seed + the look (20) at once.
 GRID = """
 name: deciding
 artifacts: []
@@ -41,21 +42,21 @@ def test_claims_add_seeds_to_the_deciding_blocks_round_by_round(tmp_path, data_r
     cfg = ["--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}"]
     snakemake("tables/claims", *cfg)
 
-    design, specs = load_specs()
+    design, specs = load_specs(mode="local")
     budget = load_budget()
     rounds = []
     while (tmp_path / "results" / "claims" / f"round{len(rounds)}" / "plan.json").exists():
         rounds.append(json.loads((tmp_path / "results" / "claims" / f"round{len(rounds)}" / "plan.json").read_text()))
     assert rounds and rounds[-1]["stop"] and not any(r["stop"] for r in rounds[:-1])
 
-    # round 0: one seed is below the (only) look, and one seed has no estimate, so both claims
-    # are priced at chance 1; the pair is raised to the look once, for both: 2 runs a seed x
-    # the seeds added x 0.9 CPU-min, and the ranking says so
-    first = design.looks[0]
+    # round 0: the one seed is the pilot's (below first_seed), so both claims have no fresh
+    # seed and no estimate and are priced at chance 1; the pair is raised once, for both, to
+    # first_seed + the look: 2 runs a seed x the seeds added x 0.9 CPU-min, and the ranking says so
+    first, raised = design.looks[0], design.first_seed + design.looks[0]
     r0 = rounds[0]
-    assert r0["verdicts"]["balancing-maxvio"] == {"verdict": "inconclusive", "n": 1}
-    assert r0["seeds"] == {"deciding": {"balancing": first}}
-    cost = 2 * (first - 1) * budget.per_run("deciding", "balancing")
+    assert design.first_seed >= 1 and r0["verdicts"]["balancing-maxvio"] == {"verdict": "inconclusive", "n": 0}
+    assert r0["seeds"] == {"deciding": {"balancing": raised}}
+    cost = 2 * (raised - 1) * budget.per_run("deciding", "balancing")
     assert sum(s["cost"] for s in r0["steps"]) == pytest.approx(cost) and cost <= budget.total
     assert {s["claim"] for s in r0["steps"]} == {"balancing-maxvio", "balancing-entropy"}
     assert {r["claim"] for r in r0["ranking"]} == {"balancing-maxvio", "balancing-entropy"}
@@ -65,7 +66,7 @@ def test_claims_add_seeds_to_the_deciding_blocks_round_by_round(tmp_path, data_r
     # those seeds, whose first seed keeps its id
     want = {r.run_id for r in load_grid(grids / "deciding.yaml", "local", seeds=r0["seeds"]["deciding"]).runs}
     got = pd.read_parquet(tmp_path / "results" / "claims" / "round1" / "deciding.parquet")
-    assert set(got["run_id"]) == want and len(want) == 2 * first
+    assert set(got["run_id"]) == want and len(want) == 2 * raised
     assert {r.run_id for r in load_grid(grids / "deciding.yaml", "local").runs} < want
 
     # the last round stops for a stated reason that its numbers bear out: the pair is at its
@@ -77,8 +78,9 @@ def test_claims_add_seeds_to_the_deciding_blocks_round_by_round(tmp_path, data_r
 
     # the table is drawn from the last round, says so, counts its seeds and shows the ranking
     table = pd.read_csv(tmp_path / "tables" / "claims" / "claims.csv").set_index("claim")
-    assert table.loc["balancing-maxvio", "n seeds"] == first
+    assert table.loc["balancing-maxvio", "n seeds"] == first  # the fresh seeds alone: the pilot's is not read
     md = (tmp_path / "tables" / "claims" / "claims.md").read_text()
+    assert f"Seeds below {design.first_seed} are a pilot's" in md
     assert f"{len(rounds)} round(s)" in md and last["why"] in md and "Ranking (CPU-min to the next look" in md
 
     # nothing is redone when nothing changed

@@ -144,11 +144,24 @@ def load_family(mode: str, path: Path = SPEC_FILE) -> tuple[str, ...] | None:
     return tuple(fam)
 
 
-def load_specs(path: Path = SPEC_FILE) -> tuple[Design, dict[str, Spec]]:
+MODE_KEYS = {"looks", "spending", "first_seed", "why"}  # what design.by_mode.<mode> may set in place of design's own
+
+
+def load_specs(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Design, dict[str, Spec]]:
     """The design and every claim's spec; a claim id the file names that no claim has, a
-    claim the file leaves out, or a margin / threshold without its source is an error."""
+    claim the file leaves out, or a margin / threshold without its source is an error.
+    ``mode``: a mode's own design (``design.by_mode.<mode>``: its looks, spending and first
+    fresh seed, with the reason it differs) where the file gives one; otherwise, and with no
+    mode, ``design``'s."""
     raw = yaml.safe_load(Path(path).read_text())
-    d = raw["design"]
+    d = dict(raw["design"])
+    by_mode = d.pop("by_mode", None) or {}
+    for name, over in by_mode.items():
+        if not isinstance(over, dict) or set(over) - MODE_KEYS or not over.get("why"):
+            raise ValueError(f"{path}: design.by_mode.{name} may set only {sorted(MODE_KEYS - {'why'})} and needs why, "
+                             f"got {sorted(over) if isinstance(over, dict) else over!r}")
+    if mode in by_mode:
+        d.update({k: v for k, v in by_mode[mode].items() if k != "why"})
     spending = d.get("spending", {})
     if spending.get("family", "power") != "power":
         raise ValueError(f"{path}: design.spending.family: only 'power' is implemented, got {spending.get('family')!r}")
@@ -157,8 +170,13 @@ def load_specs(path: Path = SPEC_FILE) -> tuple[Design, dict[str, Spec]]:
         if not (isinstance(r, dict) and float(r.get("sd_floor", 0)) > 0 and r.get("why")):
             raise ValueError(f"{path}: design.resolution.{metric} needs sd_floor > 0 and why")
         floors[metric] = float(r["sd_floor"])
-    design = Design(alpha=float(d["alpha"]), looks=tuple(int(n) for n in d["looks"]), rho=float(spending.get("rho", 1.0)),
-                    power=float(d.get("power", 0.8)), floors=floors)
+    try:
+        design = Design(alpha=float(d["alpha"]), looks=tuple(int(n) for n in d["looks"]),
+                        rho=float(spending.get("rho", 1.0)), power=float(d.get("power", 0.8)), floors=floors,
+                        first_seed=d.get("first_seed", 0))
+    except ValueError as e:
+        where = f"design.by_mode.{mode}" if mode in by_mode else "design"
+        raise ValueError(f"{path}: {where}: {e}") from None
     ids = {c.id for c in CLAIMS}
     unknown = sorted(set(raw["claims"]) - ids)
     missing = sorted(ids - set(raw["claims"]))

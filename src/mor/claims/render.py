@@ -82,14 +82,17 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
     runs that decide it), claims.csv (every column) and claims.html (the report shows HTML in
     place), swapped in whole (``mor.atomic.replace_dir``). ``rounds``: the adaptive design's
     round files (``mor.claims.seeding.run_round``), summarised under the table."""
-    design, _ = load_specs()
+    design, specs = load_specs(mode=mode)
     frames = load_frames(Path(results_dir), {g for c in CLAIMS for g in c.grids}, analyses_dir)
-    table = evaluate(frames, CLAIMS, family=load_family(mode))
+    table = evaluate(frames, CLAIMS, design, specs, family=load_family(mode))
+    # every column of the table whatever was tested: a table where no claim reached a seed
+    # (a design whose fresh seeds are not trained yet) has the same columns, empty
+    table = table.reindex(columns=list(table.columns) + [c for c in SHOWN if c not in table.columns])
     counts = table["verdict"].value_counts().to_dict()
     summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("holds", "contradicted", "inconclusive", "not tested in this mode",
                                                            "not built"))
     commits = sorted({c[:12] for df in frames.values() for c in df["git_commit"].unique()})
-    shown = table[[c for c in SHOWN if c in table.columns]]
+    shown = table[SHOWN]
     shown = shown.astype(object).where(shown.notna(), "")
     title = f"The paper's claims, checked (mode '{mode}')"
     intro = (f"{summary} (after Holm). From {results_dir} (grids {', '.join(sorted(frames)) or 'none'}; "

@@ -109,10 +109,13 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
         blocks = tuple(spec.decided_by["runs"])
         if not all(runs_per_seed.get((grid, b)) for b in blocks):
             continue  # a deciding block the grid (or the selected tags) lacks: no seed can build the claim
-        # A seed the predicate dropped (a nan, an excluded cell) is replaced: the blocks go to
-        # the next look plus the seeds already lost, so the claim can reach that look at all.
+        # The blocks' seeds count from the grid's first, the look's from the design's first fresh
+        # seed (the pilot's seeds below it are trained but never read), so a block goes to
+        # first_seed + the look. A seed the predicate dropped (a nan, an excluded cell) is
+        # replaced: the blocks go to the look plus the seeds already lost, so the claim can
+        # reach that look at all.
         built = min(seeds_now.get((grid, b), 0) for b in blocks)
-        to = max(to, built + (to - n))
+        to = max(design.first_seed + to, built + (to - n))
         chance = r.get("chance next look")
         chance = float(chance) if chance is not None and math.isfinite(float(chance)) else None
         price = cost(grid, blocks, to)
@@ -233,7 +236,7 @@ def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | No
     from mor.claims.render import load_frames
     from mor.grids import load_grid
 
-    design, specs = load_specs()
+    design, specs = load_specs(mode=mode)
     budget = budget or load_budget(mode=mode)
     so_far: dict[str, dict[str, int]] = (previous or {}).get("seeds", {})
     names = round_grids(specs, previous)

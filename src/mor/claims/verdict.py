@@ -34,18 +34,26 @@ VERDICT_NOTE = (
 
 def verdict_note(design: stats.Design) -> str:
     w = ", ".join(f"{x:.3g}" for x in design.weights())
-    return VERDICT_NOTE.format(looks=", ".join(map(str, design.looks)), weights=f"({w})", alpha=design.alpha,
+    note = VERDICT_NOTE.format(looks=", ".join(map(str, design.looks)), weights=f"({w})", alpha=design.alpha,
                                rho=design.rho, first=design.looks[0], power=design.power)
+    if design.first_seed:
+        note += (f" Seeds below {design.first_seed} are a pilot's: their results sized this design, so no test reads "
+                 f"them, and 'n seeds' and the looks count the fresh seeds from {design.first_seed} on.")
+    return note
 
 
-def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame]) -> tuple[np.ndarray, list[str], list[int], list[str], dict]:
+def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
+                 first_seed: int = 0) -> tuple[np.ndarray, list[str], list[int], list[str], dict]:
     """(K x n matrix, comparison labels, seeds kept, notes, label -> metric): labels missing
     or nan in every seed are dropped, then every seed missing one of the rest; both are named
-    in the notes."""
+    in the notes. Seeds below ``first_seed`` (the design's pilot) are never read."""
     seeds = seeds_of(frames, claim.grids)
+    pilot = [s for s in seeds if s < first_seed]
+    seeds = [s for s in seeds if s >= first_seed]
     per_seed = {s: claim.compare({g: frames[g][frames[g]["seed"] == s] for g in claim.grids}, spec) for s in seeds}
     labels = list(dict.fromkeys(k for r in per_seed.values() for k in r.values))
-    notes = []
+    notes = [f"{len(pilot)} pilot seed(s) below design's first fresh seed {first_seed} not read (they sized this "
+             f"design): {', '.join(map(str, pilot))}"] if pilot else []
     dead = [k for k in labels if not any(math.isfinite(r.values.get(k, math.nan)) for r in per_seed.values())]
     if dead:
         notes.append(f"{len(dead)} comparison(s) without runs in any seed dropped: {', '.join(dead)}")
@@ -112,7 +120,7 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
             rows.append({**row, "verdict": "not built", "n seeds": 0,
                          "note": f"results/{missing[0]}.parquet is not built; run its grid to decide this claim"})
             continue
-        m, labels, kept, notes, metric = _comparisons(c, spec, frames)
+        m, labels, kept, notes, metric = _comparisons(c, spec, frames, design.first_seed)
         n = len(kept)
         equivalence = c.kind == "equivalence"
         row.update({"n seeds": n, "comparisons": len(labels), "_equivalence": equivalence})

@@ -158,14 +158,14 @@ def format_design(planned: dict[str, tuple[Grid, list[JobEstimate]]]) -> str:
     from mor.claims.registry import load_specs
     from mor.claims.seeding import load_budget
 
-    design, specs = load_specs()
+    design, specs = load_specs(mode="cluster")
     budget = load_budget(mode="cluster")
     costs: dict[tuple[str, str], tuple[float, int]] = {}
     seeds: dict[tuple[str, str], int] = {}
     for grid, jobs in planned.values():
         costs.update(block_costs(grid, jobs))
         seeds.update({(grid.name, b): n for b, n in grid.seeds().items()})
-    last = max(design.looks)
+    last = design.first_seed + max(design.looks)  # a block's seeds count from its first, the looks from the fresh ones
     lines, raised = [], {}
     for cid, spec in sorted(specs.items()):
         g, blocks = spec.decided_by["grid"], spec.decided_by["runs"]
