@@ -57,7 +57,7 @@ def _claims(a) -> int:
     from mor.claims import render_claims
 
     rounds = [json.loads(Path(f).read_text()) for f in a.round or []]
-    for path in render_claims(a.results, a.out, a.mode, a.analyses, rounds):
+    for path in render_claims(a.results, a.out, a.mode, a.analyses, rounds, spec=a.spec):
         print(f"wrote {path}")
     return 0
 
@@ -138,6 +138,8 @@ def _main(args: list[str]) -> int:
     p = sub.add_parser("claims", help="check the paper's claims against the results (tables/claims)")
     p.add_argument("--results", default="results", help="folder of the grids' <grid>.parquet")
     p.add_argument("--out", default="tables/claims")
+    p.add_argument("--spec", default=None, type=Path,
+                   help="the claims' pre-registered design (default: the shipped grids/claims/claims.yaml)")
     p.add_argument("--mode", default="local")
     p.add_argument("--analyses", default=None, help="folder holding runs/<grid>/<run>.depth_cap.npz (default: --results)")
     p.add_argument("--round", action="append", help="the adaptive design's round files (plan.json), in order")

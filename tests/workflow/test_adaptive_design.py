@@ -10,17 +10,20 @@ import json
 
 import pandas as pd
 import pytest
+import yaml
 
 from helpers.workflow import TINY_LOCAL_MODE, snakemake
 
-from mor.claims import load_specs
+from mor.claims import SPEC_FILE, load_specs
 from mor.claims.seeding import load_budget, next_look
 from mor.grids import load_grid
 
 # The deciding grid's balancing pair, one seed: balancing-maxvio and balancing-entropy read it
 # (the other deciding claims find no runs and stay unbuilt). The cheapest block of the design
-# (0.9 CPU-min a run). The local design reads fresh seeds only (from its first_seed, 9): the
-# grid's one seed is a pilot seed, so the pair goes to first_seed + the look (20) at once.
+# (0.9 CPU-min a run). The grids folder carries its own claims/claims.yaml (the workflow reads
+# it in place of the shipped one): the shipped design with the local look at 3 fresh seeds from
+# seed 1, so the grid's one seed is a pilot seed and the pair goes to first_seed + 3 = 4 seeds
+# (8 tiny runs, where the shipped 9 + 20 would train 58).
 GRID = """
 name: deciding
 artifacts: []
@@ -39,11 +42,16 @@ def test_claims_add_seeds_to_the_deciding_blocks_round_by_round(tmp_path, data_r
     grids = tmp_path / "grids"
     grids.mkdir()
     (grids / "deciding.yaml").write_text(GRID)
+    spec = yaml.safe_load(SPEC_FILE.read_text())
+    spec["design"]["by_mode"]["local"].update(looks=[3], first_seed=1)
+    (grids / "claims").mkdir()
+    (grids / "claims" / "claims.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     cfg = ["--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}"]
     snakemake("tables/claims", *cfg)
 
-    design, specs = load_specs(mode="local")
-    budget = load_budget()
+    design, specs = load_specs(grids / "claims" / "claims.yaml", mode="local")
+    assert design.looks == (3,) and design.first_seed == 1  # the folder's design, not the shipped one
+    budget = load_budget(grids / "claims" / "claims.yaml")
     rounds = []
     while (tmp_path / "results" / "claims" / f"round{len(rounds)}" / "plan.json").exists():
         rounds.append(json.loads((tmp_path / "results" / "claims" / f"round{len(rounds)}" / "plan.json").read_text()))

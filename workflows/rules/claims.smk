@@ -27,7 +27,7 @@ rule collect_round:
 checkpoint seeding:
     input:
         this_round_inputs,
-        design=str(SPEC_FILE),  # pre-registered looks, spending, budget: an edit replans every round
+        design=str(CLAIMS_SPEC),  # pre-registered looks, spending, budget: an edit replans every round
     output:
         "results/claims/round{round}/plan.json",
     params:
@@ -37,13 +37,13 @@ checkpoint seeding:
         "logs/claims/round{round}/seeding.log",
     shell:
         "{PY}.claims.seeding --results results/claims/round{wildcards.round} --analyses results --grids {GRIDS_DIR:q}"
-        " --mode {params.mode} {params.previous} --out {output:q} > {log:q} 2>&1"
+        " --mode {params.mode} {params.previous} --spec {input.design:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule claims:
     input:
         final_round_inputs,
-        design=str(SPEC_FILE),
+        design=str(CLAIMS_SPEC),
     output:
         report(directory("tables/claims"), patterns=["{file}.html"], caption=CAPTION,
                category=section("tables/claims"), subcategory="tables/claims"),
@@ -55,4 +55,4 @@ rule claims:
         "logs/report/claims.log",
     shell:
         "{PY} claims --results results/claims/round{params.final} --analyses results {params.rounds}"
-        " --out {output:q} --mode {params.mode} > {log:q} 2>&1"
+        " --spec {input.design:q} --out {output:q} --mode {params.mode} > {log:q} 2>&1"

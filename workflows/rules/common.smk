@@ -266,6 +266,9 @@ def artifact_section(kind):
 
 # The claims' adaptive design (workflows/rules/claims.smk): which runs each round of seeds reads.
 CLAIM_GRIDS = sorted({g for c in CLAIMS for g in c.grids if g in GRIDS})
+# Its pre-registered design: the grids folder's own claims/claims.yaml where it has one (the
+# shipped grids/ does), else the shipped file.
+CLAIMS_SPEC = GRIDS_DIR / "claims" / "claims.yaml" if (GRIDS_DIR / "claims" / "claims.yaml").exists() else SPEC_FILE
 
 
 def round_seeds(r):

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from mor.atomic import remove_stale, replace_dir, temp_sibling
-from mor.claims.registry import CLAIMS, load_family, load_specs
+from mor.claims.registry import CLAIMS, SPEC_FILE, load_family, load_specs
 from mor.claims.verdict import evaluate, verdict_note
 from mor.results import read_frame
 
@@ -77,14 +77,16 @@ SHOWN = ["claim", "statement", "verdict", "n seeds", "mean effect", "raw lo", "r
 
 
 def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | None = None,
-                  rounds: list[dict] | None = None) -> list[Path]:
+                  rounds: list[dict] | None = None, spec: Path | None = None) -> list[Path]:
     """claims.md (the table, how verdicts are reached, each claim's paper sentence and the
     runs that decide it), claims.csv (every column) and claims.html (the report shows HTML in
     place), swapped in whole (``mor.atomic.replace_dir``). ``rounds``: the adaptive design's
-    round files (``mor.claims.seeding.run_round``), summarised under the table."""
-    design, specs = load_specs(mode=mode)
+    round files (``mor.claims.seeding.run_round``), summarised under the table. ``spec``: the
+    pre-registered design file (default: the shipped one)."""
+    spec = Path(spec) if spec else SPEC_FILE
+    design, specs = load_specs(spec, mode=mode)
     frames = load_frames(Path(results_dir), {g for c in CLAIMS for g in c.grids}, analyses_dir)
-    table = evaluate(frames, CLAIMS, design, specs, family=load_family(mode))
+    table = evaluate(frames, CLAIMS, design, specs, family=load_family(mode, spec))
     # every column of the table whatever was tested: a table where no claim reached a seed
     # (a design whose fresh seeds are not trained yet) has the same columns, empty
     table = table.reindex(columns=list(table.columns) + [c for c in SHOWN if c not in table.columns])

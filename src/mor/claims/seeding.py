@@ -223,7 +223,7 @@ def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, spe
 
 
 def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | None = None,
-              analyses_dir: Path | None = None, budget: Budget | None = None) -> dict:
+              analyses_dir: Path | None = None, budget: Budget | None = None, spec: Path = SPEC_FILE) -> dict:
     """One round of the adaptive design, as a JSON-able record (the Snakemake checkpoint
     ``seeding`` writes it as ``results/claims/round<r>/plan.json``).
 
@@ -231,19 +231,20 @@ def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | No
     ``previous`` asked for); ``previous`` is the last round's record (None for round 0, the
     grids' own seeds). The record says which claims are decided, the seeds each raised block
     should reach next (cumulative over rounds), the budget planned so far, and whether
-    the design stops here, and why (``next_round``; this reads the files it needs)."""
+    the design stops here, and why (``next_round``; this reads the files it needs).
+    ``spec``: the pre-registered design file (design, budget, family)."""
     from mor.claims.registry import load_family, load_specs
     from mor.claims.render import load_frames
     from mor.grids import load_grid
 
-    design, specs = load_specs(mode=mode)
-    budget = budget or load_budget(mode=mode)
+    design, specs = load_specs(spec, mode=mode)
+    budget = budget or load_budget(spec, mode=mode)
     so_far: dict[str, dict[str, int]] = (previous or {}).get("seeds", {})
     names = round_grids(specs, previous)
     frames = load_frames(Path(results_dir), set(names), analyses_dir)
     grids = {g: load_grid(Path(grids_dir) / f"{g}.yaml", mode, seeds=so_far.get(g))
              for g in names if (Path(grids_dir) / f"{g}.yaml").exists()}
-    return next_round(frames, grids, design, specs, budget, previous, load_family(mode))
+    return next_round(frames, grids, design, specs, budget, previous, load_family(mode, spec))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -261,10 +262,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--grids", default=str(SPEC_FILE.parents[1]))
     ap.add_argument("--mode", default="local")
     ap.add_argument("--previous", default=None, help="the last round's plan.json (none: this is round 0)")
+    ap.add_argument("--spec", default=str(SPEC_FILE), help="the pre-registered design (default: the shipped one)")
     ap.add_argument("--out", default=None, help="write the round's record here (JSON)")
     a = ap.parse_args(argv)
     previous = json.loads(Path(a.previous).read_text()) if a.previous else None
-    record = run_round(Path(a.results), Path(a.grids), a.mode, previous, Path(a.analyses) if a.analyses else None)
+    record = run_round(Path(a.results), Path(a.grids), a.mode, previous, Path(a.analyses) if a.analyses else None,
+                       spec=Path(a.spec))
     for x in record["ranking"]:
         print(f"rank {x['claim']}: {x['seeds_from']} -> {x['seeds_to']} seeds, {x['cost']:g} {record['unit']} / chance "
               + (f"{x['chance']:.3f}" if x["chance"] is not None else "(no estimate: 1)")
