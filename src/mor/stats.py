@@ -189,6 +189,11 @@ class Design:
         spent = t ** self.rho
         return np.diff(np.concatenate([[0.0], spent]))
 
+    def block_seeds(self, look: int) -> int:
+        """The seeds a block needs for a claim to reach ``look`` fresh seeds: a block's seeds
+        count from its first, the looks from ``first_seed``."""
+        return self.first_seed + look
+
     def looks_within(self, n: int) -> list[int]:
         """The looks that n seeds reach."""
         return [k for k in self.looks if k <= n]

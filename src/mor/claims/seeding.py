@@ -115,7 +115,7 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
         # replaced: the blocks go to the look plus the seeds already lost, so the claim can
         # reach that look at all.
         built = min(seeds_now.get((grid, b), 0) for b in blocks)
-        to = max(design.first_seed + to, built + (to - n))
+        to = max(design.block_seeds(to), built + (to - n))
         chance = r.get("chance next look")
         chance = float(chance) if chance is not None and math.isfinite(float(chance)) else None
         price = cost(grid, blocks, to)

@@ -165,7 +165,7 @@ def format_design(planned: dict[str, tuple[Grid, list[JobEstimate]]]) -> str:
     for grid, jobs in planned.values():
         costs.update(block_costs(grid, jobs))
         seeds.update({(grid.name, b): n for b, n in grid.seeds().items()})
-    last = design.first_seed + max(design.looks)  # a block's seeds count from its first, the looks from the fresh ones
+    last = design.block_seeds(max(design.looks))
     lines, raised = [], {}
     for cid, spec in sorted(specs.items()):
         g, blocks = spec.decided_by["grid"], spec.decided_by["runs"]
