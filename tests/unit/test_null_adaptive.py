@@ -151,6 +151,12 @@ def _drawn(name: str, mode: str) -> frozenset:
     return frozenset(r.run_id for r in _runs(name, mode))
 
 
+@lru_cache(maxsize=None)
+def _family(mode: str):
+    """The shipped family, read once (every round of every simulated family asks for it)."""
+    return load_family(mode)
+
+
 def _adaptive(full: dict[str, pd.DataFrame], mode: str, budget: Budget):
     """The rounds of workflows/rules/claims.smk: ``next_round`` on the results of the runs each
     round's grids hold (it reads those runs alone out of the full draw), until a round stops.
@@ -161,7 +167,7 @@ def _adaptive(full: dict[str, pd.DataFrame], mode: str, budget: Budget):
         grids = _grids(mode, previous)
         for g, grid in grids.items():  # every run a round asks for has its simulated results
             assert {r.run_id for r in grid.runs} <= _drawn(g, mode), g
-        record = next_round(full, grids, design, SPECS, budget, previous, load_family(mode))
+        record = next_round(full, grids, design, SPECS, budget, previous, _family(mode))
         assert record["spent"] <= budget.total + 1e-9, record["steps"]
         if record["stop"]:
             table = pd.DataFrame.from_dict(record["verdicts"], orient="index").rename(columns={"n": "n seeds"})
