@@ -13,7 +13,9 @@ in that mode (table9's budgets differ between the CPU and the cluster mode);
 (data order and initialisation), each its own run (ids of seed > 0 carry ``-s<seed>``);
 ``load_grid(..., seeds={block: n})`` gives single blocks more (or fewer) seeds, which is how
 the claims' adaptive design (``mor.claims.seeding``) adds seeds to the blocks that decide a
-claim and to no other. Seed k of a block is the same run whichever way it is asked for (its
+claim and to no other; ``seeds={block: [0, 1, 2, 9, 10]}`` names the seed offsets themselves
+(the design skips the seeds of a pilot it was sized on). A seed past the mode's own is scored
+without lm-eval (``_added_seed``: no table draws it, no claim reads an accuracy). Seed k of a block is the same run whichever way it is asked for (its
 id hashes its config), so ``Grid.run`` also finds a seed the grid file does not list.
 ``model.scale`` always names a paper scale (135M, 360M, ...); the mode's ``scale_map`` turns
 it into the scale actually built (CPU scales in the local mode).
@@ -167,11 +169,12 @@ def _validate_structure(path: Path, raw: dict) -> None:
         raise GridError(f"{path}: key {keys}: {e.message}{hint}" + (f" ({where(path, line)})" if line else ""))
 
 
-def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int] | None = None) -> Grid:
+def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list[int]] | None = None) -> Grid:
     """Parse, validate and expand a grid for ``mode`` ('local' or 'cluster').
 
     ``seeds``: block name -> seeds of that block, in place of ``modes.<mode>.seeds`` (blocks
-    not named keep the mode's count); a name that is no block of the grid is an error."""
+    not named keep the mode's count): a count n (offsets 0..n-1 from the block's train.seed)
+    or a list of distinct offsets; a name that is no block of the grid is an error."""
     path = Path(path)
     if mode not in MODES:
         raise GridError(f"mode {mode!r} is not one of {list(MODES)}")
@@ -192,7 +195,12 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int] | Non
     for name, n in (seeds or {}).items():
         if name not in names:
             raise GridError(f"{path}: seeds for block {name!r}, which the grid does not have; its blocks are {names}")
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SEEDS:
+        if isinstance(n, (list, tuple)):
+            if not n or len(set(n)) != len(n) or not all(
+                    isinstance(k, int) and not isinstance(k, bool) and 0 <= k < MAX_SEEDS for k in n):
+                raise GridError(f"{path}: seeds for block {name!r}: expected distinct integer offsets in "
+                                f"0..{MAX_SEEDS - 1}, got {n!r}")
+        elif isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SEEDS:
             raise GridError(f"{path}: seeds for block {name!r}: expected an integer in 1..{MAX_SEEDS}, got {n!r}")
     runs: dict[str, Run] = {}
     origin: dict[str, str] = {}  # run id -> where it came from, to name both sides of a clash
@@ -222,10 +230,14 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int] | Non
                 set_dotted(cfg, k, v)
             where = f"{path}: runs[{b}] ({name}) with " + ", ".join(f"{k}={v}" for k, v in zip(keys, values))
             run = _resolve(cfg, raw["name"], scale_map, scales, where, block.get("label", ""), values, keys)
-            for seed in range((seeds or {}).get(name, mode_spec.get("seeds", 1))):  # repeats: seeds base, base+1, ... (data order, init)
+            own = mode_spec.get("seeds", 1)
+            count = (seeds or {}).get(name, own)
+            for seed in sorted(count) if isinstance(count, (list, tuple)) else range(count):  # repeats: seeds base, base+1, ... (data order, init)
                 rc = run.config
                 if seed:
                     rc = dataclasses.replace(rc, train=dataclasses.replace(rc.train, seed=rc.train.seed + seed))
+                if seed >= own:
+                    rc = _added_seed(rc)
                 rid = rc.run_id
                 if rid in runs:
                     raise GridError(f"{where}: resolves to the same training config (run {rid}) as {origin[rid]}; "
@@ -263,6 +275,17 @@ def _resolve_run_references(path: Path, grid_name: str, runs: list[Run]) -> list
             run = Run(dataclasses.replace(run.config, model=model), run.block, run.tags)
         out.append(run)
     return out
+
+
+def _added_seed(rc):
+    """A seed past the mode's own (one the claims' design added) is scored for what the claims
+    read, validation NLL, router statistics and the analyses, and not with lm-eval: tables and
+    figures draw a grid's own seeds, and no claim reads a benchmark accuracy (mor.claims.predicates),
+    so its ~1,700 scored continuations a run would be CPU spent for nothing. Eval settings are
+    not part of a run's identity, so the run id is the same either way."""
+    if not rc.eval.lm_eval_tasks:
+        return rc
+    return dataclasses.replace(rc, eval=dataclasses.replace(rc.eval, lm_eval_tasks=(), lm_eval_limits={}))
 
 
 def mode_settings(path: str | Path, mode: str) -> dict:

@@ -13,6 +13,7 @@ module spells a pattern again). Torch-free and pure: paths only, nothing is read
         train_summary.json                     .summary        written last: the run trained
         lm_eval.json                           .lm_eval        the lmeval job's output
         throughput.json                        .throughput     the throughput job's output
+        usage/<job>.json                       .usage(job)     what a local job cost (mor.usage)
     results/runs/<grid>/<run_id>.parquet       .row            the eval job's result row
     results/runs/<grid>/<run_id>.<a>.npz       .sidecar(a)     an analysis job's arrays
     results/<grid>.parquet                     grid_results(grid)
@@ -43,6 +44,7 @@ FINAL_SUMMARY_FILE = "summary.json"  # final/summary.json: the kept copy of the 
 SUMMARY_FILE = "train_summary.json"
 LM_EVAL_FILE = "lm_eval.json"
 THROUGHPUT_FILE = "throughput.json"
+USAGE_DIR = "usage"  # usage/<job>.json: a local job's CPU and wall seconds (mor.usage)
 
 RUN_PATTERN = f"{RUNS}/{{grid}}/{{run_id}}"
 SUMMARY_PATTERN = f"{RUN_PATTERN}/{SUMMARY_FILE}"
@@ -113,6 +115,10 @@ class RunPaths:
     @property
     def throughput(self) -> Path:
         return self.dir / THROUGHPUT_FILE
+
+    def usage(self, job: str) -> Path:
+        """``usage/<job>.json``: job = the kind, or ``analysis-<name>`` for an analysis."""
+        return self.dir / USAGE_DIR / f"{job}.json"
 
     @property
     def row(self) -> Path:

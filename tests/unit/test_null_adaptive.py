@@ -35,8 +35,7 @@ from scipy import stats as st
 from helpers.paths import REPO
 from mor.claims import CLAIMS, evaluate, load_frames, load_specs
 from mor.claims.registry import load_family
-from mor.claims.seeding import Budget, load_budget, next_round, runs_per_seed
-from mor.grids import load_grid
+from mor.claims.seeding import Budget, load_budget, next_round, round_grid, runs_per_seed
 
 GRIDS = ("deciding", "fig5c")
 DESIGN, SPECS = load_specs()  # the first design: the cluster's, and any caller's that names no mode
@@ -66,9 +65,10 @@ def _slack(p: float, reps: int) -> float:
 
 @lru_cache(maxsize=None)
 def _grid(name: str, mode: str, seeds: tuple[tuple[str, int], ...] | None):
-    """The grid as the round loads it (workflows/rules/claims.smk: its blocks at the seeds the last
-    plan asked for; None: the mode's own seeds)."""
-    return load_grid(REPO / "grids" / f"{name}.yaml", mode, seeds=dict(seeds) if seeds is not None else None)
+    """The grid as the round loads it (workflows/rules/claims.smk: its blocks at the reach the last
+    plan asked for, the pilot's seeds skipped; None: the mode's own seeds)."""
+    return round_grid(REPO / "grids" / f"{name}.yaml", mode, dict(seeds) if seeds is not None else None,
+                      DESIGNS[mode].first_seed)
 
 
 @lru_cache(maxsize=None)

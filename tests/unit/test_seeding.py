@@ -10,7 +10,7 @@ import pytest
 
 from helpers.paths import REPO
 from mor.claims import load_specs
-from mor.claims.seeding import Budget, load_budget, next_look, plan, runs_per_seed
+from mor.claims.seeding import Budget, load_budget, next_look, plan, round_grid, runs_per_seed
 from mor.grids import load_grid
 from mor.stats import Design
 
@@ -175,11 +175,25 @@ def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
     assert local.first_seed > 3 and raised == {"balancing"}
     assert record["verdicts"]["balancing-maxvio"]["n"] == 0  # every seed is the pilot's
     assert record["verdicts"]["sharing-costs"]["verdict"] == "not tested in this mode"
-    assert f"-> {n} seeds" in out and all(f"deciding block {b}: {n} seeds" in out for b in raised)
+    fresh = f"{local.first_seed}-{n - 1}"
+    assert f"-> {n} seeds" in out
+    assert all(f"deciding block {b}: {3 + local.looks[0]} seeds (offsets 0-2, {fresh})" in out for b in raised)
     assert record["round"] == 0 and not record["stop"]
     assert all(record["seeds"]["deciding"][b] == n for b in raised)
-    # the grid loaded with the planned seeds keeps the ids of the 3 seeds trained
-    again = load_grid(REPO / "grids" / "deciding.yaml", "local", seeds=record["seeds"]["deciding"])
+    # the grid as the next round loads it keeps the ids of the 3 seeds trained and holds the
+    # look's fresh seeds, but none of the pilot's between them (never read, so never trained)
+    again = round_grid(REPO / "grids" / "deciding.yaml", "local", record["seeds"]["deciding"], local.first_seed)
     assert {r.run_id for r in grid.runs} < {r.run_id for r in again.runs}
+    held = {r.config.train.seed for r in again.runs if r.block == "balancing"}
+    assert held == set(range(3)) | set(range(local.first_seed, n))
+    assert {r.config.train.seed for r in again.runs if r.block == "vanilla"} == set(range(3))
+    # so the step pays for the look's seeds alone: 2 runs a seed of the balancing pair
+    budget = load_budget(mode="local")
+    assert record["spent"] == pytest.approx(local.looks[0] * 2 * budget.per_run("deciding", "balancing"))
     assert sum(s["cost"] for s in record["steps"]) == pytest.approx(record["spent"])
     assert record["spent"] <= record["budget"]
+    # and seeds_built reads the grown grid's reach through the gap once every held seed is built
+    rows_again = [{"run_id": r.run_id} for r in again.runs]
+    assert seeds_built(again, pd.DataFrame(rows_again))[("deciding", "balancing")] == n
+    own_only = [{"run_id": r.run_id} for r in again.runs if r.config.train.seed < 3]
+    assert seeds_built(again, pd.DataFrame(own_only))[("deciding", "balancing")] == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -70,9 +71,28 @@ def test_per_block_seeds_raise_one_block_and_keep_the_ids_trained(tmp_path):
         base.run(extra.run_id.replace("-s4-", "-s4000-"))
 
 
+def test_seed_offsets_skip_a_pilot_and_keep_every_seed_its_id(tmp_path):
+    """A block at offsets 0, 1, 4, 5 (the design's fresh seeds after a pilot's 2, 3) holds those
+    seeds alone, and each is the run the contiguous grid would have had for it."""
+    from mor.claims.seeding import seed_offsets
+
+    path = _grid(tmp_path, TWO_BLOCKS)
+    assert seed_offsets(2, 6, 4) == [0, 1, 4, 5] and seed_offsets(2, 6, 0) == list(range(6))
+    assert seed_offsets(2, 2, 4) == [0, 1]
+    gapped = load_grid(path, "local", seeds={"b": seed_offsets(2, 6, 4)})
+    full = load_grid(path, "local", seeds={"b": 6})
+    assert sorted(r.config.train.seed for r in gapped.runs if r.block == "b") == [0, 1, 4, 5]
+    assert {r.run_id for r in gapped.runs} < {r.run_id for r in full.runs}
+    assert gapped.seeds() == {"a": 2, "b": 4}
+
+
 @pytest.mark.parametrize("seeds, message", [({"c": 3}, "block 'c', which the grid does not have"),
                                             ({"a": 0}, "expected an integer in 1..1000"),
-                                            ({"a": True}, "expected an integer")])
+                                            ({"a": True}, "expected an integer"),
+                                            ({"a": [0, 0, 1]}, "distinct integer offsets"),
+                                            ({"a": []}, "distinct integer offsets"),
+                                            ({"a": [0, -1]}, "distinct integer offsets"),
+                                            ({"a": [0, True]}, "distinct integer offsets")])
 def test_bad_per_block_seeds_name_the_block(tmp_path, seeds, message):
     with pytest.raises(GridError, match=message):
         load_grid(_grid(tmp_path, TWO_BLOCKS), "local", seeds=seeds)
@@ -130,3 +150,21 @@ def test_fold_gives_the_benchmark_stderr_over_seeds():
     assert out["avg_accuracy_stderr"] == pytest.approx(0.13 / 3 ** 0.5)
     assert out["accuracy_stderr"]["piqa"] == pytest.approx(0.13 / 3 ** 0.5)
     assert out["accuracy"]["piqa"] == pytest.approx(0.5)
+
+
+def test_a_seed_the_design_adds_is_scored_without_lm_eval_and_keeps_its_id():
+    """fig5c's own 3 seeds run the six benchmarks; a seed past them (the claims' design's) is
+    scored for NLL and router statistics alone, under the same run id: no table draws it and
+    no claim reads an accuracy, so lm-eval there would be CPU spent for nothing."""
+    from mor.grids import mode_settings
+
+    path = Path(__file__).resolve().parents[2] / "grids" / "fig5c.yaml"
+    own = mode_settings(path, "local")["seeds"]
+    gapped = load_grid(path, "local", seeds={"mor": [*range(own), own + 6]})
+    contiguous = load_grid(path, "local", seeds={"mor": own + 7})
+    assert {r.run_id for r in gapped.runs} < {r.run_id for r in contiguous.runs}
+    for r in gapped.runs:
+        added = r.config.train.seed - min(x.config.train.seed for x in gapped.runs) >= own
+        assert bool(r.config.eval.lm_eval_tasks) is not added, (r.run_id, r.config.eval.lm_eval_tasks)
+        assert r.config.eval.nll_tokens == contiguous.run(r.run_id).config.eval.nll_tokens
+        assert r.config.eval == contiguous.run(r.run_id).config.eval  # the same whichever way it is asked for

@@ -229,13 +229,17 @@ def test_the_shipped_presets_price_every_local_grid(tmp_path):
 
 
 def test_seeds_the_claims_design_added_are_listed(tmp_path):
-    """After round 1 of the adaptive design asked for 6 seeds of deciding's vanilla block, the
-    status lists those runs too (the latest round's plan wins; other folders are ignored)."""
+    """After round 1 of the adaptive design raised deciding's vanilla block to 3 fresh seeds, the
+    status lists those runs too, and not the pilot's seeds below the design's first fresh one
+    (the latest round's plan wins; other folders are ignored)."""
+    from mor.claims import load_specs
     from mor.status import with_design_seeds
 
+    first = load_specs(mode="local")[0].first_seed
+    assert first > 3  # the shipped local design has a pilot (seeds 3 .. first - 1)
     grids = resolve_targets(["tables/deciding", "tables/table13"], GRIDS, "local")
     deciding = grids[0]
-    for r, seeds in ((0, {"deciding": {"vanilla": 3}}), (1, {"deciding": {"vanilla": 6}})):
+    for r, seeds in ((0, {"deciding": {"vanilla": 3}}), (1, {"deciding": {"vanilla": first + 3}})):
         (tmp_path / "claims" / f"round{r}").mkdir(parents=True)
         (tmp_path / "claims" / f"round{r}" / "plan.json").write_text(json.dumps({"seeds": seeds}))
     (tmp_path / "claims" / "roundabout").mkdir()
@@ -243,7 +247,7 @@ def test_seeds_the_claims_design_added_are_listed(tmp_path):
     assert more[1] is grids[1]  # no seeds added to table13
     added = {r.run_id for r in more[0].runs} - {r.run_id for r in deciding.runs}
     assert len(added) == 3 and {more[0].run(i).block for i in added} == {"vanilla"}
-    assert {more[0].run(i).config.train.seed for i in added} == {3, 4, 5}
+    assert {more[0].run(i).config.train.seed for i in added} == {first, first + 1, first + 2}
     statuses = collect(more, Paths(tmp_path / "runs", tmp_path, tmp_path / "logs", tmp_path / "s"),
                        slurm_query=lambda j: FakeState(""))
     assert {r.run_id for r in statuses[0].runs if r.state == "not started"} >= added

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 from pathlib import Path
@@ -92,10 +94,13 @@ def test_two_run_grid_end_to_end_through_the_local_profile(tmp_path, data_root):
     grids.mkdir()
     (grids / "e2e.yaml").write_text(E2E_GRID)
     cfg = ["--config", f"grids_dir={grids}", f"data_root={data_root}"]
+    before_cpu = _children_cpu_s()
     snakemake("tables/table10", "figures/fig6", "--directory", str(tmp_path), *cfg)
+    workflow_cpu = _children_cpu_s() - before_cpu
 
     table = pq.read_table(tmp_path / "results" / "e2e.parquet").to_pylist()
     assert len(table) == 2
+    assert_jobs_recorded_their_cpu(tmp_path, grids / "e2e.yaml", workflow_cpu)
     assert {r["variant"] for r in table} == {"vanilla", "recursive"}
     for r in table:
         assert r["grid"] == "e2e" and r["scale"] == "tiny" and r["paper_scale"] == "135M"
@@ -120,6 +125,35 @@ def test_two_run_grid_end_to_end_through_the_local_profile(tmp_path, data_root):
     assert counts == {"table": 1, "figure": 1, "curves": 1}  # figures/curves/e2e went with figures/
     assert [p.stat().st_mtime_ns for p in summaries] == before
     assert (tmp_path / "tables" / "table10" / "table10.csv").exists()
+
+
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def assert_jobs_recorded_their_cpu(workdir: Path, grid_file: Path, workflow_cpu: float) -> None:
+    """Every train and eval job left its CPU time in its run folder (mor.usage), within what the
+    whole Snakemake command cost this process's children (measured here, by the kernel), and
+    ``mor status`` shows their sum."""
+    from mor.grids import load_grid
+    from mor.layout import RunPaths
+    from mor.status import Paths, collect
+    from mor.status.render import cpu_line
+
+    grid = load_grid(grid_file, "local")
+    recorded = 0.0
+    for run in grid.runs:
+        for job in ("train", "eval"):
+            r = json.loads(RunPaths(grid.name, run.run_id, root=workdir).usage(job).read_text())
+            assert r["finished"] and r["attempts"] == 1 and r["cpu_s"] > 0 and r["wall_s"] > 0, (run.run_id, job, r)
+            recorded += r["cpu_s"]
+    assert recorded <= workflow_cpu, (recorded, workflow_cpu)
+    [gs] = collect([grid], Paths(workdir / "runs", workdir / "results", workdir / "logs", workdir / "logs" / "slurm"),
+                   slurm_query=lambda j: None)
+    label, text = cpu_line(gs.runs)
+    assert label == "cpu" and text.startswith(f"{recorded / 60:.1f} CPU-min measured in {2 * len(grid.runs)} jobs of "
+                                              f"{len(grid.runs)} runs (")
 
 
 def assert_fig6_shows(workdir: Path, rows: list[dict]) -> None:

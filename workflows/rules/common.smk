@@ -6,7 +6,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # works without `pip install -e .`
 
-from mor.claims import CLAIMS, SPEC_FILE
+from mor.claims import CLAIMS
+from mor.claims.registry import load_specs, spec_for
+from mor.claims.seeding import round_grid
 from mor.data.paths import data_paths, local_tokenizer
 from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS  # what each job kind runs and writes (the rules' outputs)
@@ -268,7 +270,7 @@ def artifact_section(kind):
 CLAIM_GRIDS = sorted({g for c in CLAIMS for g in c.grids if g in GRIDS})
 # Its pre-registered design: the grids folder's own claims/claims.yaml where it has one (the
 # shipped grids/ does), else the shipped file.
-CLAIMS_SPEC = GRIDS_DIR / "claims" / "claims.yaml" if (GRIDS_DIR / "claims" / "claims.yaml").exists() else SPEC_FILE
+CLAIMS_SPEC = spec_for(GRIDS_DIR)
 
 
 def round_seeds(r):
@@ -278,9 +280,13 @@ def round_seeds(r):
     return json.loads(Path(checkpoints.seeding.get(round=r - 1).output[0]).read_text())["seeds"]
 
 
+# The design's first fresh seed: a raised block skips the pilot's seeds below it (mor.claims.seeding.round_grid).
+FIRST_SEED = load_specs(CLAIMS_SPEC, mode=MODE)[0].first_seed
+
+
 def round_runs(grid, r):
     seeds = round_seeds(r).get(grid)
-    return (load_grid(GRIDS[grid].path, MODE, seeds=seeds) if seeds else GRIDS[grid]).select(TAGS)
+    return (round_grid(GRIDS[grid].path, MODE, seeds, FIRST_SEED) if seeds else GRIDS[grid]).select(TAGS)
 
 
 def round_inputs(r):

@@ -132,6 +132,13 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 
+def spec_for(grids_dir: Path) -> Path:
+    """The pre-registered design a grids folder runs under: its own ``claims/claims.yaml`` where
+    it has one (the shipped grids/ does), else the shipped file."""
+    own = Path(grids_dir) / "claims" / "claims.yaml"
+    return own if own.exists() else SPEC_FILE
+
+
 def load_family(mode: str, path: Path = SPEC_FILE) -> tuple[str, ...] | None:
     """The mode's pre-registered Holm family (``design.family.<mode>``): a tuple of claim ids,
     or None for every claim ('all', or a mode the file does not name)."""

@@ -20,6 +20,7 @@ family-wise error (tests/unit/test_stats.py simulates exactly this).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,14 +77,46 @@ def next_look(n: int, design: Design) -> int | None:
     return next((k for k in design.looks if k > n), None)
 
 
+def seed_offsets(own: int, reach: int, first_seed: int = 0) -> list[int]:
+    """The seeds (offsets from the block's first) a block holds once the design has raised it
+    to ``reach``: the grid's own ``0..own-1``, then the design's fresh seeds
+    ``first_seed..reach-1``. The seeds between are a pilot the design was sized on
+    (``Design.first_seed``): never read, so never trained (a fresh clone would otherwise
+    train seeds 3-8 again for nothing). Without a pilot (first_seed <= own) it is 0..reach-1."""
+    return list(range(min(own, reach))) + list(range(max(own, first_seed), reach))
+
+
+@functools.lru_cache(maxsize=None)
+def own_seeds(path: str, mode: str) -> int:
+    """The seeds a grid's mode gives every block (``modes.<mode>.seeds``), from the file alone."""
+    from mor.grids import mode_settings
+
+    return int(mode_settings(path, mode).get("seeds", 1))
+
+
+def round_grid(path: Path, mode: str, reach: dict[str, int] | None, first_seed: int = 0):
+    """A grid as a round of the design loads it: each block named in ``reach`` (a plan.json's
+    ``seeds`` of the grid) at ``seed_offsets``, every other block at the mode's own seeds. The
+    one conversion the workflow (common.smk), ``run_round`` and the null simulations share."""
+    from mor.grids import load_grid
+
+    if not reach:
+        return load_grid(path, mode)
+    own = own_seeds(str(path), mode)
+    return load_grid(path, mode, seeds={b: seed_offsets(own, int(n), first_seed) for b, n in reach.items()})
+
+
 def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Budget,
          runs_per_seed: dict[tuple[str, str], int], seeds_now: dict[tuple[str, str], int],
-         budget_left: float | None = None, ranking: list | None = None) -> tuple[list[Step], dict[tuple[str, str], int]]:
+         budget_left: float | None = None, ranking: list | None = None,
+         own: dict[tuple[str, str], int] | None = None) -> tuple[list[Step], dict[tuple[str, str], int]]:
     """The next round: steps in the order taken, and the seeds each (grid, block) should
     reach. ``table``: evaluate()'s rows; ``runs_per_seed``: runs one seed of a block trains;
-    ``seeds_now``: seeds each block has; ``budget_left``: the budget not yet spent;
-    ``ranking``: if a list, the undecided claims are appended to it in the order considered,
-    with their cost to the next look, the chance that look decides and their cost per decision.
+    ``seeds_now``: the reach each block has built (``seeds_built``); ``budget_left``: the
+    budget not yet spent; ``ranking``: if a list, the undecided claims are appended to it in
+    the order considered, with their cost to the next look, the chance that look decides and
+    their cost per decision; ``own``: each block's own seeds, so a raise pays only for the seeds
+    ``seed_offsets`` trains (None: no pilot gap, a raise from a to b trains b - a seeds).
 
     Claims go cheapest expected decision first: (the budget its next look adds) / (the chance
     that look decides it, ``chance next look`` of evaluate(): its current effect estimate and
@@ -94,9 +127,17 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
     left = budget.total if budget_left is None else budget_left
     target = dict(seeds_now)
 
-    def cost(grid: str, blocks: tuple[str, ...], to: int) -> float:  # blocks already at `to` are free
-        return sum(max(0, to - target.get((grid, b), 0)) * runs_per_seed.get((grid, b), 0) * budget.per_run(grid, b)
-                   for b in blocks)
+    def new_seeds(grid: str, b: str, to: int) -> int:  # seeds a raise to `to` trains (a block already there: 0)
+        have = target.get((grid, b), 0)
+        if to <= have:
+            return 0
+        o = (own or {}).get((grid, b))
+        if o is None:
+            return to - have
+        return len(set(seed_offsets(o, to, design.first_seed)) - set(seed_offsets(o, have, design.first_seed)))
+
+    def cost(grid: str, blocks: tuple[str, ...], to: int) -> float:
+        return sum(new_seeds(grid, b, to) * runs_per_seed.get((grid, b), 0) * budget.per_run(grid, b) for b in blocks)
 
     ranked = []  # by expected cost of a decision; a claim without an estimate (one seed) as if its look surely decides
     for _, r in table.iterrows():
@@ -152,12 +193,23 @@ def runs_per_seed(grid) -> dict[tuple[str, str], int]:
 
 
 def seeds_built(grid, frame: pd.DataFrame) -> dict[tuple[str, str], int]:
-    """(grid, block) -> how many seeds of that block have every run in the results frame."""
+    """(grid, block) -> the reach that block has built: one past the highest seed offset up to
+    which every seed the grid holds (``seed_offsets``: a pilot's gap is not held) has every run
+    in the results frame; 0 when its first seed lacks a run."""
     have = set(frame["run_id"]) if frame is not None else set()
+    base = min((r.config.train.seed for r in grid.runs), default=0)
     per: dict[tuple[str, str], dict[int, list[bool]]] = {}
     for r in grid.runs:
-        per.setdefault((grid.name, r.block), {}).setdefault(r.config.train.seed, []).append(r.run_id in have)
-    return {k: sum(all(v) for v in seeds.values()) for k, seeds in per.items()}
+        per.setdefault((grid.name, r.block), {}).setdefault(r.config.train.seed - base, []).append(r.run_id in have)
+    out = {}
+    for k, seeds in per.items():
+        reach = 0
+        for offset in sorted(seeds):
+            if not all(seeds[offset]):
+                break
+            reach = offset + 1
+        out[k] = reach
+    return out
 
 
 def round_grids(specs: dict[str, Spec], previous: dict | None = None) -> list[str]:
@@ -182,16 +234,17 @@ def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, spe
 
     so_far: dict[str, dict[str, int]] = (previous or {}).get("seeds", {})
     frames = dict(frames)
-    rps, now = {}, {}
+    rps, now, own = {}, {}, {}
     for g, grid in grids.items():
         if frames.get(g) is not None:
             frames[g] = frames[g][frames[g]["run_id"].isin({r.run_id for r in grid.runs})].reset_index(drop=True)
         rps.update(runs_per_seed(grid))
         now.update(seeds_built(grid, frames.get(g)))
+        own.update({(g, b): own_seeds(str(grid.path), grid.mode) for b in grid.blocks})
     spent = float((previous or {}).get("spent", 0.0))
     table = evaluate(frames, CLAIMS, design, specs, family)
     ranking: list[dict] = []
-    steps, target = plan(table, specs, design, budget, rps, now, budget.total - spent, ranking)
+    steps, target = plan(table, specs, design, budget, rps, now, budget.total - spent, ranking, own)
     seeds = {g: dict(b) for g, b in so_far.items()}
     for (g, b), n in sorted(target.items()):
         seeds.setdefault(g, {})[b] = n
@@ -229,22 +282,33 @@ def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | No
 
     ``results_dir`` holds the round's ``<grid>.parquet`` (the grids' runs, with the seeds
     ``previous`` asked for); ``previous`` is the last round's record (None for round 0, the
-    grids' own seeds). The record says which claims are decided, the seeds each raised block
-    should reach next (cumulative over rounds), the budget planned so far, and whether
+    grids' own seeds). The record says which claims are decided, the reach each raised block
+    should have next (cumulative over rounds; ``seeds``: grid -> block -> reach, whose seeds
+    ``seed_offsets`` lists: a pilot's gap is skipped), the budget planned so far, and whether
     the design stops here, and why (``next_round``; this reads the files it needs).
     ``spec``: the pre-registered design file (design, budget, family)."""
     from mor.claims.registry import load_family, load_specs
     from mor.claims.render import load_frames
-    from mor.grids import load_grid
 
     design, specs = load_specs(spec, mode=mode)
     budget = budget or load_budget(spec, mode=mode)
     so_far: dict[str, dict[str, int]] = (previous or {}).get("seeds", {})
     names = round_grids(specs, previous)
     frames = load_frames(Path(results_dir), set(names), analyses_dir)
-    grids = {g: load_grid(Path(grids_dir) / f"{g}.yaml", mode, seeds=so_far.get(g))
+    grids = {g: round_grid(Path(grids_dir) / f"{g}.yaml", mode, so_far.get(g), design.first_seed)
              for g in names if (Path(grids_dir) / f"{g}.yaml").exists()}
     return next_round(frames, grids, design, specs, budget, previous, load_family(mode, spec))
+
+
+def _spans(offsets: list[int]) -> str:
+    """[0, 1, 2, 9, 10, 11] -> '0-2, 9-11'."""
+    spans: list[list[int]] = []
+    for k in offsets:
+        if spans and k == spans[-1][1] + 1:
+            spans[-1][1] = k
+        else:
+            spans.append([k, k])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -275,9 +339,14 @@ def main(argv: list[str] | None = None) -> None:
     for s in record["steps"]:
         print(f"{s['claim']}: {s['grid']} [{', '.join(s['blocks'])}] {s['seeds_from']} -> {s['seeds_to']} seeds, "
               f"+{s['cost']:.1f} {record['unit']}")
+    from mor.claims.registry import load_specs
+
+    first_seed = load_specs(Path(a.spec), mode=a.mode)[0].first_seed
     for g, blocks in sorted(record["seeds"].items()):
+        own = own_seeds(str(Path(a.grids) / f"{g}.yaml"), a.mode)
         for b, n in sorted(blocks.items()):
-            print(f"{g} block {b}: {n} seeds")
+            offsets = seed_offsets(own, n, first_seed)
+            print(f"{g} block {b}: {len(offsets)} seeds (offsets {_spans(offsets)})")
     print(f"round {record['round']}: " + ("stop: " + record["why"] if record["stop"] else "another round follows"))
     if a.out:
         write_json_atomic(a.out, record)

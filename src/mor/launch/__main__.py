@@ -26,9 +26,10 @@ import argparse
 import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 
-from mor.layout import SLURM_LOGS, job_folder
+from mor.layout import SLURM_LOGS, RunPaths, job_folder
 from mor.atomic import write_text_atomic
 from mor.errors import is_domain_error, one_line
 from mor.data.fineweb import SettingsError
@@ -96,14 +97,30 @@ def _local(a) -> int:
     spec = KINDS[a.kind]
     watch_workflow()
     lease = run_lease(Path(a.run_dir), what=f"{a.kind} job") if a.kind == "train" else contextlib.nullcontext()
+    started = time.monotonic()
     try:
         with lease:
             r = spec.run(**job_kwargs(a, a.threads))
     except Preempted as e:
+        _usage(a, started, finished=False)
         print(f"error: {a.kind} of {a.run_id}: {e}", file=sys.stderr)
         return PREEMPTED_EXIT
+    _usage(a, started, finished=True)
     print(spec.summarise(r))
     return 0
+
+
+def _usage(a, started: float, finished: bool) -> None:
+    """The job's CPU and wall seconds into its run folder (``mor.usage``; read by ``mor status``).
+    The CPU count starts at the process's own start, imports included: that is what the job cost."""
+    from mor import usage
+
+    job = f"analysis-{a.analysis}" if a.kind == "analysis" else a.kind
+    try:
+        usage.record(RunPaths.of(a.run_dir).usage(job), usage.cpu_seconds(), time.monotonic() - started,
+                     a.threads, finished)
+    except OSError as e:  # the job's result is written: a full disk must not fail it for its bookkeeping
+        print(f"warning: {a.kind} of {a.run_id}: its CPU time was not recorded ({e})", file=sys.stderr)
 
 
 def _submit(kind: str, kwargs: dict, preset, folder: Path, name: str, what: str) -> list[dict]:

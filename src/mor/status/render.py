@@ -87,6 +87,24 @@ def _hours_lines(device: str, spent: float, whole: float, measured_s: float, mea
     return lines
 
 
+def cpu_line(runs: list[RunStatus]) -> tuple[str, str] | None:
+    """("cpu", "12.3 CPU-min in 45 jobs of 15 runs (train 8.1, eval 2.0, ...)"): the CPU time
+    the runs' local jobs recorded (mor.usage), by job kind; None when none recorded any."""
+    by_kind: dict[str, float] = {}
+    jobs = 0
+    for r in runs:
+        for job, s in r.cpu_s.items():
+            kind = job.split("-", 1)[0]
+            by_kind[kind] = by_kind.get(kind, 0.0) + s
+            jobs += 1
+    if not jobs:
+        return None
+    ran = sum(bool(r.cpu_s) for r in runs)
+    parts = ", ".join(f"{k} {v / 60:.1f}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]))
+    return ("cpu", f"{sum(by_kind.values()) / 60:.1f} CPU-min measured in {jobs} job" + "s" * (jobs != 1)
+                   + f" of {ran} run" + "s" * (ran != 1) + f" ({parts})")
+
+
 def _summary(head: str, lines: list[tuple[str, str]], style: str = ""):
     """The grid's (or the total's) summary: its head line, then the labelled lines aligned,
     each folding within its own column."""
@@ -199,6 +217,7 @@ def render(statuses: list[GridStatus], cores: int | None = None, width: int = 80
             pairs = _measured_pairs(gs.runs)
             lines = _hours_lines(gs.device, spent, whole, sum(m for m, _ in pairs), len(pairs),
                                  sum(p for _, p in pairs), forecast(pairs, whole - spent, local), local)
+        lines += [x for x in (cpu_line(gs.runs),) if x]
         parts += [_summary(head, lines), Text("")]
     if len(statuses) > 1:
         n = sum(len(gs.runs) for gs in statuses)
@@ -217,5 +236,6 @@ def render(statuses: list[GridStatus], cores: int | None = None, width: int = 80
                                   sum(p for _, p in pairs), forecast_grids(per_grid, local), local)
             if unpriced:
                 lines.append(("no hours", f"no plan from the presets: {', '.join(unpriced)}"))
+        lines += [x for x in (cpu_line([r for gs in statuses for r in gs.runs]),) if x]
         parts.append(_summary(f"all: {done}/{n} runs done", lines, style="bold"))
     return Group(*parts)

@@ -16,6 +16,7 @@ from mor import layout
 from mor.grids import Grid
 from mor.launch.slurm import QUEUED_STATES, RUNNING_STATES
 from mor.status.hours import plan_hours
+from mor.usage import run_cpu_s
 from mor.status.read import (JobInfo, Paths, checkpoint_step, last_error_line, log_tail, measured_train_s,
                              read_val_nll, slurm_job_info, slurm_job_state, slurm_log_error)
 
@@ -42,6 +43,7 @@ class RunStatus:
     hours_spent: float = 0.0
     train_s: float | None = None  # measured device-seconds of training (train_summary.json), None without
     train_plan_s: float = 0.0  # the plan's device-seconds for the run's train job
+    cpu_s: dict[str, float] = field(default_factory=dict)  # job -> CPU seconds its local jobs recorded (mor.usage)
 
 
 @dataclass
@@ -73,6 +75,7 @@ def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None, slur
     cfg = run.config
     st = RunStatus(grid.name, run.run_id, cfg.label, "not started", cfg.train.steps)
     run_dir = paths.run_dir(grid.name, run.run_id)
+    st.cpu_s = run_cpu_s(run_dir)
     tail = log_tail(run_dir / layout.TRAIN_LOG_FILE)
     if tail:
         last = tail[-1]

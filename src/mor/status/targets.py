@@ -49,4 +49,11 @@ def with_design_seeds(grids: list[Grid], results: Path) -> list[Grid]:
         seeds = json.loads(plans[-1].read_text())["seeds"]
     except (OSError, ValueError, KeyError) as e:
         raise GridError(f"{plans[-1]}: not a round plan of the claims' design ({e})") from None
-    return [load_grid(g.path, g.mode, seeds=seeds[g.name]) if seeds.get(g.name) else g for g in grids]
+    from mor.claims.registry import load_specs, spec_for
+    from mor.claims.seeding import round_grid
+
+    out = []
+    for g in grids:  # as the round loads it: the pilot's seeds below the design's first fresh one skipped
+        first_seed = load_specs(spec_for(g.path.parent), mode=g.mode)[0].first_seed
+        out.append(round_grid(g.path, g.mode, seeds[g.name], first_seed) if seeds.get(g.name) else g)
+    return out
