@@ -14,6 +14,13 @@ the benchmark and the suite's test cannot drift apart); only the noise differs:
                     block, so it only partly cancels in a paired difference
 
     .venv/bin/python benchmarks/bench_claims_null.py --reps 2000 --models homoscedastic
+
+``--planted`` plants every claim of the local family at the effect sizes its pilot measured
+(bench_claims_design.PILOT: each comparison's mean / seed sd, the d the second design was
+chosen on) and prints each claim's power, the share of families that reach the verdict the
+planted effect implies, beside the design simulation's power at the same d:
+
+    .venv/bin/python benchmarks/bench_claims_null.py --planted --reps 500 --models homoscedastic
 """
 
 from __future__ import annotations
@@ -33,7 +40,37 @@ sys.path.insert(0, str(REPO / "tests" / "unit"))
 
 import test_null_adaptive as T  # noqa: E402
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+from bench_claims_design import PILOT  # noqa: E402
+
 MODELS = ("homoscedastic", "per-variant", "log-normal", "seed-offsets")
+
+
+def _d(claim: str) -> list[float]:
+    """The pilot's standardised effect of each comparison of ``claim`` (mean / seed sd)."""
+    means, sds, _ = PILOT[claim]
+    return [m / s for m, s in zip(means, sds)]
+
+
+# What --planted adds to the simulated runs, in the simulation's own units, so that each
+# comparison's mean / per-seed sd equals the pilot's d (homoscedastic: a difference of two runs
+# has sd sqrt(2) x the per-run sd; the seed offset cancels):
+#   aux-separates     selected tokens lower, every (run, recursion) cell at the pilot's weakest
+#                     cell, d = -1.75 (its 6 cells: -1.75 .. -3.92): "contradicted"
+#   deeper-recursion  NLL at depth cap 1 above full depth by the pilot's d per Nr (0.79, 1.79, 0.89)
+#   balancing-*       MaxVio(loss-free) above, entropy(loss-free) below the balancing loss's by the
+#                     pilot's d (1.79, 1.64); NLL(loss-free) - NLL(loss) + margin at the pilot's d (1.00)
+ROOT2 = math.sqrt(2.0)
+NI_MARGIN = 0.05  # grids/claims/claims.yaml balancing-*: ni_margin
+PLANT = {
+    "separation": min(_d("aux-separates"), key=abs) * ROOT2 * T.HIST_SD,
+    "depth_cap": dict(zip((2, 3, 4), (d * ROOT2 * T.NLL_SD for d in _d("deeper-recursion")))),
+    "max_vio": _d("balancing-maxvio")[0] * ROOT2 * T.ROUTER_SD,
+    "entropy": _d("balancing-entropy")[0] * ROOT2 * T.ROUTER_SD,
+    "nll_free": _d("balancing-maxvio")[1] * ROOT2 * T.NLL_SD - NI_MARGIN,
+}
+EXPECT = {"aux-separates": "contradicted", "deeper-recursion": "holds", "balancing-maxvio": "holds",
+          "balancing-entropy": "holds"}
 
 
 def _noise(rng, model: str, size: int = 1) -> np.ndarray:
@@ -43,8 +80,9 @@ def _noise(rng, model: str, size: int = 1) -> np.ndarray:
     return z
 
 
-def draw(rng, model: str) -> dict[str, pd.DataFrame]:
-    """Every run of deciding and fig5c at the last look, every comparison's true mean 0."""
+def draw(rng, model: str, planted: bool = False) -> dict[str, pd.DataFrame]:
+    """Every run of deciding and fig5c at the last look, every comparison's true mean 0 (or,
+    ``planted``, at the pilot's d: ``PLANT``)."""
     frames = {}
     scale, loading = {}, {}
     for g in T.GRIDS:
@@ -61,25 +99,29 @@ def draw(rng, model: str) -> dict[str, pd.DataFrame]:
             row = {**fixed, "val_nll": T.NLL + off + sd * T.NLL_SD * float(_noise(rng, model)[0]), "max_vio": None,
                    "entropy": None, "router_output_hist": None}
             if m.variant == "mor" and m.router.type == "token_choice":
-                row["max_vio"] = T.MAX_VIO[0] + sd * T.ROUTER_SD * float(_noise(rng, model)[0])
-                row["entropy"] = T.ENTROPY[0] + sd * T.ROUTER_SD * float(_noise(rng, model)[0])
+                free = planted and m.router.balancing == "loss_free"
+                row["max_vio"] = T.MAX_VIO[0] + sd * T.ROUTER_SD * float(_noise(rng, model)[0]) + free * PLANT["max_vio"]
+                row["entropy"] = T.ENTROPY[0] + sd * T.ROUTER_SD * float(_noise(rng, model)[0]) - free * PLANT["entropy"]
+                row["val_nll"] += free * PLANT["nll_free"]
             if g == "fig5c":
-                row["router_output_hist"] = _hist(rng, model, sd, m.num_recursions, m.router.alpha)
-                row["depth_cap_nll_1"] = T.NLL + off + sd * T.NLL_SD * float(_noise(rng, model)[0])
+                row["router_output_hist"] = _hist(rng, model, sd, m.num_recursions, m.router.alpha,
+                                                  PLANT["separation"] if planted else 0.0)
+                row["depth_cap_nll_1"] = (T.NLL + off + sd * T.NLL_SD * float(_noise(rng, model)[0])
+                                          + (PLANT["depth_cap"][m.num_recursions] if planted else 0.0))
             rows.append(row)
         df = pd.DataFrame(rows)
         frames[g] = df.astype({c: object for c in df.columns if isinstance(df[c].dtype, pd.StringDtype)})
     return frames
 
 
-def _hist(rng, model: str, sd: float, nr: int, alpha: float) -> str:
+def _hist(rng, model: str, sd: float, nr: int, alpha: float, shift: float = 0.0) -> str:
     import json
 
     edges = np.linspace(0.0, alpha, T.BINS + 1)
     out = []
     for _ in range(nr):
         group = {}
-        for name, mean in (("selected", T.SELECTED), ("unselected", T.UNSELECTED)):
+        for name, mean in (("selected", T.SELECTED + shift), ("unselected", T.UNSELECTED)):
             x = (mean + sd * T.HIST_SD * float(_noise(rng, model)[0])) * T.BINS - 0.5
             i = min(max(int(math.floor(x)), 0), T.BINS - 2)
             h = np.zeros(T.BINS)
@@ -95,7 +137,10 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--rng", type=int, default=0)
     ap.add_argument("--every", type=int, default=100, help="print the running rates every this many families")
+    ap.add_argument("--planted", action="store_true", help="every claim at its pilot's d: power per claim")
     a = ap.parse_args()
+    if a.planted:
+        return planted(a)
     budget = T.load_budget(mode="local")
     rngs = {m: np.random.default_rng([a.rng, MODELS.index(m)]) for m in a.models}
     wrong = {m: 0 for m in a.models}
@@ -117,6 +162,27 @@ def main() -> None:
                       f"(se {se:.4f}; nominal 0.05); mean seeds "
                       f"{dict(zip(T.FAMILY, np.mean(seeds[model], axis=0).round(2).tolist()))}; "
                       f"CPU-min added {np.mean(spent[model]):.1f}; {time.time() - t:.0f} s", flush=True)
+
+def planted(a) -> None:
+    """Power per claim of the real rounds with every claim planted at its pilot's d."""
+    budget = T.load_budget(mode="local")
+    print("planted (simulation units): " + ", ".join(
+        f"{k} {v if not isinstance(v, dict) else {n: round(x, 5) for n, x in v.items()}}" for k, v in PLANT.items()))
+    for model in a.models:
+        rng = np.random.default_rng([a.rng, 100 + MODELS.index(model)])
+        hits = {c: 0 for c in EXPECT}
+        wrong = {c: 0 for c in EXPECT}
+        t = time.time()
+        for rep in range(1, a.reps + 1):
+            table, _, _ = T._adaptive(draw(rng, model, planted=True), "local", budget)
+            for c, want in EXPECT.items():
+                v = table.loc[c, "verdict"]
+                hits[c] += v == want
+                wrong[c] += v in ("holds", "contradicted") and v != want
+        print(f"{model}: {a.reps} families, power " + ", ".join(
+            f"{c} {hits[c] / a.reps:.3f} (se {math.sqrt(hits[c] * (a.reps - hits[c]) / a.reps ** 3):.3f}"
+            f"{f', {wrong[c]} the wrong way' if wrong[c] else ''})" for c in EXPECT) + f"; {time.time() - t:.0f} s", flush=True)
+
 
 if __name__ == "__main__":
     main()
