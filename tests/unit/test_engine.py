@@ -88,6 +88,22 @@ def test_engine_equals_each_request_generated_alone(cfg):
     assert res.forward_s > 0 and res.wall_s >= res.forward_s
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "static"])
+def test_a_router_that_keeps_every_token_still_weighs_them(graphs):
+    """Explicit capacities with recursion 2 at 1: its router drops nothing but its weight still
+    gates the recursion (additive gating: out + g), so a block pass runs it too, and its rows
+    continue where they share a pass with a dropping router's (a pass once skipped it, gating
+    with the previous recursion's weight, and sent such rows out)."""
+    cfg = ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=3,
+                      router=RouterConfig(capacity=(1.0, 1.0, 0.5), gating="additive"))
+    model = make(cfg, 0)
+    reqs = requests(7)
+    res = Engine(model, capacity=3, max_len=MAX_LEN, graphs=graphs).run(reqs)
+    assert early_exits(res)
+    for r in reqs:
+        assert res.outputs[r.id] == solo(model, r), f"request {r.id}"
+
+
 def test_live_sequences_stay_at_the_limit_while_the_queue_is_not_empty():
     model = make(ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=3,
                              router=RouterConfig(aux="aux_router")))
