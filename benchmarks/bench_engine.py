@@ -25,6 +25,9 @@ through the engine twice per model, in one process, alternating order per round:
                  the setting where tokens/s new/old should reach 0.9 x passes old/new
   tok/s new/old  tokens per second of the whole run (CPU seconds on a CPU, wall time on a
                  GPU), new over old (median over rounds)
+  beside them    all passes (enter, block, head) old/new, and the block passes' share of the
+                 pass time: the head and enter passes, about as many under either policy,
+                 bound tokens/s new/old below the block passes' ratio unless they are cheap
 
 Part 2, speed-up (``--scale``, default ``engine``: a 32-row pass is compute-bound on a CPU
 core). Each MoR model and its same-depth Vanilla through the new policy at batch B:
@@ -135,6 +138,16 @@ def pass_cost(results, lo: int, hi: int) -> tuple[float, float, int, int]:
                 (small if n <= lo else big if n >= hi else []).append(t)
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
     return med(small), med(big), len(small), len(big)
+
+
+def all_passes(res) -> int:
+    """Decoding passes of a run: enter, shared-block and head (prefills are admission)."""
+    return sum(k in ("enter", "block", "head") for k in res.kinds)
+
+
+def block_share(res) -> float:
+    """The shared-block passes' share of the time inside a run's passes (the engine's clock)."""
+    return sum(t for k, t in zip(res.kinds, res.pass_s) if k == "block") / sum(res.pass_s)
 
 
 def pass_fit(runs) -> tuple[float, float]:
@@ -255,6 +268,8 @@ def main() -> None:
             print(f"{'':7s} realised capacities {tuple(round(c, 3) for c in caps)}; whole run: passes/token "
                   f"new {res['new'].passes_per_token():.4f} old {res['old'].passes_per_token():.4f}, "
                   f"mixed-depth passes {res['new'].mixed_passes()} of {res['new'].block_passes}")
+            print(f"{'':7s} all passes (enter, block, head) old/new {all_passes(res['old']) / all_passes(res['new']):.3f}; "
+                  f"block passes' share of the pass time new {block_share(res['new']):.2f} old {block_share(res['old']):.2f}")
 
     if a.skip != "speedup":
         reqs = make_requests(p, a.requests or p["requests"], p["seed"])
