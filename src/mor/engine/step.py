@@ -165,8 +165,6 @@ class Stepper:
             self.drops = [c < 1 for c in capacities(model.cfg.num_recursions, model.cfg.router.capacity)]
         else:
             self.drops = [False] * self.nr
-        # per recursion: its router keeps every token (capacity 1; it still weighs them), on the device
-        self.keeps_all = torch.tensor([not d for d in self.drops], device=self.dev)  # (Nr,) bool
         # static buffers per row bucket (CUDA graphs on a GPU): padded rows, full-width tables
         if graphs and compile:
             raise ValueError("the engine takes graphs= or compile=, not both")
@@ -399,27 +397,19 @@ class Stepper:
 
     def _route(self, x, nxt, g, routers: tuple[bool, ...]):
         """Each row's causal decision and weight for its next recursion ``nxt`` (N,) (Nr: none,
-        the row exits; keep False, g as it was): x (N, 1, C), g (N, 1). A router's logits are
-        decode's own call over every row (router.logits / causal_logits: the same numbers); the
-        rest (the router function, the > 0 decision, capacity 1's keep-all) runs ONCE, over the
-        logit each row gathers from its next router's column, not once per router: a pass that
-        mixes depths pays one head call per router, not a dozen ops (on a CPU at hidden 32,
-        three routers took ~0.35 ms of a ~2 ms pass)."""
-        routers_ = self.model.routers
-        run = [r for r in range(1, self.nr) if routers[r]]
-        logits = {r: routers_[r].logits(x) for r in run}  # (N, 1) each
-        causal = {r: routers_[r].causal_logits(x, logits[r]) for r in run}
-
-        def by_row(per_router: dict) -> torch.Tensor:  # (N, 1): the column of each row's next router
-            cols = [per_router.get(r, per_router[run[0]]) for r in range(self.nr)]  # others: filler no row reads
-            return torch.cat(cols, 1).gather(1, at)
-
-        at = nxt.clamp(max=self.nr - 1).unsqueeze(1)  # (N, 1)
-        has = (nxt < self.nr).unsqueeze(1)  # (N, 1): rows with a next recursion
-        lg = by_row(logits)
-        cz = lg if all(causal[r] is logits[r] for r in run) else by_row(causal)
-        keep = has & ((cz > 0) | self.keeps_all[at])  # (N, 1)
-        return keep, torch.where(has, routers_[run[0]].weights(lg).to(g.dtype), g)
+        the row exits; keep False, g as it was): x (N, 1, C), g (N, 1). Each router the pass
+        runs decides over every row through ``mor.model.routing.decide``, the one routing rule
+        every path calls (a capacity-1 recursion keeps every row and still gives its weight),
+        and its decision and weight are kept where it is a row's next."""
+        keep = torch.zeros_like(g, dtype=torch.bool)  # (N, 1)
+        ones = torch.ones_like(keep)
+        for r in range(1, self.nr):
+            if routers[r]:
+                d = decide(self.model, r, x, ones, policy="causal")
+                sel = (nxt == r).unsqueeze(1)  # (N, 1)
+                keep = torch.where(sel, d.keep, keep)
+                g = torch.where(sel, d.g.to(g.dtype), g)
+        return keep, g
 
     @torch.no_grad()
     def head(self, slots: list[int], pos: list[int], n_cont: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
