@@ -19,6 +19,13 @@ from mor.atomic import write_json_atomic
 from mor.layout import USAGE_DIR
 
 
+def job_name(kind: str, analysis: str = "") -> str:
+    """The name of a job's record: ``analysis-<name>`` for an analysis job (a run has one per
+    analysis its grid draws), the job kind otherwise. The launcher writes it, the price check
+    (``mor.launch.price_check``) and ``mor status`` read it."""
+    return f"analysis-{analysis}" if kind == "analysis" else kind
+
+
 def cpu_seconds() -> float:
     """User + system CPU seconds of this process and of the children it has reaped."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -115,7 +115,7 @@ def _usage(a, started: float, finished: bool) -> None:
     The CPU count starts at the process's own start, imports included: that is what the job cost."""
     from mor import usage
 
-    job = f"analysis-{a.analysis}" if a.kind == "analysis" else a.kind
+    job = usage.job_name(a.kind, getattr(a, "analysis", ""))
     try:
         usage.record(RunPaths.of(a.run_dir).usage(job), usage.cpu_seconds(), time.monotonic() - started,
                      a.threads, finished)

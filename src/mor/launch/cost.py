@@ -343,7 +343,7 @@ def memory_fit(run: RunConfig, preset: Preset) -> tuple[int, float, bool]:
 def estimate(run: RunConfig, kind: str, preset: Preset, analysis: str = "", protocol: dict | None = None) -> JobEstimate:
     cost = job_cost(run, kind, analysis, protocol, preset.gpu_memory_gib)
     devices = preset.gpus or preset.world_size  # GPUs, or CPU tasks on a CPU preset
-    hours = cost.flops / (preset.tflops_per_gpu * 1e12 * devices) / 3600
+    hours = (preset.start_s + cost.flops / (preset.tflops_per_gpu * 1e12 * devices)) / 3600
     segments = max(1, math.ceil(hours * 60 / preset.time_min))
     if kind not in RESUMABLE:  # it starts again after each time-out, until submitit gives up
         segments = min(segments, 1 + preset.max_timeouts)

@@ -63,6 +63,8 @@ class Preset:
     max_timeouts: int = 20  # requeues after a time-out before submitit gives up (preemptions don't count)
     parallel: str = "ddp"  # train with world > 1: ddp or fsdp (fully sharded; 1.7B)
     tflops_per_gpu: float = 100.0  # sustained model TFLOP/s per GPU (per task on CPU): plan estimates only
+    start_s: float = 0.0  # a job's fixed seconds before and beside its FLOPs (process start, imports, loading a
+                          # checkpoint): plan estimates only; what a small CPU job mostly costs
     peak_tflops_per_gpu: float = 0.0  # the GPU's peak dense bf16 TFLOP/s: MFU in the train log (0 = unknown)
     tokens_per_s_per_cpu: float = 350_000.0  # data job: tokenizer throughput per core, plan estimates only
     gpu_memory_gib: float = 0.0  # memory of one GPU (the site's): sizes execution.micro_batch 'auto' (0 = unknown)
@@ -105,7 +107,7 @@ class Preset:
 
 _FIELDS = {f.name: f for f in fields(Preset)}
 # every number has a range; the upper ends only catch a typo or a unit slip (GiB for MiB), no site is near them
-_NON_NEGATIVE = {"peak_tflops_per_gpu": 1e5, "gpu_memory_gib": 1e4}  # 0 = unknown
+_NON_NEGATIVE = {"peak_tflops_per_gpu": 1e5, "gpu_memory_gib": 1e4, "start_s": 86_400}  # 0 = unknown / none
 _INT_RANGE = {"nodes": (1, 10_000), "gpus_per_node": (0, 64), "tasks_per_node": (0, 1024),
               "cpus_per_task": (1, 4096), "time_min": (1, 366 * 24 * 60), "signal_delay_s": (0, 86_400),
               "max_timeouts": (0, 10_000)}
