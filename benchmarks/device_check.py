@@ -21,24 +21,45 @@ runs out of memory is reported as such, not fatal. The paper's setting and the p
     python benchmarks/device_check.py --scale 360M --batch 16 --fit            # plain path
     python benchmarks/device_check.py --scale 360M --batch 16 --fit --loss-chunk 4096 --checkpointing
 
-Writes ``device_check.json`` into ``$OUT`` (or ``--out``) when given. Exit status 1 when a
-loss is not finite or an equivalence check fails.
+Writes ``device_check.json`` into ``$OUT`` (or ``--out``) when given, after every measured
+row. Each check is a pass, a failure or not run (named in ``not_run`` with why): ``ok`` is
+"no check that ran failed" (exit status 1 otherwise), ``status`` is ``pass`` (all ran and
+passed), ``fail`` or ``incomplete`` (nothing failed, something did not run).
 
 Decoding engine (``--engine``, or ``--engine-only``): flash-attn's paged
 ``flash_attn_with_kvcache`` against SDPA over the gathered blocks (bf16), the engine against
 ``decode.generate`` (graphs on and off), and App. E's protocol at ``--engine-scale`` (360M):
 MoR-2/3/4 and their same-depth Vanillas at 32 rows per pass (graphs on and off) and at the
-relative maximum batch, printing passes per token against Σc/B, fill and tokens/s in the
-waiting window, and the speed-up over the same-depth Vanilla (paper: up to ~2x; relative
-maximum batch 42/48/51). Install first, on the GPU machine (CUDA 12 wheels):
+relative maximum batch (graphs on), printing per model passes per token against Σc/B, row
+fill and tokens/s in the waiting window, and tokens/s over the same-depth Vanilla (paper: up
+to ~2x; relative maximum batch 42/48/51), with the whole run's figures beside (``*_run``).
 
-    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126   # a CUDA torch
-    pip install flash-attn --no-build-isolation   # a wheel built for that torch and CUDA (paged KV)
+On the GPU machine this project is lent (image 'cuda': no network, python3 with torch
+2.11.0+cu130, no flash-attn), install nothing: from the repository root,
 
-then, one prepared command (sized for < 8 min on one H200: 96 requests of ~256 tokens,
-5 models x 3 settings):
+    PYTHONUNBUFFERED=1 PYTHONPATH=src python3 benchmarks/device_check.py --engine-only --out "$OUT"
 
-    python benchmarks/device_check.py --engine-only --out "$OUT"
+(``PYTHONPATH=src`` may be left out: the script finds ``src/`` itself when ``mor`` is not
+installed). Every module it imports is in that image (torch, numpy, pyyaml, tqdm).
+The paged flash check then reads ``flash paged attention: NOT RUN (flash-attn not
+installed)``: neither a pass nor a failure (``status: incomplete``); a flash-attn wheel is
+too large to carry there. Optional, on a cluster with network, for that check too: a CUDA
+build of the pinned torch for the node's CUDA, then flash-attn built against it
+
+    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126
+    pip install '.[gpu]' --no-build-isolation      # flash-attn 2.8.3.post2 (paged KV)
+
+Sizing: each row runs at least ``--engine-requests`` (96) and ``--engine-requests-per-row``
+(3) x its rows per pass requests (126/144/153 at B = 42/48/51), so that requests wait or at
+least 2B sequences are live for part of every run: the waiting window is never empty by
+construction; a row whose window is empty anyway prints ``no window`` and records null,
+never the whole run's figures under the window's name. 6 models (3 MoR, 3 Vanillas), 15
+rows, graphs-on rows first (each Vanilla before its MoR), then graphs off. ``--budget-s``
+(420) starts no row that would end past it (estimated from the slowest seconds per
+request of its kind so far) and names the rows it skipped; ``device_check.json`` is written
+(atomically) after every measured row, so a command cut off at the lease's limit still
+returns every finished row. Not yet run on a GPU: the 8-minute sizing is an estimate, the
+budget is what holds it (420 s by default with ``--engine-only``; no limit otherwise).
 
 ``benchmarks/bench_engine.py --scale 360M --protocol cluster --device cuda --dtype bfloat16
 --memory-gib 0 --requests 256 --rounds 1`` measures the same with more requests and rounds.
@@ -47,6 +68,7 @@ then, one prepared command (sized for < 8 min on one H200: 96 requests of ~256 t
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -57,10 +79,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mor.config import ExecConfig, ModelConfig, RouterConfig, RunConfig, TrainConfig, load_scales
-from mor.memory import GiB, pick_micro_batch, training_memory
-from mor.model import layers
-from mor.model.transformer import build_model
+SRC = Path(__file__).resolve().parents[1] / "src"
+if importlib.util.find_spec("mor") is None and SRC.is_dir():  # a bare copy of the repo (the lent GPU image)
+    sys.path.insert(0, str(SRC))
+
+from mor.atomic import write_text_atomic  # noqa: E402
+from mor.config import ExecConfig, ModelConfig, RouterConfig, RunConfig, TrainConfig, load_scales  # noqa: E402
+from mor.memory import GiB, pick_micro_batch, training_memory  # noqa: E402
+from mor.model import layers  # noqa: E402
+from mor.model.transformer import build_model  # noqa: E402
 
 VOCAB = 49152  # the SmolLM vocabulary of the paper's scales
 
@@ -215,6 +242,39 @@ def paged_attention_error(device: torch.device) -> float | None:
     return (fast.float() - ref.float()).abs().max().item()
 
 
+PASS, FAIL, NOT_RUN = "pass", "fail", "not run"  # a check's three states: not run is neither of the others
+FLASH_TOL = 2e-2  # bf16: paged flash and SDPA over the same blocks differ by rounding only
+
+
+def flash_paged_skip_reason(device: torch.device) -> str | None:
+    """Why the paged flash check cannot run here, or None: flash-attn is not installed (the lent
+    GPU image has none, and its wheel is too large to carry there), or the device is no GPU."""
+    from mor.engine import cache as kvc
+
+    if kvc._flash_with_kvcache is None:
+        return "flash-attn not installed"
+    if torch.device(device).type != "cuda":
+        return f"device {device} is not a GPU"
+    return None
+
+
+def flash_paged_check(device: torch.device) -> dict:
+    """The paged flash check as one of three states, so an absent flash-attn is visible and
+    never counted as a pass: pass / fail against FLASH_TOL, or not run with the reason."""
+    why = flash_paged_skip_reason(device)
+    if why:
+        return {"state": NOT_RUN, "why": why, "max_err": None}
+    err = paged_attention_error(device)
+    return {"state": PASS if err < FLASH_TOL else FAIL, "why": None, "max_err": err}
+
+
+def flash_text(flash: dict) -> str:
+    """'NOT RUN (flash-attn not installed)', 'pass (max err ...)' or 'FAIL (max err ...)'."""
+    if flash["state"] == NOT_RUN:
+        return f"NOT RUN ({flash['why']})"
+    word = "pass" if flash["state"] == PASS else "FAIL"
+    return f"{word} (max err {flash['max_err']:.3g} vs SDPA over the gathered blocks, bf16; tolerance {FLASH_TOL})"
+
 def engine_matches_decode(device: torch.device) -> dict[str, bool]:
     """The engine's greedy tokens equal decode.generate's on the device (tiny models, fp32, a
     mixed queue; graphs on and off)."""
@@ -238,16 +298,145 @@ def engine_matches_decode(device: torch.device) -> dict[str, bool]:
     return out
 
 
-def engine_protocol(a, device: torch.device) -> list[dict]:
-    """App. E's protocol at ``--engine-scale``: MoR-2/3/4 Middle-Cycle (routers steered to their
-    design shares, bench_engine.steer_routers) and the same-depth Vanillas, in bf16, live
-    sequences admitted by the GPU's memory (flops.max_batch, paged blocks), at 32 rows per pass
-    and at the relative maximum batch, graphs on (and off at 32 rows): passes per token, fill
-    and tokens/s in the waiting window, and tokens/s over the same-depth Vanilla's."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import bench_engine as be
+def _bench_engine():
+    """benchmarks/bench_engine.py as a module (the protocol's models, requests and router steering)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import bench_engine
 
+    return bench_engine
+
+
+def requests_for(batch: int, a) -> int:
+    """Requests a row at ``batch`` rows per pass decodes: at least ``--engine-requests`` and
+    ``--engine-requests-per-row`` x batch. The window (EngineResult.window) is the passes run
+    while requests wait or >= 2B sequences are live; with 96 requests and B = 42-51 it is
+    empty or a few passes, and 3B keeps >= 2B live until a third of the requests are done."""
+    return max(a.engine_requests, math.ceil(a.engine_requests_per_row * batch))
+
+
+def window_figures(res) -> dict:
+    """A row's passes per token, fill and tokens/s in the waiting window, None where the window
+    is empty (printed 'no window'), never the whole run's under the window's name; the whole
+    run's beside them, named ``*_run`` (as the throughput job's, mor.engine.job)."""
+    win, run = res.window(True), res.window(False)
+    has = win["tokens"] > 0 and win["forward_s"] > 0
+    return {"window_passes": win["passes"], "window_tokens": win["tokens"],
+            "passes_per_token": win["passes_per_token"] if has else None,
+            "fill": win["row_fill"] if has else None,
+            "tokens_per_s": win["tokens_per_s"] if has else None,
+            "passes_per_token_run": run["passes_per_token"], "fill_run": run["row_fill"],
+            "tokens_per_s_run": res.tokens / res.forward_s if res.forward_s > 0 else None}
+
+
+def _ratio(x: float | None, y: float | None) -> float | None:
+    return x / y if x is not None and y else None
+
+
+def attach_ratios(rows: list[dict], vanilla_of: dict[str, str], base: int) -> None:
+    """Each row's tokens/s over its same-depth Vanilla's at the base batch with the same graphs
+    setting (a Vanilla's relative maximum batch is the base batch): in the window
+    (``vs_vanilla``, None when either window is empty) and over the whole runs
+    (``vs_vanilla_run``), never one standing in for the other."""
+    ref = {(r["model"], r["graphs"]): r for r in rows if r["batch"] == base and r["model"] == vanilla_of[r["model"]]}
+    for r in rows:
+        v = ref.get((vanilla_of[r["model"]], r["graphs"]), {})
+        r["vs_vanilla"] = _ratio(r["tokens_per_s"], v.get("tokens_per_s"))
+        r["vs_vanilla_run"] = _ratio(r["tokens_per_s_run"], v.get("tokens_per_s_run"))
+
+
+def protocol_models(scale: str) -> tuple[dict[str, ModelConfig], dict[str, str]]:
+    """MoR-2/3/4 (bench_engine.configs) and their same-depth Vanillas, each Vanilla first (so a
+    budget cut leaves ratios), and the Vanilla each model is measured against."""
+    be = _bench_engine()
+    from mor.throughput_protocol import baseline
+
+    models, vanilla_of = {}, {}
+    for name, cfg in be.configs(scale).items():
+        van = baseline(cfg)
+        vname = f"Vanilla-{van.layers or be.shape_of(van).layers}"
+        models.setdefault(vname, van)
+        models[name] = cfg
+        vanilla_of[name] = vanilla_of[vname] = vname
+    return models, vanilla_of
+
+
+def protocol_plan(models, rel: dict[str, float], base: int, cuda: bool) -> list[tuple[str, int, bool]]:
+    """(model, rows per pass, graphs) in the order they run: graphs on at the base batch and at
+    the relative maximum batch, model by model, then graphs off at the base batch (a GPU's
+    question only: on a CPU both settings are the same eager path). A batch is run once per
+    setting: a Vanilla's relative maximum batch is the base batch."""
+    on = [(name, b, True) for name in models for b in dict.fromkeys((base, max(1, int(rel[name]))))]
+    return on + ([(name, base, False) for name in models] if cuda else [])
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def print_row(r: dict) -> None:
+    window = ("no window" if r["tokens_per_s"] is None else
+              f"passes/token {r['passes_per_token']:.4f} (Σc/B {r['bound']:.4f}) fill {r['fill']:.3f} "
+              f"tok/s {r['tokens_per_s']:.0f}")
+    print(f"{r['model']:11s} b={r['batch']:3d} graphs={r['graphs']!s:5s} requests {r['requests']:4d} live "
+          f"{r['max_live']:5d} window: {window} | run: passes/token {r['passes_per_token_run']:.4f} fill "
+          f"{r['fill_run']:.3f} tok/s {_fmt(r['tokens_per_s_run'], '.0f')} | preempted {r['preempted']} "
+          f"| {r['seconds']:.1f} s", flush=True)
+
+
+def print_summary(rows: list[dict], rel: dict[str, float], vanilla_of: dict[str, str], scale: str) -> None:
+    """Per model, graphs on and off: passes per token, fill, tokens/s in the window and the ratio
+    over the same-depth Vanilla, whole-run values beside; then the paper's reference."""
+    print(f"\nApp. E's protocol at {scale} (window: passes while requests wait or >= 2B sequences are "
+          f"live; run: the whole run)")
+    print(f"{'model':11s} {'vs':11s} {'B':>3} {'graphs':6s} {'pass/tok':>8} {'Σc/B':>6} {'fill':>5} {'tok/s':>9} "
+          f"{'vs Van':>6} | {'pass/tok':>8} {'fill':>5} {'tok/s':>9} {'vs Van':>6}")
+    print(f"{'':40s}{'window':^41s}| {'whole run':^32s}")
+    order = list(dict.fromkeys(r["model"] for r in rows))
+    for r in sorted(rows, key=lambda r: (order.index(r["model"]), not r["graphs"], r["batch"])):
+        if r["tokens_per_s"] is None:
+            window = f"{'no window':>44s}"
+        else:
+            window = (f"{r['passes_per_token']:8.4f} {r['bound']:6.4f} {r['fill']:5.3f} {r['tokens_per_s']:9.0f} "
+                      f"{_fmt(r['vs_vanilla'], '6.3f'):>6}")
+        print(f"{r['model']:11s} {vanilla_of[r['model']]:11s} {r['batch']:3d} {r['graphs']!s:6s} {window} | "
+              f"{r['passes_per_token_run']:8.4f} {r['fill_run']:5.3f} {_fmt(r['tokens_per_s_run'], '9.0f'):>9} "
+              f"{_fmt(r['vs_vanilla_run'], '6.3f'):>6}")
+    mor = ", ".join(f"{n} {rel[n]:.1f}" for n in rel if n != vanilla_of[n])
+    print(f"paper (App. E): tokens/s over the same-depth Vanilla up to ~2x at the relative maximum batch; "
+          f"relative maximum batch 42/48/51 (MoR-2/3/4). Here: {mor}", flush=True)
+
+
+def protocol_row(m, name: str, batch: int, graphs: bool, reqs, p: dict, a, device, dtype, memory: float) -> dict:
+    """One measured row: warm-up (graph capture, allocation), then the requests; the row's
+    figures (window_figures) and its seconds, construction and warm-up included."""
+    be = _bench_engine()
     from mor.engine import Engine, Request
+
+    t0 = time.perf_counter()
+    n = requests_for(batch, a)
+    eng = Engine(m, batch=batch, max_len=p["gen_max"], device=device, dtype=dtype, memory_bytes=memory, graphs=graphs)
+    eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(batch)])
+    res = eng.run(reqs[:n])
+    row = {"model": name, "batch": batch, "graphs": graphs, "requests": n, "max_live": res.max_live,
+           "bound": sum(be.realised(res)) / batch, **window_figures(res), "preempted": len(res.preempted)}
+    del eng, res
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()  # one engine's KV pool at a time
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def engine_protocol(a, device: torch.device, budget: "Budget", rows: list[dict], save=lambda: None) -> list[dict]:
+    """App. E's protocol at ``--engine-scale``: MoR-2/3/4 Middle-Cycle (routers steered to their
+    design shares, bench_engine.steer_routers) and the same-depth Vanillas, in ``--dtype``, live
+    sequences admitted by the device's memory (flops.max_batch, paged blocks), rows as
+    protocol_plan orders them. Appends each row to ``rows`` and calls ``save`` after it (the
+    report on disk is never more than one row behind); rows the budget does not start are
+    named in ``budget.skipped``."""
+    be = _bench_engine()
     from mor.flops import relative_max_batch_exact
     from mor.throughput_protocol import baseline, load_protocol
 
@@ -256,54 +445,91 @@ def engine_protocol(a, device: torch.device) -> list[dict]:
     dtype = getattr(torch, a.dtype)
     # the memory the engine may fill: most of what is free now (the pool is really allocated)
     memory = 0.8 * torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else a.cpu_memory_gib * 2**30
-    max_len = p["gen_max"]  # one prompt token + gen_max - 1 fed tokens
-    reqs = be.make_requests(p, a.engine_requests, p["seed"])
+    base, elem = p["base_batch"], torch.tensor([], dtype=dtype).element_size()
+    models, vanilla_of = protocol_models(a.engine_scale)
+    rel = {n: float(base) if n == vanilla_of[n] else relative_max_batch_exact(
+        cfg, baseline(cfg), be.shape_of(cfg), be.V, p["gen_max"], memory, base, elem) for n, cfg in models.items()}
+    plan = protocol_plan(models, rel, base, device.type == "cuda")
+    reqs = be.make_requests(p, max(requests_for(b, a) for _, b, _ in plan), p["seed"])  # each row takes a prefix
     calib = torch.randint(0, be.V, (8, 64), generator=torch.Generator().manual_seed(0))
-    cfgs = be.configs(a.engine_scale)
-    allc = dict(cfgs)
-    for c in cfgs.values():
-        van = baseline(c)
-        allc[f"Vanilla-{van.layers or be.shape_of(van).layers}"] = van
-    rows, speed = [], {}
-    for name, cfg in allc.items():
-        m = be.build(cfg, calib, device, dtype)  # built and steered on the CPU, then moved
-        van = baseline(cfg)
-        rel = 32.0 if cfg.variant == "vanilla" else relative_max_batch_exact(
-            cfg, van, be.shape_of(cfg), be.V, max_len, memory, 32, torch.tensor([], dtype=dtype).element_size())
-        for batch, graphs in ((32, True), (32, False), (max(1, int(rel)), True)):
-            if graphs is False and device.type != "cuda":
-                continue
-            eng = Engine(m, batch=batch, max_len=max_len, device=device, dtype=dtype, memory_bytes=memory, graphs=graphs)
-            eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(batch)])
-            res = eng.run(reqs)
-            w = res.window(True)
-            caps = be.realised(res)
-            row = {"model": name, "batch": batch, "graphs": graphs, "max_live": res.max_live,
-                   "passes_per_token": w["passes_per_token"], "bound": sum(caps) / batch, "fill": w["row_fill"],
-                   "tokens_per_s": w["tokens_per_s"], "tokens_per_s_run": res.tokens / res.forward_s,
-                   "preempted": len(res.preempted), "relative_max_batch": rel}
-            speed[name, batch if batch == 32 else "max", graphs] = row["tokens_per_s"] or row["tokens_per_s_run"]
-            rows.append(row)
-            print(f"{name:11s} b={batch:3d} graphs={graphs!s:5s} live {row['max_live']:5d} passes/token "
-                  f"{row['passes_per_token']:.4f} (Σc/B {row['bound']:.4f}) fill {row['fill']:.3f} "
-                  f"tok/s {row['tokens_per_s']:.0f} (run {row['tokens_per_s_run']:.0f}) preempted {row['preempted']}", flush=True)
-            del eng, res
-            if device.type == "cuda":
-                torch.cuda.empty_cache()  # one engine's KV pool at a time
-        del m
-    for row in rows:
-        cfg = allc[row["model"]]
-        van = baseline(cfg)
-        vname = f"Vanilla-{van.layers or be.shape_of(van).layers}"
-        key = 32 if row["batch"] == 32 else "max"
-        base = speed.get((vname, 32, row["graphs"]))  # Vanilla's maximum batch is the base batch (32)
-        row["vs_vanilla"] = speed[row["model"], key, row["graphs"]] / base if base else None
-    print("speed-up over the same-depth Vanilla (paper: up to ~2x; relative maximum batch 42/48/51):")
-    for row in rows:
-        if not row["model"].startswith("Vanilla"):
-            print(f"  {row['model']} b={row['batch']} graphs={row['graphs']}: {row['vs_vanilla']:.3f}x "
-                  f"(relative maximum batch {row['relative_max_batch']:.1f})")
+    built = {}  # built once, kept on the device (6 x 360M in bf16: ~4.5 GB beside a pool of 0.8 x free)
+    for name, batch, graphs in plan:
+        kind, n = f"engine graphs={graphs}", requests_for(batch, a)
+        if not budget.allows(f"{name} b={batch} graphs={graphs}", kind, n):
+            continue
+        if name not in built:
+            built[name] = be.build(models[name], calib, device, dtype)  # built and steered on the CPU, then moved
+        row = protocol_row(built[name], name, batch, graphs, reqs, p, a, device, dtype, memory)
+        row["relative_max_batch"] = rel[name]
+        budget.ran(kind, row["seconds"], n)
+        rows.append(row)
+        attach_ratios(rows, vanilla_of, base)
+        print_row(row)
+        save()
+    built.clear()
+    print_summary(rows, rel, vanilla_of, a.engine_scale)
     return rows
+
+
+# ------------------------------------------------------------------ the run's clock, checks and report
+class Budget:
+    """Starts a measured row only while it should end inside ``--budget-s``: the lent GPU
+    machine kills a command at its limit and a row cut off yields nothing. A row's estimate is
+    the slowest seconds per unit of work of its kind so far (requests for an engine row, one
+    for a training run); the first of a kind takes its family's slowest (graphs off after
+    graphs on: still an underestimate, the margin below the lease's limit covers it), or
+    none; a row that would end past the budget is skipped and named."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.t0 = seconds, time.perf_counter()
+        self.rate: dict[str, float] = {}
+        self.skipped: list[str] = []
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def allows(self, name: str, kind: str, work: float = 1.0) -> bool:
+        family = [r for k, r in self.rate.items() if k.split()[0] == kind.split()[0]]
+        if self.elapsed() + self.rate.get(kind, max(family, default=0.0)) * work <= self.seconds:
+            return True
+        self.skipped.append(name)
+        print(f"{name}: SKIPPED (--budget-s {self.seconds:g}; {self.elapsed():.0f} s elapsed)", flush=True)
+        return False
+
+    def ran(self, kind: str, seconds: float, work: float = 1.0) -> None:
+        self.rate[kind] = max(self.rate.get(kind, 0.0), seconds / work)
+
+
+def save(report: dict, out: str | None) -> None:
+    """device_check.json, written whole or not at all (temp file + os.replace,
+    mor.atomic): called after every measured row, so a command killed at its limit still
+    returns every row it finished."""
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        write_text_atomic(Path(out) / "device_check.json", json.dumps(report, indent=1))
+
+
+def outcome(report: dict) -> dict:
+    """The verdict over every check, three ways: ``failed`` (a check that ran and failed),
+    ``not_run`` (a check or row that did not run, with why: the paged flash check without
+    flash-attn, rows past ``--budget-s``) and the rest passed. ``ok`` (the exit status) is
+    "nothing failed": a check not run is no failure; ``status`` is ``pass`` only when
+    everything ran and passed, ``incomplete`` when nothing failed but something did not run,
+    so a skipped check never reads as a pass."""
+    failed = [f"{r['variant']} b={r['batch']}: loss not finite" for r in report["runs"] if not r["finite"]]
+    failed += [f"{k} = {v:.3g}" for k, v in report["checks"].items() if not v < 1e-3]  # NaN fails too
+    not_run = []
+    e = report.get("engine")
+    if e:
+        failed += [f"engine != decode.generate ({k})" for k, same in e["matches_decode"].items() if not same]
+        flash = e["flash_paged"]
+        if flash["state"] == FAIL:
+            failed.append(f"flash paged attention max err {flash['max_err']:.3g} >= {FLASH_TOL}")
+        elif flash["state"] == NOT_RUN:
+            not_run.append(f"flash paged attention ({flash['why']})")
+    not_run += [f"{name} (--budget-s)" for name in report.get("skipped_rows", [])]
+    status = "fail" if failed else "incomplete" if not_run else "pass"
+    return {"ok": not failed, "status": status, "failed": failed, "not_run": not_run}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -321,22 +547,32 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--fit-batch", type=int, default=128, help="sequences per GPU and step that --fit divides")
     ap.add_argument("--cpu-memory-gib", type=float, default=2.0, help="--fit on CPU: the memory to fit into")
     ap.add_argument("--out", default=os.environ.get("OUT"), help="folder for device_check.json")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="start no measured row that would end past this many seconds (inf: no limit; default "
+                         "420 with --engine-only, the lent GPU's one-command protocol, else no limit)")
     ap.add_argument("--engine", action="store_true", help="also check the decoding engine (App. E; see the docstring)")
     ap.add_argument("--engine-only", action="store_true", help="the engine checks alone (no training variants)")
     ap.add_argument("--engine-scale", default="360M")
     ap.add_argument("--engine-protocol", default="cluster", help="section of workflows/config/throughput.yaml")
-    ap.add_argument("--engine-requests", type=int, default=96)
+    ap.add_argument("--engine-requests", type=int, default=96, help="requests per protocol row, at least")
+    ap.add_argument("--engine-requests-per-row", type=float, default=3.0,
+                    help="and at least this many per row of a pass (keeps the waiting window non-empty)")
     a = ap.parse_args(argv)
+    if a.budget_s is None:  # the lent machine's command is --engine-only; a --fit sweep on a cluster is not cut
+        a.budget_s = 420.0 if a.engine_only else math.inf
+    budget = Budget(a.budget_s)
     device, dtype = torch.device(a.device), getattr(torch, a.dtype)
     count_flash_calls()
     chosen = {n: kw for n, kw in variants().items() if (not a.only or n in a.only) and not a.engine_only}
     report = {"device": str(device), "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "flash_attn": layers.flash_available(), "dtype": a.dtype,
               "scale": a.scale, "batch": a.batch, "seq": a.seq, "checkpointing": a.checkpointing,
-              "loss_chunk": a.loss_chunk, "runs": [], "checks": {}}
+              "loss_chunk": a.loss_chunk, "budget_s": a.budget_s if math.isfinite(a.budget_s) else None, "status": "running", "runs": [], "checks": {},
+              "skipped_rows": budget.skipped}
     report["checks"]["chunked_attention_max_err"] = chunked_attention_error(device)
-    print(f"{'variant':24s} {'batch':>5} {'loss':>8} {'tok/s':>10} {'flash':>5} {'peak GiB':>8} {'model GiB':>9}",
-          flush=True)
+    if chosen:
+        print(f"{'variant':24s} {'batch':>5} {'loss':>8} {'tok/s':>10} {'flash':>5} {'peak GiB':>8} "
+              f"{'model GiB':>9} {'s':>6}", flush=True)
     for name, kw in chosen.items():
         report["checks"][f"{name} device_vs_cpu_max_err"] = device_matches_cpu(kw, device)
         batches = [a.batch]
@@ -344,27 +580,31 @@ def main(argv: list[str] | None = None) -> dict:
             fit = fitted_batch(ModelConfig(scale=a.scale, **kw), a, device)
             batches += [fit] if fit != a.batch else []
         for batch in batches:
-            report["runs"].append(train_variant(name, kw, a, device, dtype, batch))
-            r = report["runs"][-1]
+            if not budget.allows(f"{name} b={batch}", "train"):
+                continue
+            t0 = time.perf_counter()
+            r = train_variant(name, kw, a, device, dtype, batch)
+            r["seconds"] = time.perf_counter() - t0
+            budget.ran("train", r["seconds"])
+            report["runs"].append(r)
             peak = "OOM" if r["oom"] else f"{r['peak_mem_gib'] or 0:.2f}"
             print(f"{name:24s} {batch:>5} {r['loss']:8.4f} {r['tokens_per_s']:10.0f} {r['flash_calls']:5d} {peak:>8} "
-                  f"{r['model_mem_gib']:9.2f}", flush=True)
+                  f"{r['model_mem_gib']:9.2f} {r['seconds']:6.1f}", flush=True)
+            save(report, a.out)
     if a.engine or a.engine_only:
-        err = paged_attention_error(device)
-        report["engine"] = {"paged_attention_max_err": err, "matches_decode": engine_matches_decode(device)}
-        print(f"engine: flash paged vs SDPA over gathered blocks (bf16) max err {err}; "
-              f"engine == decode.generate: {report['engine']['matches_decode']}", flush=True)
-        report["engine"]["protocol"] = engine_protocol(a, device)
-    ok = all(r["finite"] for r in report["runs"]) and all(v < 1e-3 for v in report["checks"].values())
-    if "engine" in report:
-        e = report["engine"]
-        ok = ok and all(e["matches_decode"].values()) and (e["paged_attention_max_err"] is None
-                                                           or e["paged_attention_max_err"] < 2e-2)
-    report["ok"] = ok
+        flash = flash_paged_check(device)
+        report["engine"] = {"flash_paged": flash, "paged_attention_max_err": flash["max_err"],
+                            "matches_decode": engine_matches_decode(device), "protocol": []}
+        print(f"flash paged attention: {flash_text(flash)}", flush=True)
+        print(f"engine == decode.generate: {report['engine']['matches_decode']}", flush=True)
+        save(report, a.out)
+        engine_protocol(a, device, budget, report["engine"]["protocol"], lambda: save(report, a.out))
+    report.update(outcome(report))
     print(json.dumps(report["checks"], indent=1))
-    if a.out:
-        Path(a.out).mkdir(parents=True, exist_ok=True)
-        (Path(a.out) / "device_check.json").write_text(json.dumps(report, indent=1))
+    print(f"result: {report['status'].upper()} ({budget.elapsed():.0f} s)"
+          + "".join(f"\n  failed: {f}" for f in report["failed"])
+          + "".join(f"\n  NOT RUN: {n}" for n in report["not_run"]), flush=True)
+    save(report, a.out)
     return report
 
 

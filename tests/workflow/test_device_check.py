@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from helpers.paths import REPO as ROOT
 
 
@@ -42,3 +43,85 @@ def test_device_check_engine_protocol_runs_on_cpu(tmp_path):
     models = {r["model"] for r in eng["protocol"]}
     assert {"MoR-2", "MoR-3", "MoR-4"} <= models and any(m.startswith("Vanilla") for m in models)
     assert all(r["vs_vanilla"] and r["vs_vanilla"] > 0 for r in eng["protocol"])
+    assert all(r["requests"] >= 3 * r["batch"] and r["tokens_per_s"] is not None for r in eng["protocol"])
+    assert len({(r["model"], r["batch"], r["graphs"]) for r in eng["protocol"]}) == len(eng["protocol"])
+
+
+def _device_check():
+    """benchmarks/device_check.py as a module (its helpers, without running it)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_check", ROOT / "benchmarks" / "device_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _report(flash_state, same=True):
+    return {"runs": [], "checks": {"chunked_attention_max_err": 0.0}, "skipped_rows": [],
+            "engine": {"matches_decode": {"mor-ec graphs=True": same},
+                       "flash_paged": {"state": flash_state, "max_err": 1e-3 if flash_state == "pass" else None,
+                                       "why": "flash-attn not installed" if flash_state == "not run" else None}}}
+
+
+def test_flash_absent_reads_not_run_neither_pass_nor_failure(monkeypatch):
+    """Without flash-attn (the lent GPU image has none) the paged flash check is NOT RUN, named
+    with why: the verdict is 'incomplete', not 'pass'; ok (the exit status) follows the checks
+    that ran, true when they pass and false when one fails."""
+    from mor.engine import cache as kvc
+
+    dc = _device_check()
+    monkeypatch.setattr(kvc, "_flash_with_kvcache", None)
+    flash = dc.flash_paged_check(torch.device("cuda"))  # returns before touching a device
+    assert flash == {"state": "not run", "why": "flash-attn not installed", "max_err": None}
+    assert dc.flash_text(flash) == "NOT RUN (flash-attn not installed)"
+    absent = dc.outcome(_report("not run"))
+    assert absent == {"ok": True, "status": "incomplete", "failed": [],
+                      "not_run": ["flash paged attention (flash-attn not installed)"]}
+    assert dc.outcome(_report("pass"))["status"] == "pass"
+    broken = dc.outcome(_report("not run", same=False))
+    assert not broken["ok"] and broken["status"] == "fail" and broken["not_run"] == absent["not_run"]
+
+
+def test_protocol_window_is_sized_and_never_borrows_whole_run_figures():
+    """Each row runs >= 3 x its rows per pass requests (so the waiting window is not empty at
+    B = 42-51 with 96 requests); a row with an empty window records None for the window's
+    figures, the whole run's only under *_run, and its ratio over the Vanilla is None in the
+    window; a Vanilla runs its base batch once per graphs setting."""
+    from argparse import Namespace
+
+    from mor.engine.engine import EngineResult
+
+    dc = _device_check()
+    a = Namespace(engine_requests=96, engine_requests_per_row=3.0)
+    assert [dc.requests_for(b, a) for b in (32, 42, 48, 51)] == [96, 126, 144, 153]
+    # 4 rows per pass, never waiting and never 2B = 8 live: no window
+    res = EngineResult({0: [1, 2], 1: [3, 4]}, batch=4, kinds=["block", "head", "block", "head"], rows=[2, 2, 2, 2],
+                       waiting=[0] * 4, live=[2] * 4, pass_s=[0.5] * 4, forward_s=2.0)
+    fig = dc.window_figures(res)
+    assert fig["tokens_per_s"] is None and fig["fill"] is None and fig["passes_per_token"] is None
+    assert fig["tokens_per_s_run"] == 2.0 and fig["fill_run"] == 0.5 and fig["passes_per_token_run"] == 0.5
+    rows = [dict(model="Vanilla-8", batch=32, graphs=True, tokens_per_s=100.0, tokens_per_s_run=90.0),
+            dict(model="MoR-2", batch=42, graphs=True, tokens_per_s=None, tokens_per_s_run=180.0)]
+    dc.attach_ratios(rows, {"Vanilla-8": "Vanilla-8", "MoR-2": "Vanilla-8"}, 32)
+    assert rows[0]["vs_vanilla"] == 1.0 and rows[1]["vs_vanilla"] is None and rows[1]["vs_vanilla_run"] == 2.0
+    plan = dc.protocol_plan({"Vanilla-8": None, "MoR-2": None}, {"Vanilla-8": 32.0, "MoR-2": 42.7}, 32, cuda=True)
+    assert plan == [("Vanilla-8", 32, True), ("MoR-2", 32, True), ("MoR-2", 42, True),
+                    ("Vanilla-8", 32, False), ("MoR-2", 32, False)]
+
+
+def test_budget_skips_rows_by_name_and_the_report_says_so(tmp_path):
+    """--budget-s 0: the checks run, no protocol row starts, each is named as skipped, the
+    report is written and reads 'incomplete' (nothing failed), and the paged flash check
+    prints NOT RUN on a machine without flash-attn or a GPU."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "device_check.py"), "--device", "cpu", "--engine-only",
+           "--engine-scale", "tiny", "--engine-protocol", "local", "--dtype", "float32", "--budget-s", "0",
+           "--out", str(tmp_path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "flash paged attention: NOT RUN (" in done.stdout
+    report = json.loads((tmp_path / "device_check.json").read_text())
+    assert report["ok"] and report["status"] == "incomplete" and report["engine"]["protocol"] == []
+    assert {"MoR-2 b=32 graphs=True", "MoR-4 b=32 graphs=True"} <= set(report["skipped_rows"])
+    assert all(f"{n} (--budget-s)" in report["not_run"] for n in report["skipped_rows"])
+    assert report["engine"]["flash_paged"]["state"] == "not run" and all(report["engine"]["matches_decode"].values())
