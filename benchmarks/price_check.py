@@ -6,7 +6,8 @@ preset kind) the jobs, the measured and the priced CPU-minutes, their ratio, the
 model TFLOP/s the jobs measured beside the presets' fixed seconds a job (`start_s`), the mean
 CPU seconds a job, and where the jobs' FLOPs differ a least-squares fit of both numbers: the number ``slurm/presets.yaml`` carries for that scale, so
 that the plan prices a local target at what it costs (``mor.launch.price_check``). Then the
-totals, and the same per grid.
+totals, the same per grid, and the target's price before anything runs, with and without the
+claims' whole look (what ``tests/unit/test_price_check.py`` holds within its budget).
 
     .venv/bin/python benchmarks/price_check.py                     # `paper` in this checkout
     .venv/bin/python benchmarks/price_check.py --root /path/to/a/finished/clone tables/table10
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from mor.jobs import KINDS
     from mor.launch.cost import plan_grid
     from mor.launch.presets import load_presets
-    from mor.launch.price_check import fit_start, job_label, rates
+    from mor.launch.price_check import fit_start, job_label, priced_cpu_minutes, rates, with_full_look
     from mor.layout import RunPaths
     from mor.status.targets import resolve_targets, with_design_seeds
 
@@ -65,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nper grid (CPU-min, measured / priced), {unrecorded} planned job(s) without a record:")
     for name, (ms, ps) in sorted(per_grid.items()):
         print(f"  {name:<14}{ms / 60:>8.1f} / {ps / 60:<8.1f}")
+    own = priced_cpu_minutes(resolve_targets(a.targets, a.root / "grids", a.mode), presets)
+    full = priced_cpu_minutes(with_full_look(resolve_targets(a.targets, a.root / "grids", a.mode), a.mode), presets)
+    print(f"\npriced before anything runs: {sum(own.values()):.1f} CPU-min for the grids' own seeds, "
+          f"{sum(full.values()):.1f} with the claims' whole look ({a.mode} design, its family's blocks "
+          f"at the last look)")
     return 0
 
 

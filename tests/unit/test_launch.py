@@ -52,7 +52,10 @@ def test_shipped_presets_cover_every_paper_scale_and_job_kind():
     assert presets.get("135M", "train").parallel == "ddp"
     cpu = presets.get("tiny", "train")
     assert cpu.gpus_per_node == 0 and cpu.world_size == 1
-    assert presets.get("small", "eval") == presets.get("medium", "eval")  # the YAML anchor
+    for scale in ("micro", "xxs", "xs", "small", "medium", "135M-smollm2"):  # the local stand-ins: measured prices
+        for kind in ("train", "eval", "lmeval", "throughput"):
+            p = presets.get(scale, kind)
+            assert p.gpus == 0 and p.world_size == 1 and p.start_s > 0 and p.tflops_per_gpu != cpu.tflops_per_gpu
 
 
 BAD_PRESETS = [
@@ -86,7 +89,8 @@ def test_bad_presets_fail_naming_the_file_and_the_key(tmp_path, text, message):
 # every number a preset entry can hold, each given values no site means: NaN, infinities, null,
 # empty text, a boolean, a number far out of range, and (for the strictly positive ones) zero
 NUMERIC_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "mem_gb", "time_min", "signal_delay_s",
-                "max_timeouts", "tflops_per_gpu", "peak_tflops_per_gpu", "tokens_per_s_per_cpu", "gpu_memory_gib")
+                "max_timeouts", "tflops_per_gpu", "peak_tflops_per_gpu", "tokens_per_s_per_cpu", "gpu_memory_gib",
+                "start_s")
 NOT_NUMBERS = (".nan", ".inf", "-.inf", "null", "''", "true", "1.0e+30", "'nan'", "'inf'")
 POSITIVE_KEYS = ("nodes", "cpus_per_task", "mem_gb", "time_min", "tflops_per_gpu", "tokens_per_s_per_cpu")
 
@@ -127,7 +131,7 @@ def test_every_number_of_a_preset_is_finite_and_in_range(tmp_path, monkeypatch):
         else:
             accepted.append((key, value, where))
     assert accepted == []
-    assert len(BAD_ENTRIES) == 342  # counted in the report: 12 keys x 9 (+1 zero for 6) x 3 places
+    assert len(BAD_ENTRIES) == 369  # counted in the report: 13 keys x 9 (+1 zero for 6) x 3 places
 
 
 test_every_number_of_a_preset_is_finite_and_in_range.__doc__ %= len(BAD_ENTRIES)

@@ -374,7 +374,8 @@ def test_rendered_forecast_scales_the_plan_by_the_measured_speed(tmp_path):
     lines = summary(text, "table10: ")
     measured = sum(k * train[ids[i]].hours * train[ids[i]].world_size for i in (0, 1))  # device-hours
     priced = measured / k
-    assert lines["measured"] == f"{measured:.2f} CPU-h of training in 2 runs, priced at {priced:.2f} (2.50x)"
+    h = lambda x: f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"  # noqa: E731 - hours: 2 decimals, 2 digits below 0.1
+    assert lines["measured"] == f"{h(measured)} CPU-h of training in 2 runs, priced at {h(priced)} (2.50x)"
     assert lines["plan"].endswith(f", {left:.2f} left (priced, not measured)")  # the plan's own numbers are kept
     # both runs took 2.5x: the range is one point, and it says it rests on the 2 runs
     assert lines["forecast"].startswith(f"~{k * left:.2f} CPU-h left, {k * left:.2f} to {k * left:.2f} "
