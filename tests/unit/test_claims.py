@@ -106,7 +106,7 @@ def test_grids_name_only_claims_that_read_them():
         run_names |= set(re.findall(r"name: ([\w-]+)", path.read_text()))
     for path in (REPO / "grids").glob("*.yaml"):
         comments = "\n".join(line.split("#", 1)[1] for line in path.read_text().splitlines() if "#" in line)
-        words = set(re.findall(r"\b[a-z0-9]+(?:-[a-z0-9]+){2,}\b", comments))
+        words = set(re.findall(r"\b[a-z][a-z0-9]*(?:-[a-z0-9]+){2,}\b", comments))  # an id starts with a letter (not a date)
         for word in words - run_names - {"warmup-stable-decay", "pipeline-and-trend"}:
             assert word in CLAIM, f"{path.name} names {word}, not a claim"
             assert path.stem in CLAIM[word].grids, f"{path.name} names {word}, which reads {CLAIM[word].grids}"
