@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     from mor.layout import RunPaths
     from mor.status.targets import resolve_targets, with_design_seeds
 
-    grids = with_design_seeds(resolve_targets(a.targets, a.root / "grids", a.mode), a.root / "results")
+    targets = resolve_targets(a.targets, a.root / "grids", a.mode)
+    grids = with_design_seeds(targets, a.root / "results")
     presets = load_presets()
     pairs, per_grid, points, unrecorded = [], {}, {}, 0
     for g in grids:
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             pairs.append((j, kind, float(rec["cpu_s"]), presets.get(j.scale, kind).start_s))
             points.setdefault((j.scale, kind), []).append((j.flops, float(rec["cpu_s"])))
             m, pr = per_grid.get(g.name, (0.0, 0.0))
-            per_grid[g.name] = (m + float(rec["cpu_s"]), pr + j.hours * 3600 * max(1, j.gpus or j.world_size))
+            per_grid[g.name] = (m + float(rec["cpu_s"]), pr + j.device_hours * 3600)
     rs = rates(pairs)
     print(f"{'scale':<14}{'kind':<11}{'jobs':>5}{'measured':>10}{'priced':>9}{'ratio':>7}{'TFLOP/s':>9}"
           f"{'s/job':>7}   fit: start s, TFLOP/s   (CPU-min; TFLOP/s beside the presets' start_s)")
@@ -66,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nper grid (CPU-min, measured / priced), {unrecorded} planned job(s) without a record:")
     for name, (ms, ps) in sorted(per_grid.items()):
         print(f"  {name:<14}{ms / 60:>8.1f} / {ps / 60:<8.1f}")
-    own = priced_cpu_minutes(resolve_targets(a.targets, a.root / "grids", a.mode), presets)
-    full = priced_cpu_minutes(with_full_look(resolve_targets(a.targets, a.root / "grids", a.mode), a.mode), presets)
+    own = priced_cpu_minutes(targets, presets)
+    full = priced_cpu_minutes(with_full_look(targets, a.mode), presets)
     print(f"\npriced before anything runs: {sum(own.values()):.1f} CPU-min for the grids' own seeds, "
           f"{sum(full.values()):.1f} with the claims' whole look ({a.mode} design, its family's blocks "
           f"at the last look)")

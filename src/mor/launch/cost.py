@@ -306,6 +306,12 @@ class JobEstimate:
         return self.hours * self.gpus
 
     @property
+    def device_hours(self) -> float:
+        """Hours times the job's devices: its GPUs, or its processes on a CPU preset (one CPU
+        task each): the CPU-hours ``mor status`` and the price check count."""
+        return self.hours * (self.gpus or self.world_size)
+
+    @property
     def gpu_hours_requested(self) -> float:
         return self.segments * self.time_min / 60 * self.gpus
 

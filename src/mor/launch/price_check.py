@@ -52,15 +52,15 @@ def job_label(j: JobEstimate) -> str:
 def rates(pairs: Iterable[tuple[JobEstimate, str, float, float]]) -> list[Rate]:
     """Per (scale, preset kind), from (estimate, its preset kind, measured CPU seconds, its preset's
     start_s) of every job that ran: the FLOPs, CPU seconds, priced CPU seconds and start-up
-    seconds summed. The priced seconds are the estimate's hours times its processes (one per CPU
-    task), as ``mor status`` counts them."""
+    seconds summed. The priced seconds are the estimate's ``device_hours``, as ``mor status``
+    counts them."""
     acc: dict[tuple[str, str], list[float]] = {}
     for j, kind, cpu_s, start_s in pairs:
         a = acc.setdefault((j.scale, kind), [0, 0.0, 0.0, 0.0, 0.0])
         a[0] += 1
         a[1] += j.flops
         a[2] += float(cpu_s)
-        a[3] += j.hours * 3600 * max(1, j.gpus or j.world_size)
+        a[3] += j.device_hours * 3600
         a[4] += float(start_s)
     return [Rate(s, k, int(n), f, c, p, st) for (s, k), (n, f, c, p, st) in sorted(acc.items())]
 
@@ -104,8 +104,8 @@ def with_full_look(grids: list, mode: str) -> list:
 
 
 def priced_cpu_minutes(grids: list, presets) -> dict[str, float]:
-    """grid -> the plan's CPU-minutes for all its jobs (``mor.launch.cost.plan_grid``; one
-    process per CPU task, as ``mor status`` counts them)."""
+    """grid -> the plan's CPU-minutes for all its jobs (``mor.launch.cost.plan_grid``;
+    ``JobEstimate.device_hours``, as ``mor status`` counts them)."""
     from mor.launch.cost import plan_grid
 
-    return {g.name: sum(j.hours * 60 * max(1, j.gpus or j.world_size) for j in plan_grid(g, presets)) for g in grids}
+    return {g.name: sum(j.device_hours * 60 for j in plan_grid(g, presets)) for g in grids}

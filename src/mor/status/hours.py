@@ -28,7 +28,6 @@ def plan_hours(grids: list[Grid], presets_file: Path | None) -> tuple[dict, str,
             failed[g.name] = str(e)
             continue
         for j in jobs:
-            devices = j.gpus or j.world_size
             gpus |= j.gpus > 0
-            out.setdefault((g.name, j.run_id), {})[j.kind] = (j.hours, j.hours * devices)
+            out.setdefault((g.name, j.run_id), {})[j.kind] = (j.hours, j.device_hours)
     return out, "GPU" if gpus else "CPU", failed
