@@ -345,16 +345,20 @@ ROUTERS = {"expert_choice": RouterConfig(aux="aux_router"),
            "token_choice": RouterConfig(type="token_choice", func="softmax", alpha=1.0)}
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["padded", "static"])
 @pytest.mark.parametrize("tying", TYINGS)
 @pytest.mark.parametrize("router", list(ROUTERS))
-def test_no_host_sync_inside_a_pass(monkeypatch, tying, router):
+def test_no_host_sync_inside_a_pass(monkeypatch, tying, router, graphs):
     """Inside the device part of enter / block / head nothing reads a tensor back to the host
     (.item, .tolist, .numpy, .cpu, bool(), int(), float()) and nothing crosses devices
     (.to with a device or tensor, torch.tensor / torch.from_numpy of host data): the host's
     part of a pass uploads what it needs in ONE copy (counted), the decisions the scheduler
-    needs are read after the next pass is launched (one pass outstanding, at most)."""
+    needs are read after the next pass is launched (one pass outstanding, at most). The host
+    part of a pass may upload but never reads a tensor back either (a read there would stall
+    the device as surely). Padded passes and the static path (graphs: the passes a GPU
+    captures, whose one copy goes into the shape's input buffer)."""
     from mor.engine.engine import Readback
-    from mor.engine.step import Stepper
+    from mor.engine.step import StaticPass, Stepper
 
     def forbid(*a, **k):
         raise AssertionError("host sync inside a pass")
@@ -389,11 +393,16 @@ def test_no_host_sync_inside_a_pass(monkeypatch, tying, router):
             passes[0] += 1
             launched_pending[0] += outstanding[0] > 0
             assert outstanding[0] <= 1
-            return _fn(self, *a, **k)
+            with monkeypatch.context() as m:  # the host part too: it may upload, never read back
+                for attr in ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__"):
+                    m.setattr(torch.Tensor, attr, forbid)
+                return _fn(self, *a, **k)
 
         monkeypatch.setattr(Stepper, name, outer)
     up, start, get = Stepper._upload, Readback.start, Readback.get
     monkeypatch.setattr(Stepper, "_upload", lambda self, arrays: (uploads.__setitem__(0, uploads[0] + 1), up(self, arrays))[1])
+    load = StaticPass._load  # the static path's one copy into its pass's input buffer
+    monkeypatch.setattr(StaticPass, "_load", lambda self, arrays: (uploads.__setitem__(0, uploads[0] + 1), load(self, arrays))[1])
 
     def counted_start(self, *a):
         h = start(self, *a)
@@ -410,7 +419,7 @@ def test_no_host_sync_inside_a_pass(monkeypatch, tying, router):
     for seed in range(10):  # the first seed whose passes mix depths
         model = make(cfg, seed)
         passes[0] = uploads[0] = launched_pending[0] = 0
-        res = Engine(model, batch=3, max_len=MAX_LEN, pad=True).run(reqs)
+        res = Engine(model, batch=3, max_len=MAX_LEN, pad=True, graphs=graphs).run(reqs)
         if res.mixed_passes() > 0:
             break
     assert res.tokens == sum(r.max_new_tokens for r in reqs) and res.mixed_passes() > 0
