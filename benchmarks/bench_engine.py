@@ -71,10 +71,10 @@ from mor.model.transformer import build_model
 V = 4096
 
 
-def configs(scale: str) -> dict[str, ModelConfig]:
+def configs(scale: str, layers: int = 0) -> dict[str, ModelConfig]:
     router = RouterConfig(type="expert_choice", func="sigmoid", alpha=0.1, arch="linear", aux="aux_loss")
-    return {f"MoR-{nr}": ModelConfig(scale=scale, variant="mor", tying="middle_cycle", num_recursions=nr, router=router)
-            for nr in (2, 3, 4)}
+    return {f"MoR-{nr}": ModelConfig(scale=scale, variant="mor", tying="middle_cycle", num_recursions=nr, router=router,
+                                     layers=layers) for nr in (2, 3, 4)}
 
 
 def shape_of(cfg: ModelConfig):
@@ -203,6 +203,9 @@ def main() -> None:
     ap.add_argument("--policy-scale", default="small", help="part 1 (policies; overhead-bound)")
     ap.add_argument("--requests", type=int, default=0, help="override the protocol's request count")
     ap.add_argument("--policy-requests", type=int, default=384)
+    ap.add_argument("--policy-layers", type=int, default=0,
+                    help="part 1: the models' depth instead of the scale's (e.g. 32, 360M's: a block pass of "
+                         "many layers beside a head pass of few, as at App. E's scale)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--live", type=int, default=0, help="live sequences of the new policy (default 2 x batch)")
     ap.add_argument("--memory-gib", type=float, default=None,
@@ -215,6 +218,10 @@ def main() -> None:
     ap.add_argument("--models", default="", help="part 2: comma-separated MoR models only (e.g. MoR-4; default all)")
     ap.add_argument("--graphs", choices=["auto", "on", "off"], default="auto",
                     help="static buffers / CUDA graphs per row bucket (auto: on a GPU)")
+    ap.add_argument("--buckets", default="",
+                    help="row counts padded passes run at: 'batch' (every pass at B rows: a pass costs the same "
+                         "whatever rows are live, as a launch-bound GPU pass does) or e.g. 1,2,4,8,16,32 "
+                         "(default: the engine's, powers of two, and only where it pads)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     tune_cpu_allocator()
@@ -226,24 +233,27 @@ def main() -> None:
         memory = a.memory_gib * 2**30 if a.memory_gib else torch.cuda.get_device_properties(dev).total_memory
     admit = {"memory_bytes": memory} if memory else {"max_live": live}
     admit["graphs"] = {"auto": None, "on": True, "off": False}[a.graphs]
+    buckets = (a.batch,) if a.buckets == "batch" else tuple(int(x) for x in a.buckets.split(",")) if a.buckets else None
+    admit["buckets"] = buckets
     global V
     V = load_scales()[a.scale].vocab or V
     max_len = sequence_len(p)  # the throughput job's: one prompt token + gen_max - 1 fed tokens
     torch.manual_seed(0)
     calib = torch.randint(0, V, (8, 64))
     print(f"batch {B}, new policy live sequences {'by memory' if memory else live}, {a.threads} thread(s), {a.device} {a.dtype}, "
-          f"gen ~ N({p['gen_mean']}, {p['gen_std']})")
+          f"gen ~ N({p['gen_mean']}, {p['gen_std']}), row buckets {buckets or 'default'}, graphs {a.graphs}")
 
     if a.skip != "policy":
         reqs = make_requests(p, a.policy_requests, p["seed"])
-        print(f"\n## policies at scale {a.policy_scale}, {len(reqs)} requests")
+        print(f"\n## policies at scale {a.policy_scale}{f' ({a.policy_layers} layers)' if a.policy_layers else ''}, "
+              f"{len(reqs)} requests")
         print("model   passes/token new  old    bound Σc/B  Nr/B    new/bound  fill new  fill old  tok/s new/old  "
               "0.9 x passes old/new  pass cost >=32 / <=8 rows")
-        for name, cfg in configs(a.policy_scale).items():
+        for name, cfg in configs(a.policy_scale, a.policy_layers).items():
             m = build(cfg, calib, dev, dtype)
             engines = {"new": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, **admit),
                        "old": Engine(m, batch=B, max_len=max_len, device=dev, dtype=dtype, policy="lockstep",
-                                     graphs=admit["graphs"])}
+                                     graphs=admit["graphs"], buckets=buckets)}
             for eng in engines.values():  # warm-up
                 eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(B)])
             tps, res, every = {k: [] for k in engines}, {}, []

@@ -33,6 +33,10 @@ MoR-2/3/4 and their same-depth Vanillas at 32 rows per pass (graphs on and off) 
 relative maximum batch (graphs on), printing per model passes per token against Σc/B, row
 fill and tokens/s in the waiting window, and tokens/s over the same-depth Vanilla (paper: up
 to ~2x; relative maximum batch 42/48/51), with the whole run's figures beside (``*_run``).
+Between the graphs-on and graphs-off rows, the lockstep target per MoR model (``policy``):
+the same requests under 'lockstep' and 'depthwise' (graphs on, B = 32), tokens/s new / old
+against 0.9 x the passes' ratio old / new, beside the median time of a block pass at >= B rows
+over one at <= 8 (the setting the target needs: ~1) and the block passes' share of the time.
 
 On the GPU machine this project is lent (image 'cuda': no network, python3 with torch
 2.11.0+cu130, no flash-attn), install nothing: from the repository root,
@@ -429,13 +433,90 @@ def protocol_row(m, name: str, batch: int, graphs: bool, reqs, p: dict, a, devic
     return row
 
 
-def engine_protocol(a, device: torch.device, budget: "Budget", rows: list[dict], save=lambda: None) -> list[dict]:
+def policy_row(m, name: str, batch: int, reqs, p: dict, device, dtype) -> dict:
+    """The lockstep target for one MoR model: the same requests through the engine under
+    'lockstep' (B live, one depth per pass) and 'depthwise' (2B live, B rows from any depth),
+    graphs on, greedy tokens checked equal. Tokens/s new / old (wall seconds on a GPU, the
+    process's CPU seconds on a CPU) beside 0.9 x the passes' ratio old / new (shared-block
+    passes, and all passes: the head and enter passes are about as many under either policy),
+    and what decides which of the two tokens/s can reach: the median time of a block pass
+    with >= B rows over one with <= 8 (the engine's pass clock, CUDA events on a GPU; ~1 where
+    a pass costs the same at 8 rows as at 32) and the block passes' share of the pass time."""
+    be = _bench_engine()
+    from mor.engine import Engine, Request
+
+    t0 = time.perf_counter()
+    res, tps = {}, {}
+    for policy, live in (("lockstep", batch), ("depthwise", 2 * batch)):
+        eng = Engine(m, batch=batch, max_len=p["gen_max"], device=device, dtype=dtype, max_live=live, policy=policy,
+                     graphs=True)
+        eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(batch)])
+        c = time.process_time()
+        res[policy] = eng.run(reqs)
+        secs = res[policy].wall_s if device.type == "cuda" else time.process_time() - c
+        tps[policy] = res[policy].tokens / secs
+        del eng
+    new, old = res["depthwise"], res["lockstep"]
+    lo, hi, n_lo, n_hi = be.pass_cost([new, old], 8, batch)
+    row = {"model": name, "batch": batch, "requests": len(reqs), "same_tokens": new.outputs == old.outputs,
+           "tokens_per_s_new": tps["depthwise"], "tokens_per_s_old": tps["lockstep"],
+           "speedup": tps["depthwise"] / tps["lockstep"],
+           "block_passes_new": new.block_passes, "block_passes_old": old.block_passes,
+           "target_block": 0.9 * old.block_passes / new.block_passes,
+           "all_passes_new": be.all_passes(new), "all_passes_old": be.all_passes(old),
+           "target_all": 0.9 * be.all_passes(old) / be.all_passes(new),
+           "pass_cost_ratio": hi / lo if n_lo and n_hi else None, "pass_s_full": hi, "pass_s_small": lo,
+           "passes_full": n_hi, "passes_small": n_lo,
+           "block_share_new": be.block_share(new), "block_share_old": be.block_share(old)}
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def print_policy_row(r: dict) -> None:
+    cost = "n/a" if r["pass_cost_ratio"] is None else f"{r['pass_cost_ratio']:.3f}"
+    print(f"{r['model']:7s} policy b={r['batch']} requests {r['requests']}: tok/s depth-wise / lockstep "
+          f"{r['speedup']:.3f} vs 0.9 x passes old/new: block {r['target_block']:.3f}, all {r['target_all']:.3f} | "
+          f"block pass >= B / <= 8 rows {cost} ({r['passes_full']} / {r['passes_small']} passes), block share of "
+          f"pass time {r['block_share_new']:.2f} / {r['block_share_old']:.2f} | same tokens {r['same_tokens']} "
+          f"| {r['seconds']:.1f} s", flush=True)
+
+
+def policy_check(a, device: torch.device, budget: "Budget", rows: list[dict], built: dict, models, p: dict,
+                 calib, save=lambda: None) -> None:
+    """The lockstep target (policy_row) per MoR model at ``--engine-scale``, the rows per pass
+    the protocol's base batch, ``--engine-requests`` requests; rows the budget does not start
+    are named in ``budget.skipped``."""
+    be = _bench_engine()
+    dtype = getattr(torch, a.dtype)
+    batch = p["base_batch"]
+    reqs = be.make_requests(p, a.engine_requests, p["seed"])
+    for name, cfg in models.items():
+        if not name.startswith("MoR"):
+            continue
+        kind, work = "engine policy", 2.5 * len(reqs)  # two runs, lockstep's the longer: priced as the engine rows'
+        if not budget.allows(f"{name} policy b={batch}", kind, work):
+            continue
+        if name not in built:
+            built[name] = be.build(cfg, calib, device, dtype)
+        row = policy_row(built[name], name, batch, reqs, p, device, dtype)
+        budget.ran(kind, row["seconds"], work)
+        rows.append(row)
+        print_policy_row(row)
+        save()
+
+
+def engine_protocol(a, device: torch.device, budget: "Budget", rows: list[dict], save=lambda: None,
+                    policy_rows: list[dict] | None = None) -> list[dict]:
     """App. E's protocol at ``--engine-scale``: MoR-2/3/4 Middle-Cycle (routers steered to their
     design shares, bench_engine.steer_routers) and the same-depth Vanillas, in ``--dtype``, live
     sequences admitted by the device's memory (flops.max_batch, paged blocks), rows as
-    protocol_plan orders them. Appends each row to ``rows`` and calls ``save`` after it (the
-    report on disk is never more than one row behind); rows the budget does not start are
-    named in ``budget.skipped``."""
+    protocol_plan orders them, and between its graphs-on and graphs-off rows the lockstep
+    target (policy_check, into ``policy_rows``). Appends each row to ``rows`` and calls
+    ``save`` after it (the report on disk is never more than one row behind); rows the budget
+    does not start are named in ``budget.skipped``."""
     be = _bench_engine()
     from mor.flops import relative_max_batch_exact
     from mor.throughput_protocol import baseline, load_protocol
@@ -453,7 +534,13 @@ def engine_protocol(a, device: torch.device, budget: "Budget", rows: list[dict],
     reqs = be.make_requests(p, max(requests_for(b, a) for _, b, _ in plan), p["seed"])  # each row takes a prefix
     calib = torch.randint(0, be.V, (8, 64), generator=torch.Generator().manual_seed(0))
     built = {}  # built once, kept on the device (6 x 360M in bf16: ~4.5 GB beside a pool of 0.8 x free)
-    for name, batch, graphs in plan:
+    policy_done = policy_rows is None
+    for name, batch, graphs in plan + [(None, 0, False)]:
+        if not policy_done and (name is None or not graphs):
+            policy_done = True
+            policy_check(a, device, budget, policy_rows, built, models, p, calib, save)
+        if name is None:
+            break
         kind, n = f"engine graphs={graphs}", requests_for(batch, a)
         if not budget.allows(f"{name} b={batch} graphs={graphs}", kind, n):
             continue
@@ -468,6 +555,11 @@ def engine_protocol(a, device: torch.device, budget: "Budget", rows: list[dict],
         save()
     built.clear()
     print_summary(rows, rel, vanilla_of, a.engine_scale)
+    if policy_rows:
+        print("\nThe lockstep target (issue: tokens/s depth-wise / lockstep >= 0.9 x passes lockstep / depth-wise, "
+              "where a pass costs the same at 8 rows as at B)")
+        for r in policy_rows:
+            print_policy_row(r)
     return rows
 
 
@@ -522,6 +614,8 @@ def outcome(report: dict) -> dict:
     e = report.get("engine")
     if e:
         failed += [f"engine != decode.generate ({k})" for k, same in e["matches_decode"].items() if not same]
+        failed += [f"{r['model']}: depth-wise and lockstep tokens differ" for r in e.get("policy", [])
+                   if not r["same_tokens"]]
         flash = e["flash_paged"]
         if flash["state"] == FAIL:
             failed.append(f"flash paged attention max err {flash['max_err']:.3g} >= {FLASH_TOL}")
@@ -594,11 +688,12 @@ def main(argv: list[str] | None = None) -> dict:
     if a.engine or a.engine_only:
         flash = flash_paged_check(device)
         report["engine"] = {"flash_paged": flash, "paged_attention_max_err": flash["max_err"],
-                            "matches_decode": engine_matches_decode(device), "protocol": []}
+                            "matches_decode": engine_matches_decode(device), "protocol": [], "policy": []}
         print(f"flash paged attention: {flash_text(flash)}", flush=True)
         print(f"engine == decode.generate: {report['engine']['matches_decode']}", flush=True)
         save(report, a.out)
-        engine_protocol(a, device, budget, report["engine"]["protocol"], lambda: save(report, a.out))
+        engine_protocol(a, device, budget, report["engine"]["protocol"], lambda: save(report, a.out),
+                        report["engine"]["policy"])
     report.update(outcome(report))
     print(json.dumps(report["checks"], indent=1))
     print(f"result: {report['status'].upper()} ({budget.elapsed():.0f} s)"

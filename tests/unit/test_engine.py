@@ -284,6 +284,39 @@ def test_static_buffers_equal_outputs_and_are_reused(monkeypatch, name):
     assert len(eng.stepper.static) <= 3 * 3 + 3  # one entry per kind and row bucket (1, 2, 4)
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["padded", "static"])
+def test_one_row_bucket_runs_every_pass_at_the_batch(monkeypatch, graphs):
+    """buckets=(B,): every pass, whatever rows are live, runs at B rows (one static shape per
+    pass kind, the flat-cost pass of a launch-bound GPU), and the tokens do not change."""
+    from mor.engine.step import Stepper
+
+    shapes = []
+    for name in ("_enter", "_block", "_head"):
+        fn = getattr(Stepper, name)
+
+        def spy(self, idx, *a, _fn=fn, **k):
+            shapes.append(idx.shape[0])
+            return _fn(self, idx, *a, **k)
+
+        monkeypatch.setattr(Stepper, name, spy)
+    model = make(MIXED["expert_choice"])
+    reqs = requests(7)
+    eng = Engine(model, batch=4, max_len=MAX_LEN, graphs=graphs, buckets=(4,))
+    res = eng.run(reqs)
+    assert res.outputs == {r.id: solo(model, r) for r in reqs}
+    assert min(res.rows[i] for i, k in enumerate(res.kinds) if k == "block") < 4  # some passes had fewer rows
+    assert shapes and set(shapes) == {4}
+    if graphs:
+        assert sorted({k[:2] for k in eng.stepper.static}) == [("block", 4), ("enter", 4), ("head", 4)]
+
+
+@pytest.mark.parametrize("buckets, why", [((), "ascending"), ((4, 2), "ascending"), ((0, 4), "ascending"),
+                                          ((1, 2), "stop below the batch")])
+def test_bad_row_buckets_are_refused(buckets, why):
+    with pytest.raises(ValueError, match=why):
+        Engine(make(MIXED["expert_choice"]), batch=4, max_len=MAX_LEN, buckets=buckets)
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_compiled_passes_equal_decode(backend):
     """torch.compile of the passes' device part (padded rows: a few fixed shapes) gives the same

@@ -45,6 +45,12 @@ def test_device_check_engine_protocol_runs_on_cpu(tmp_path):
     assert all(r["vs_vanilla"] and r["vs_vanilla"] > 0 for r in eng["protocol"])
     assert all(r["requests"] >= 3 * r["batch"] and r["tokens_per_s"] is not None for r in eng["protocol"])
     assert len({(r["model"], r["batch"], r["graphs"]) for r in eng["protocol"]}) == len(eng["protocol"])
+    # the lockstep target: each MoR model under both policies, the same tokens, fewer block passes
+    assert sorted(r["model"] for r in eng["policy"]) == ["MoR-2", "MoR-3", "MoR-4"]
+    for r in eng["policy"]:
+        assert r["same_tokens"] and r["block_passes_new"] <= r["block_passes_old"]
+        assert r["target_block"] == pytest.approx(0.9 * r["block_passes_old"] / r["block_passes_new"])
+        assert r["speedup"] == pytest.approx(r["tokens_per_s_new"] / r["tokens_per_s_old"])
 
 
 def _device_check():

@@ -166,12 +166,15 @@ class Engine:
                 with ``pad`` a pass compiles once per row bucket and block-table width
     graphs      static buffers per row bucket, CUDA graphs on a GPU (step.StaticPass; default:
                 on a GPU unless ``compile``); on a CPU the same path runs eagerly
+    buckets     the row counts padded passes run at (implies ``pad``; default: powers of two
+                up to the batch). ``(batch,)``: every pass at B rows, one graph per pass kind
     """
 
     def __init__(self, model, batch: int | None = None, max_len: int = 512, device=None, dtype=None, *,
                  capacity: int | None = None, memory_bytes: float | None = None, max_live: int | None = None,
                  num_blocks: int | None = None, block_size: int | None = None, policy: str = "depthwise",
-                 pad: bool | None = None, compile: bool | str = False, graphs: bool | None = None):
+                 pad: bool | None = None, compile: bool | str = False, graphs: bool | None = None,
+                 buckets=None):
         from mor.flops import max_batch, model_bytes
 
         batch = batch if batch is not None else capacity
@@ -205,7 +208,8 @@ class Engine:
         self.cache = PagedCache(num_blocks, bs, model.shape.kv_heads, model.shape.head_dim, self.dtype, self.device)
         self.stepper = Stepper(self.model, self.cache, self.blocks, max_live, batch,
                                pad=self.device.type == "cuda" if pad is None else pad, compile=compile,
-                               graphs=(self.device.type == "cuda" and not compile) if graphs is None else graphs)
+                               graphs=(self.device.type == "cuda" and not compile) if graphs is None else graphs,
+                               buckets=buckets)
         nr, per, start = self.stepper.nr, self.stepper.per, self.stepper.start
         col = self.blocks.col
 

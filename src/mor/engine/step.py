@@ -127,16 +127,36 @@ class RowRelaxation:
         return h if self.pe is None else h * self.pe[rec].to(h.dtype).unsqueeze(1)
 
 
-def bucket(n: int, batch: int) -> int:
-    """The fixed row count a pass of n rows is padded to: the next power of two, or the batch."""
-    return min(1 << max(0, math.ceil(math.log2(n))), max(batch, n))
+def row_buckets(batch: int, buckets=None) -> tuple[int, ...]:
+    """The row counts padded passes run at: ``buckets`` checked (ascending positive integers,
+    the largest at least the batch, since no pass has more rows), or by default the powers of
+    two below the batch and the batch itself. ``(batch,)`` runs every pass at the full batch:
+    one shape (one CUDA graph) per pass kind, and on any device a pass that costs the same
+    whatever rows are live, as a launch-bound GPU pass does."""
+    if buckets is None:
+        return tuple(sorted({min(1 << k, batch) for k in range(max(1, batch).bit_length() + 1)}))
+    b = tuple(int(x) for x in buckets)
+    if not b or any(x < 1 for x in b) or list(b) != sorted(set(b)):
+        raise ValueError(f"engine buckets must be ascending positive row counts, got {buckets!r}")
+    if b[-1] < batch:
+        raise ValueError(f"engine buckets {b} stop below the batch {batch}: a full pass would have no shape")
+    return b
+
+
+def bucket(n: int, batch: int, buckets: tuple[int, ...] | None = None) -> int:
+    """The fixed row count a pass of n rows is padded to: the smallest bucket that holds it
+    (default buckets: the next power of two, or the batch)."""
+    for b in buckets or row_buckets(batch):
+        if b >= n:
+            return b
+    return n
 
 
 class Stepper:
     """The model's passes over rows (see the module docstring)."""
 
     def __init__(self, model, cache: PagedCache, blocks: BlockManager, max_seqs: int, batch: int, pad: bool = False,
-                 compile: bool | str = False, graphs: bool = False):
+                 compile: bool | str = False, graphs: bool = False, buckets=None):
         self.model, self.cache, self.blocks = model, cache, blocks
         plan = model.plan
         self.nr = len(plan.recursions)
@@ -145,7 +165,8 @@ class Stepper:
         self.suffix_start = self.start + self.nr * self.per
         self.token_choice = is_token_choice(model)
         self.expert_choice = bool(model.routers) and not self.token_choice
-        self.batch, self.pad, self.pad_row = batch, pad, max_seqs
+        self.batch, self.pad, self.pad_row = batch, pad or buckets is not None, max_seqs
+        self.buckets = row_buckets(batch, buckets)
         w = model.embed_tokens.weight
         self.dev = w.device
         S, C = max_seqs + 1, model.shape.hidden
@@ -187,7 +208,7 @@ class Stepper:
     # ------------------------------------------------------------------ host -> device
     def _rows(self, slots: list[int]) -> tuple[int, int]:
         n = len(slots)
-        return n, (bucket(n, self.batch) if self.pad else n)
+        return n, (bucket(n, self.batch, self.buckets) if self.pad else n)
 
     def _upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
         """One host-to-device copy of several int64 arrays."""
