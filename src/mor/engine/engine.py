@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from mor.engine.blocks import BlockManager
@@ -356,12 +357,23 @@ class Engine:
                 pre.slots[e].mirror(pre.slots[pre.specs[e].source])
         lens = torch.tensor(T, device=self.device).unsqueeze(1)  # (n, 1)
         counts = torch.stack([(pre.slots[e].pos < lens).sum(1) for e in stores]).tolist()  # (E, n): real entries
+        # per storing layer: the pool slots its entries go to and where they sit in the prefill's
+        # (n x T) rows (each sequence's first counts[e][i]); one upload for every layer
+        parts, sizes = [], []
         for e, per_seq in zip(stores, counts):
-            slot = pre.slots[e]
-            for i, (q, n) in enumerate(zip(seqs, per_seq)):
-                if n:
-                    flat = torch.from_numpy(self.blocks.fill(q.slot, int(self.blocks.col[e]), n)).to(self.device)
-                    self.cache.write_prefill(flat, slot.k[i, :, :n], slot.v[i, :, :n])
+            Te = pre.slots[e].k.shape[2]
+            dst = [self.blocks.fill(q.slot, int(self.blocks.col[e]), n) for q, n in zip(seqs, per_seq) if n]
+            src = [i * Te + np.arange(n) for i, n in enumerate(per_seq) if n]
+            parts += [np.concatenate(dst) if dst else np.zeros(0, np.int64), np.concatenate(src) if src else np.zeros(0, np.int64)]
+            sizes.append(sum(per_seq))
+        idx = torch.from_numpy(np.concatenate(parts).astype(np.int64)).to(self.device)
+        at = 0
+        for e, n in zip(stores, sizes):
+            dst, src, at = idx[at: at + n], idx[at + n: at + 2 * n], at + 2 * n
+            if n:
+                slot = pre.slots[e]
+                rows = lambda t: t.transpose(1, 2).reshape(-1, *t.shape[1:2], t.shape[3]).index_select(0, src)  # noqa: E731
+                self.cache.write_prefill(dst, rows(slot.k).transpose(0, 1), rows(slot.v).transpose(0, 1))
 
 
 class PassClock:
