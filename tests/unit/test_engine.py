@@ -317,6 +317,53 @@ def test_bad_row_buckets_are_refused(buckets, why):
         Engine(make(MIXED["expert_choice"]), batch=4, max_len=MAX_LEN, buckets=buckets)
 
 
+def _static_shapes_only(gm, inputs):
+    """An aot backend that refuses a graph with a data-dependent shape (a boolean mask index,
+    nonzero: an unbacked size) or a value the host reads back (a symbolic scalar): what a
+    CUDA graph cannot capture."""
+    bad = []
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        for t in val if isinstance(val, (tuple, list)) else [val]:
+            if isinstance(t, torch.Tensor) and not all(isinstance(d, int) for d in t.shape):
+                bad.append(f"{node.target}: shape {tuple(t.shape)}")
+            elif isinstance(t, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                bad.append(f"{node.target}: a host scalar")
+    assert not bad, "not capturable: " + "; ".join(bad[:3])
+    return gm.forward
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["expert_choice", "token_choice", "sequence_tying"])
+def test_static_passes_trace_as_one_graph_each(monkeypatch, name):
+    """What a CUDA graph capture needs, checked on the CPU: every function a StaticPass would
+    capture traces as ONE graph (torch.compile fullgraph=True: no graph break) whose every
+    shape is static (no boolean mask index or nonzero, no value read back to the host;
+    _static_shapes_only), sampling rows included; and the traced passes give the eager
+    path's tokens."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from mor.engine.step import StaticPass
+
+    init, backend = StaticPass.__init__, aot_autograd(fw_compiler=_static_shapes_only)
+
+    def traced(self, shapes, fn, *a, **k):
+        init(self, shapes, torch.compile(fn, fullgraph=True, backend=backend, dynamic=False), *a, **k)
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(StaticPass, "__init__", traced)
+    model = make(MIXED[name])
+    rnd = random.Random(0)
+    reqs = [Request(i, [rnd.randrange(V) for _ in range(rnd.randint(1, 4))], rnd.randint(1, 7),
+                    temperature=0.7 if i % 2 else 0.0, top_p=0.9, seed=i) for i in range(7)]
+    eng = Engine(model, batch=4, max_len=MAX_LEN, graphs=True)
+    with torch._dynamo.config.patch(cache_size_limit=256):  # one compiled entry per static shape
+        res = eng.run(reqs)
+    assert {k[0] for k in eng.stepper.static} == {"enter", "block", "head"}
+    monkeypatch.undo()
+    assert res.outputs == Engine(model, batch=4, max_len=MAX_LEN, graphs=False).run(reqs).outputs
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
 def test_compiled_passes_equal_decode(backend):
     """torch.compile of the passes' device part (padded rows: a few fixed shapes) gives the same
