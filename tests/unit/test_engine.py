@@ -509,6 +509,68 @@ def test_no_host_sync_inside_a_pass(monkeypatch, tying, router, graphs):
     assert res.outputs == {r.id: solo(model, r) for r in reqs}
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["padded", "static"])
+def test_gpu_pass_clock_starts_when_the_pass_launches(monkeypatch, graphs):
+    """On a GPU a pass's start event is recorded when its device work starts (the upload),
+    after the host planned it, so a pass planned while the device idled does not count its
+    planning. Run on the CPU with the clock's CUDA branch and a stand-in event that records
+    which phase of the pass the host was in: every decoding pass's start is in 'device'
+    (before the fix it was recorded before the stepper was even called: 'between')."""
+    from mor.engine import engine as eng_mod
+    from mor.engine.step import Stepper
+
+    phase = ["between"]
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.at = None
+
+        def record(self):
+            self.at = phase[0]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 0.0
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    init = eng_mod.PassClock.__init__
+
+    def cuda_clock(self, device):
+        init(self, device)
+        self.cuda = True
+        clocks.append(self)
+
+    clocks = []
+    monkeypatch.setattr(eng_mod.PassClock, "__init__", cuda_clock)
+    for name in ("enter", "block", "head"):
+        fn = getattr(Stepper, name)
+
+        def outer(self, *a, _fn=fn, **k):
+            phase[0] = "host"
+            try:
+                return _fn(self, *a, **k)
+            finally:
+                phase[0] = "between"
+
+        monkeypatch.setattr(Stepper, name, outer)
+    for name in ("_upload", "_static"):
+        fn = getattr(Stepper, name)
+
+        def device(self, *a, _fn=fn, **k):
+            phase[0] = "device"
+            return _fn(self, *a, **k)
+
+        monkeypatch.setattr(Stepper, name, device)
+    model = make(MIXED["expert_choice"])
+    res = Engine(model, batch=3, max_len=MAX_LEN, pad=True, graphs=graphs).run(requests(7))
+    (clock,) = clocks
+    starts = [a.at for (a, _), k in zip(clock.marks, res.kinds) if k != "prefill"]
+    assert len(starts) == sum(k != "prefill" for k in res.kinds) > 10
+    assert set(starts) == {"device"}
+
+
 def test_variable_length_prompts_are_prefilled_together():
     """Prompts of 2..6 tokens admitted together are prefilled in one pass (right-padded, up to
     B of them): fewer prefill passes than prompts, and the tokens and KV still equal decoding

@@ -48,7 +48,7 @@ def test_device_check_engine_protocol_runs_on_cpu(tmp_path):
     # the lockstep target: each MoR model under both policies, the same tokens, fewer block passes
     assert sorted(r["model"] for r in eng["policy"]) == ["MoR-2", "MoR-3", "MoR-4"]
     for r in eng["policy"]:
-        assert r["same_tokens"] and r["block_passes_new"] <= r["block_passes_old"]
+        assert r["same_tokens"] == 1 and r["block_passes_new"] <= r["block_passes_old"]
         assert r["target_block"] == pytest.approx(0.9 * r["block_passes_old"] / r["block_passes_new"])
         assert r["speedup"] == pytest.approx(r["tokens_per_s_new"] / r["tokens_per_s_old"])
 
@@ -87,6 +87,18 @@ def test_flash_absent_reads_not_run_neither_pass_nor_failure(monkeypatch):
     assert dc.outcome(_report("pass"))["status"] == "pass"
     broken = dc.outcome(_report("not run", same=False))
     assert not broken["ok"] and broken["status"] == "fail" and broken["not_run"] == absent["not_run"]
+
+
+def test_policy_tokens_that_differ_fail_in_fp32_only():
+    """Lockstep and depth-wise tokens must agree in fp32 (a failure otherwise); in bf16 a row's
+    rounding may follow its pass's row count, so their agreement is a figure, not a check."""
+    dc = _device_check()
+    for dtype, fails in (("float32", True), ("bfloat16", False)):
+        report = _report("pass") | {"dtype": dtype}
+        report["engine"]["policy"] = [{"model": "MoR-3", "same_tokens": 0.97}, {"model": "MoR-2", "same_tokens": 1.0}]
+        out = dc.outcome(report)
+        assert out["failed"] == (["MoR-3: depth-wise and lockstep tokens differ"] if fails else [])
+        assert out["status"] == ("fail" if fails else "pass")
 
 
 def test_protocol_window_is_sized_and_never_borrows_whole_run_figures():
@@ -128,6 +140,6 @@ def test_budget_skips_rows_by_name_and_the_report_says_so(tmp_path):
     assert "flash paged attention: NOT RUN (" in done.stdout
     report = json.loads((tmp_path / "device_check.json").read_text())
     assert report["ok"] and report["status"] == "incomplete" and report["engine"]["protocol"] == []
-    assert {"MoR-2 b=32 graphs=True", "MoR-4 b=32 graphs=True"} <= set(report["skipped_rows"])
+    assert {"MoR-2 b=32 graphs=True", "MoR-4 b=32 graphs=True", "MoR-2 policy b=32"} <= set(report["skipped_rows"])
     assert all(f"{n} (--budget-s)" in report["not_run"] for n in report["skipped_rows"])
     assert report["engine"]["flash_paged"]["state"] == "not run" and all(report["engine"]["matches_decode"].values())

@@ -168,7 +168,7 @@ class Engine:
     graphs      static buffers per row bucket, CUDA graphs on a GPU (step.StaticPass; default:
                 on a GPU unless ``compile``); on a CPU the same path runs eagerly
     buckets     the row counts padded passes run at (implies ``pad``; default: powers of two
-                up to the batch). ``(batch,)``: every pass at B rows, one graph per pass kind
+                up to the batch). ``(batch,)``: every pass at B rows, one row shape per pass kind
     """
 
     def __init__(self, model, batch: int | None = None, max_len: int = 512, device=None, dtype=None, *,
@@ -279,6 +279,7 @@ class Engine:
                 sched.add(r)
         self.stepper.sampling = any(r.temperature > 0 for r in requests)
         clock, back = PassClock(self.device), Readback(self.device, 2 * self.batch)
+        self.stepper.launch = clock.launch
         pending = None
         while (p := sched.schedule(pending is not None)) is not None:
             if p == WAIT:
@@ -311,6 +312,7 @@ class Engine:
         routed = tokens = None
         clock.start()
         if p.kind == "prefill":
+            clock.launch()
             self._prefill(p.seqs)
         elif p.kind == "enter":
             for q in p.seqs:  # (re)admitted: its sampling parameters go with its head passes
@@ -379,7 +381,14 @@ class Engine:
 class PassClock:
     """Time inside each pass without a host sync between passes: CUDA events on a GPU (read
     once, when the run ends), the host clock on a CPU (where a pass runs synchronously),
-    and there also the process's CPU seconds (what other jobs on a shared CPU inflate least)."""
+    and there also the process's CPU seconds (what other jobs on a shared CPU inflate least).
+
+    On a GPU a pass's start event is recorded at ``launch`` (the stepper calls it when the
+    pass's device work starts: its upload), after the host planned it: a pass planned while
+    the device was idle (lockstep, a partial pass after WAIT) would otherwise count the
+    planning, one planned while the device ran the previous pass would not, and the two
+    kinds of pass would not compare. The whole run's wall time (``wall_s``) counts it all.
+    On a CPU the pass runs on the host, planning included, from ``start``."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
@@ -388,15 +397,20 @@ class PassClock:
 
     def start(self) -> None:
         if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self.marks.append([ev, None])
+            self.marks.append([None, None])  # the start event: at launch
         else:
             self.marks.append([time.perf_counter(), None])
             self.cpu.append([time.process_time(), None])
 
+    def launch(self) -> None:
+        if self.cuda and self.marks and self.marks[-1][0] is None:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks[-1][0] = ev
+
     def stop(self) -> None:
         if self.cuda:
+            self.launch()  # a pass that launched nothing: zero seconds
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
             self.marks[-1][1] = ev

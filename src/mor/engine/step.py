@@ -131,7 +131,7 @@ def row_buckets(batch: int, buckets=None) -> tuple[int, ...]:
     """The row counts padded passes run at: ``buckets`` checked (ascending positive integers,
     the largest at least the batch, since no pass has more rows), or by default the powers of
     two below the batch and the batch itself. ``(batch,)`` runs every pass at the full batch:
-    one shape (one CUDA graph) per pass kind, and on any device a pass that costs the same
+    one row shape per pass kind, and on any device a pass that costs the same
     whatever rows are live, as a launch-bound GPU pass does."""
     if buckets is None:
         return tuple(sorted({min(1 << k, batch) for k in range(max(1, batch).bit_length() + 1)}))
@@ -176,6 +176,7 @@ class Stepper:
         self.depth = torch.zeros(S, 1, dtype=torch.long, device=self.dev)  # token-choice: depth - 1
         self.tg = w.new_zeros(S, 1)  # token-choice: router weight of the chosen depth
         self.relax = RowRelaxation(model)
+        self.launch = lambda: None  # called when a pass's device work starts (the engine's PassClock.launch)
         self.sampling = False  # set per run by the engine: some request samples (else greedy, no sampling ops)
         self.samp = np.zeros((S, 3), dtype=np.int64)  # per slot: temperature, top-p (float64 bits), seed
         self.same_layers = all(len(set(col)) == 1 for col in zip(*plan.recursions))  # Cycle family
@@ -212,6 +213,7 @@ class Stepper:
 
     def _upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
         """One host-to-device copy of several int64 arrays."""
+        self.launch()
         flat = np.concatenate([a.reshape(-1).astype(np.int64) for a in arrays])
         t = torch.from_numpy(flat)
         if self.dev.type == "cuda":  # pinned, asynchronous: the host goes on planning
@@ -291,6 +293,7 @@ class Stepper:
 
     def _static(self, key: tuple, arrays: list[np.ndarray], fn):
         """Run ``fn`` over the static buffers of ``key``'s shape (StaticPass)."""
+        self.launch()
         sp = self.static.get(key)
         if sp is None:
             if self.dev.type == "cuda" and self.graph_pool is None:
