@@ -45,10 +45,13 @@ cost MoR more than FLOPs say: that, not the full passes, is what the whole-run f
 
     .venv/bin/python benchmarks/bench_engine.py [--rounds 3] [--threads 1] [--models MoR-4]
 
-On a GPU, App. E's own setting (360M, bf16, the cluster protocol):
+On a GPU, App. E's own setting (360M, bf16, the cluster protocol). Part 2 keeps its six
+engines (3 MoR, 3 Vanillas) alive together to interleave their rounds, each with its own KV
+pool of ``--memory-gib``, so give each a sixth of the GPU at most (``--memory-gib 0``, the
+whole GPU per engine, fits one); ``device_check.py --engine-only`` runs one engine at a time:
 
     .venv/bin/python benchmarks/bench_engine.py --scale 360M --policy-scale 360M --protocol cluster \
-        --device cuda --dtype bfloat16 --memory-gib 0 --requests 256 --policy-requests 256 --rounds 1
+        --device cuda --dtype bfloat16 --memory-gib 12 --requests 256 --policy-requests 256 --rounds 1
 """
 
 from __future__ import annotations

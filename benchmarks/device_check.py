@@ -67,7 +67,8 @@ returns every finished row. Not yet run on a GPU: the 8-minute sizing is an esti
 budget is what holds it (420 s by default with ``--engine-only``; no limit otherwise).
 
 ``benchmarks/bench_engine.py --scale 360M --protocol cluster --device cuda --dtype bfloat16
---memory-gib 0 --requests 256 --rounds 1`` measures the same with more requests and rounds.
+--memory-gib 12 --requests 256 --rounds 1`` measures the same with more requests and rounds (its six
+engines hold a pool each at once: a sixth of the GPU each at most).
 """
 
 from __future__ import annotations

@@ -189,7 +189,7 @@ def test_throughput_rows_and_fig4a_end_to_end(tmp_path, data_root):
     assert (tmp_path / "figures" / "fig4a" / "fig4a.png").exists() and (tmp_path / "tables" / "fig4a" / "fig4a.md").exists()
 
 
-def test_measure_reports_the_engines_batching():
+def test_measure_reports_the_engines_batching(monkeypatch):
     """The job's measurement through the engine: rows per shared-block pass as a fraction of
     the batch, block passes per generated token, and the recursion shares the routers kept."""
     import torch
@@ -204,7 +204,16 @@ def test_measure_reports_the_engines_batching():
                       router=RouterConfig(aux="aux_router"))
     model = build_model(cfg, load_scales()["tiny"], 50).eval()
     reqs = [Request(i, [i % 50], 3 + i % 5) for i in range(24)]
+    import weakref
+
+    from mor.engine.cache import PagedCache
+
+    pools, init = [], PagedCache.__init__
+    monkeypatch.setattr(PagedCache, "__init__", lambda self, *a, **k: (init(self, *a, **k), pools.append(weakref.ref(self)))[0])
     m = measure(model, reqs, 4, 16, 2, "cpu", torch.float32)
+    # the engine's KV pool is gone when measure returns: the throughput job's second setting
+    # asks for the same memory (on a GPU most of it)
+    assert len(pools) == 1 and pools[0]() is None
     assert m["tokens"] == sum(r.max_new_tokens for r in reqs) and m["max_live"] == 8
     assert 0 < m["row_fill"] <= 1 and m["passes_per_token"] >= sum(m["recursion_share"]) / 4 * 0.9
     assert m["recursion_share"][0] == 1.0 and m["block_passes"] >= m["mixed_depth_passes"]

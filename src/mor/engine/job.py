@@ -65,6 +65,10 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
     has no window (None: a visible gap). Also: occupancy (mean live sequences / the
     admission limit), recursion_share (tokens that ran each recursion / those that ran the
     first), tokens_per_s_wall (whole run, wall clock)."""
+    import gc
+
+    import torch
+
     from mor.engine import Engine, Request
 
     engine = Engine(model, batch=batch, max_len=max_len, device=device, dtype=dtype, memory_bytes=memory_bytes,
@@ -72,11 +76,19 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
     if warmup_tokens:
         engine.run([Request(-1 - i, reqs[i % len(reqs)].prompt, warmup_tokens) for i in range(batch)])
     res = engine.run(reqs)
+    graphs_on = engine.stepper.graphs
+    # the engine's stepper holds reference cycles (its pass functions close over it): without
+    # the collector its KV pool (most of a GPU) outlives this call and the next setting's
+    # engine, asking for the same memory, would not fit
+    del engine
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
     tokens = res.tokens
     ran = res.recursion_tokens()  # tokens that ran each recursion
     win, run = res.window(True), res.window(False)
     has = win["tokens"] > 0
-    return {"batch": batch, "graphs": engine.stepper.graphs, "tokens": tokens, "steps": res.steps, "forward_s": res.forward_s, "wall_s": res.wall_s,
+    return {"batch": batch, "graphs": graphs_on, "tokens": tokens, "steps": res.steps, "forward_s": res.forward_s, "wall_s": res.wall_s,
             "tokens_per_s": win["tokens_per_s"] if has else None, "tokens_per_s_run": tokens / res.forward_s,
             "tokens_per_s_wall": tokens / res.wall_s,
             "occupancy": sum(res.occupancy) / len(res.occupancy), "max_live": res.max_live,
