@@ -435,10 +435,10 @@ def protocol_row(m, name: str, batch: int, graphs: bool, reqs, p: dict, a, devic
 
 
 def free_device(device: torch.device) -> None:
-    """Give a finished engine's memory back before the next one allocates its pool: an engine
-    holds reference cycles (its stepper's compiled and static pass functions close over the
-    stepper), so ``del`` alone frees nothing until the collector runs, and a second pool of
-    0.8 x the free memory would not fit beside the first."""
+    """Give a finished engine's memory back before the next one allocates its pool (a second
+    pool of 0.8 x the free memory would not fit beside the first): a deleted engine releases
+    its stepper (Engine.__del__); the collector runs too, for anything else left in a cycle,
+    and the caching allocator hands the blocks back."""
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize(device)

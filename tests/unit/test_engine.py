@@ -571,6 +571,27 @@ def test_gpu_pass_clock_starts_when_the_pass_launches(monkeypatch, graphs):
     assert set(starts) == {"device"}
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "static"])
+def test_a_deleted_engine_frees_its_kv_pool_at_once(graphs):
+    """The stepper's pass functions (static passes, compiled ones) close over it; a deleted
+    engine releases them, so its KV pool is freed by reference counts, not when the collector
+    next runs (on a GPU a second engine asks for the same memory)."""
+    import gc
+    import weakref
+
+    model = make(MIXED["expert_choice"])
+    gc.disable()
+    try:
+        eng = Engine(model, batch=3, max_len=MAX_LEN, graphs=graphs)
+        eng.run(requests(5))
+        assert not graphs or eng.stepper.static  # the static passes exist to be released
+        pool, stepper = weakref.ref(eng.cache.k), weakref.ref(eng.stepper)
+        del eng
+        assert stepper() is None and pool() is None
+    finally:
+        gc.enable()
+
+
 def test_variable_length_prompts_are_prefilled_together():
     """Prompts of 2..6 tokens admitted together are prefilled in one pass (right-padded, up to
     B of them): fewer prefill passes than prompts, and the tokens and KV still equal decoding

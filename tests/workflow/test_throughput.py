@@ -208,9 +208,15 @@ def test_measure_reports_the_engines_batching(monkeypatch):
 
     from mor.engine.cache import PagedCache
 
+    import gc
+
     pools, init = [], PagedCache.__init__
     monkeypatch.setattr(PagedCache, "__init__", lambda self, *a, **k: (init(self, *a, **k), pools.append(weakref.ref(self)))[0])
-    m = measure(model, reqs, 4, 16, 2, "cpu", torch.float32)
+    gc.disable()  # freed by reference counts, not by a collection that happened to run
+    try:
+        m = measure(model, reqs, 4, 16, 2, "cpu", torch.float32)
+    finally:
+        gc.enable()
     # the engine's KV pool is gone when measure returns: the throughput job's second setting
     # asks for the same memory (on a GPU most of it)
     assert len(pools) == 1 and pools[0]() is None

@@ -227,6 +227,11 @@ class Engine:
         self.write_cols["head", "enter"] = self.write_cols["head"] + self.write_cols["enter"]
 
     # ------------------------------------------------------------------ run
+    def __del__(self):
+        st = self.__dict__.get("stepper")
+        if st is not None:  # its pass functions close over it: without this, its pool waits for the collector
+            st.release()
+
     def run(self, requests: list[Request], on_finish=None) -> EngineResult:
         """Serve ``requests``; ``on_finish(request_id, slot)`` (tests) runs as a sequence
         finishes, before its blocks are freed (``sequence_kv(slot)`` reads them)."""

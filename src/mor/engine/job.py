@@ -65,8 +65,6 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
     has no window (None: a visible gap). Also: occupancy (mean live sequences / the
     admission limit), recursion_share (tokens that ran each recursion / those that ran the
     first), tokens_per_s_wall (whole run, wall clock)."""
-    import gc
-
     import torch
 
     from mor.engine import Engine, Request
@@ -77,11 +75,9 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
         engine.run([Request(-1 - i, reqs[i % len(reqs)].prompt, warmup_tokens) for i in range(batch)])
     res = engine.run(reqs)
     graphs_on = engine.stepper.graphs
-    # the engine's stepper holds reference cycles (its pass functions close over it): without
-    # the collector its KV pool (most of a GPU) outlives this call and the next setting's
-    # engine, asking for the same memory, would not fit
+    # the KV pool (most of a GPU) goes with the engine (Engine.__del__ releases its stepper):
+    # the next setting's engine asks for the same memory
     del engine
-    gc.collect()
     if torch.device(device).type == "cuda":
         torch.cuda.empty_cache()
     tokens = res.tokens

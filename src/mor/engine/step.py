@@ -476,6 +476,15 @@ class Stepper:
             tok, out = fn(self._upload(arrays + plan + tail))
         return tok[:n], (None if out is None else out[:nc])
 
+    def release(self) -> None:
+        """Drop what refers back to this stepper (the static passes' functions and the
+        compiled ones close over it), so that it and the KV pool it holds are freed as soon
+        as the engine is, not when the garbage collector next runs: a second engine on the
+        same GPU asks for the same memory."""
+        self.static.clear()
+        self._enter_fn = self._block_fn = self._head_fn = None
+        self.launch = lambda: None
+
     def set_sampling(self, slot: int, temperature: float, top_p: float, seed: int) -> None:
         """A sequence slot's sampling parameters (host; uploaded with its head passes)."""
         self.samp[slot] = [np.float64(temperature).view(np.int64), np.float64(top_p).view(np.int64), int(seed)]
