@@ -58,9 +58,9 @@ class PagedCache:
         self.v.view(-1, *self.v.shape[2:]).index_copy_(0, flat, v)
 
     def write_prefill(self, flat: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """A prefilled sequence's entries of one layer: flat (n,) entries, k, v (Hkv, n, hd)."""
-        self.k.view(-1, *self.k.shape[2:]).index_copy_(0, flat, k.transpose(0, 1).to(self.k.dtype))
-        self.v.view(-1, *self.v.shape[2:]).index_copy_(0, flat, v.transpose(0, 1).to(self.v.dtype))
+        """Prefilled entries of one layer: flat (n,) pool entries, k, v (n, Hkv, hd) one row each."""
+        self.k.view(-1, *self.k.shape[2:]).index_copy_(0, flat, k.to(self.k.dtype))
+        self.v.view(-1, *self.v.shape[2:]).index_copy_(0, flat, v.to(self.v.dtype))
 
     def view(self, table: torch.Tensor, lengths: torch.Tensor, writes: torch.Tensor | None = None) -> "PagedView":
         return PagedView(self, table, lengths, writes)

@@ -364,23 +364,19 @@ class Engine:
                 pre.slots[e].mirror(pre.slots[pre.specs[e].source])
         lens = torch.tensor(T, device=self.device).unsqueeze(1)  # (n, 1)
         counts = torch.stack([(pre.slots[e].pos < lens).sum(1) for e in stores]).tolist()  # (E, n): real entries
-        # per storing layer: the pool slots its entries go to and where they sit in the prefill's
-        # (n x T) rows (each sequence's first counts[e][i]); one upload for every layer
-        parts, sizes = [], []
+        # per storing layer: the pool slots its entries go to (dst) and where they sit among the
+        # prefill's (n x T) rows (src: each sequence's first counts[e][i]); one upload for all
+        dst, src, sizes = [], [], []
         for e, per_seq in zip(stores, counts):
             Te = pre.slots[e].k.shape[2]
-            dst = [self.blocks.fill(q.slot, int(self.blocks.col[e]), n) for q, n in zip(seqs, per_seq) if n]
-            src = [i * Te + np.arange(n) for i, n in enumerate(per_seq) if n]
-            parts += [np.concatenate(dst) if dst else np.zeros(0, np.int64), np.concatenate(src) if src else np.zeros(0, np.int64)]
+            dst += [self.blocks.fill(q.slot, int(self.blocks.col[e]), n) for q, n in zip(seqs, per_seq) if n]
+            src += [i * Te + np.arange(n) for i, n in enumerate(per_seq) if n]
             sizes.append(sum(per_seq))
-        idx = torch.from_numpy(np.concatenate(parts).astype(np.int64)).to(self.device)
-        at = 0
-        for e, n in zip(stores, sizes):
-            dst, src, at = idx[at: at + n], idx[at + n: at + 2 * n], at + 2 * n
-            if n:
-                slot = pre.slots[e]
-                rows = lambda t: t.transpose(1, 2).reshape(-1, *t.shape[1:2], t.shape[3]).index_select(0, src)  # noqa: E731
-                self.cache.write_prefill(dst, rows(slot.k).transpose(0, 1), rows(slot.v).transpose(0, 1))
+        none = [np.zeros(0, np.int64)]
+        idx = torch.from_numpy(np.stack([np.concatenate(dst or none), np.concatenate(src or none)]).astype(np.int64)).to(self.device)
+        for e, d, s in zip(stores, idx[0].split(sizes), idx[1].split(sizes)):
+            k, v = pre.slots[e].k, pre.slots[e].v  # (n, Hkv, T, hd)
+            self.cache.write_prefill(d, k.transpose(1, 2).flatten(0, 1)[s], v.transpose(1, 2).flatten(0, 1)[s])
 
 
 class PassClock:
