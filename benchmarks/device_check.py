@@ -460,33 +460,15 @@ def policy_row(m, name: str, batch: int, reqs, p: dict, device, dtype) -> dict:
     (1 in fp32, tested; in bf16 a row's rounding may follow its pass's row count, so a near
     tie may flip: a figure there, not a check)."""
     be = _bench_engine()
-    from mor.engine import Engine
 
     t0 = time.perf_counter()
-    res, tps = {}, {}
-    for policy, live in (("lockstep", batch), ("depthwise", 2 * batch)):
-        eng = Engine(m, batch=batch, max_len=p["gen_max"], device=device, dtype=dtype, max_live=live, policy=policy,
-                     graphs=True)
-        eng.run(reqs)  # warm-up: the measured run's shapes, captured
-        c = time.process_time()
-        res[policy] = eng.run(reqs)
-        secs = res[policy].wall_s if device.type == "cuda" else time.process_time() - c
-        tps[policy] = res[policy].tokens / secs
-        del eng
-        free_device(device)
-    new, old = res["depthwise"], res["lockstep"]
-    lo, hi, n_lo, n_hi = be.pass_cost([new, old], 8, batch)
-    same = sum(new.outputs[r.id] == old.outputs[r.id] for r in reqs) / len(reqs)
+    res, tps, every = be.run_policies(m, batch, reqs, p["gen_max"], device, dtype, {"max_live": 2 * batch}, True, None,
+                                      1, reqs)  # warmed up on the requests themselves
+    same = sum(res["new"].outputs[r.id] == res["old"].outputs[r.id] for r in reqs) / len(reqs)
     row = {"model": name, "batch": batch, "requests": len(reqs), "same_tokens": same,
-           "tokens_per_s_new": tps["depthwise"], "tokens_per_s_old": tps["lockstep"],
-           "speedup": tps["depthwise"] / tps["lockstep"],
-           "block_passes_new": new.block_passes, "block_passes_old": old.block_passes,
-           "target_block": 0.9 * old.block_passes / new.block_passes,
-           "all_passes_new": be.all_passes(new), "all_passes_old": be.all_passes(old),
-           "target_all": 0.9 * be.all_passes(old) / be.all_passes(new),
-           "pass_cost_ratio": hi / lo if n_lo and n_hi else None, "pass_s_full": hi, "pass_s_small": lo,
-           "passes_full": n_hi, "passes_small": n_lo,
-           "block_share_new": be.block_share(new), "block_share_old": be.block_share(old)}
+           **be.policy_figures(res, tps, every, batch)}
+    del res, every
+    free_device(device)
     row["seconds"] = time.perf_counter() - t0
     return row
 
