@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from mor.engine.blocks import BlockManager
-from mor.engine.cache import FLASH_PAGE, PagedCache, flash_paged
+from mor.engine.cache import FLASH_PAGE, PagedCache, attention_backend, flash_paged, kv_bytes
 from mor.engine.scheduler import WAIT, Pass, Scheduler
 from mor.engine.sequence import Request, Sequence
 from mor.engine.step import Stepper
@@ -61,6 +61,9 @@ class EngineResult:
     pass_s: list[float] = field(default_factory=list)  # per pass: seconds inside it (CUDA events on a GPU)
     pass_cpu_s: list[float] = field(default_factory=list)  # per pass on a CPU: the process's CPU seconds in it
     head_cont: list[int] = field(default_factory=list)  # per head pass: rows whose next token entered in it
+    attn_bytes: list[int] = field(default_factory=list)  # per pass: K/V bytes its attention reads (cache.kv_bytes)
+    attention: str = ""  # the paged attention's backend (cache.attention_backend)
+    captures: int = 0  # static pass shapes captured inside this run (0 after warm-up: none in the measured loop)
     forward_s: float = 0.0  # time inside the passes and prefills (the sum of pass_s)
     wall_s: float = 0.0  # whole run
 
@@ -169,13 +172,16 @@ class Engine:
                 on a GPU unless ``compile``); on a CPU the same path runs eagerly
     buckets     the row counts padded passes run at (implies ``pad``; default: powers of two
                 up to the batch). ``(batch,)``: every pass at B rows, one row shape per pass kind
+    warmup      with ``graphs``: capture every static pass shape (``Stepper.shapes``) before a
+                run's first pass, outside its clocks (default on; ``warmup()`` does it at once,
+                for greedy and sampling runs); off: shapes are captured the first time they occur
     """
 
     def __init__(self, model, batch: int | None = None, max_len: int = 512, device=None, dtype=None, *,
                  capacity: int | None = None, memory_bytes: float | None = None, max_live: int | None = None,
                  num_blocks: int | None = None, block_size: int | None = None, policy: str = "depthwise",
                  pad: bool | None = None, compile: bool | str = False, graphs: bool | None = None,
-                 buckets=None):
+                 buckets=None, warmup: bool = True):
         from mor.flops import max_batch, model_bytes
 
         batch = batch if batch is not None else capacity
@@ -189,7 +195,7 @@ class Engine:
         if max_len > model.shape.max_seq_len:
             raise ValueError(f"max_len={max_len} exceeds the model's max_seq_len {model.shape.max_seq_len}")
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
-        self.batch, self.max_len, self.policy = batch, max_len, policy
+        self.batch, self.max_len, self.policy, self.auto_warmup = batch, max_len, policy, warmup
         self.specs = cache_layout(model.cfg, model.plan, model.kv_producers, max_len, "full")
         bs = block_size or (FLASH_PAGE if flash_paged(self.device) else 16)
         elem = torch.tensor([], dtype=self.dtype).element_size()
@@ -225,6 +231,14 @@ class Engine:
         self.write_cols["enter"] = writes(range(start))
         self.write_cols["head"] = writes(range(start + nr * per, len(self.specs)))
         self.write_cols["head", "enter"] = self.write_cols["head"] + self.write_cols["enter"]
+        self.attention = attention_backend(self.device, self.dtype, bs)
+        self._entry_bytes = kv_bytes(self.attention, 1, 1, 1, 1, model.shape.kv_heads, model.shape.head_dim, elem)
+
+    def warmup(self, sampling=(False, True)) -> int:
+        """Capture every static pass shape now (graphs on; greedy and sampling head passes):
+        -> how many were captured (0 when all were, or without graphs)."""
+        with torch.no_grad(), self.stepper.relax.installed():
+            return self.stepper.warmup(sampling)
 
     # ------------------------------------------------------------------ run
     def __del__(self):
@@ -267,11 +281,15 @@ class Engine:
     def _run(self, requests: list[Request], on_finish) -> EngineResult:
         """schedule -> run -> postprocess, with the postprocess of a pass deferred until the
         next pass is launched (the scheduler answers WAIT when it needs the results first)."""
+        self.stepper.sampling = any(r.temperature > 0 for r in requests)
+        if self.auto_warmup:  # every shape captured before the clock starts
+            self.stepper.warmup((self.stepper.sampling,))
+        captured = self.stepper.captures
         t_run = time.perf_counter()
         bm = self.blocks
         sched = Scheduler(self.batch, self.max_live, self.stepper.nr, self.policy, bm, self.write_cols)
         sched.token_choice = self.stepper.token_choice
-        res = EngineResult({}, self.batch, sched.max_live)
+        res = EngineResult({}, self.batch, sched.max_live, attention=self.attention)
         for r in requests:
             need = bm.worst_case(len(r.prompt) + r.max_new_tokens - 1)
             if r.max_new_tokens < 1:
@@ -282,7 +300,6 @@ class Engine:
                                       f"give the engine more memory or shorten the request")
             else:
                 sched.add(r)
-        self.stepper.sampling = any(r.temperature > 0 for r in requests)
         clock, back = PassClock(self.device), Readback(self.device, 2 * self.batch)
         self.stepper.launch = clock.launch
         pending = None
@@ -308,6 +325,7 @@ class Engine:
         res.pass_cpu_s = clock.cpu_seconds()
         res.forward_s = sum(res.pass_s)
         res.wall_s = time.perf_counter() - t_run
+        res.captures = self.stepper.captures - captured
         return res
 
     def _execute(self, p: Pass, sched: Scheduler, res: EngineResult, clock: "PassClock", on_finish):
@@ -315,6 +333,7 @@ class Engine:
         tensors on the device (None where the host already knows)."""
         st = self.stepper
         routed = tokens = None
+        st.read = [0, 0]
         clock.start()
         if p.kind == "prefill":
             clock.launch()
@@ -336,6 +355,7 @@ class Engine:
                 counts[r] += 1
             counts = tuple(counts)
         res.record(p.kind, len(p.seqs), len(sched.waiting), len(sched.running), self.blocks.used, counts)
+        res.attn_bytes.append(st.read[self.attention == "flash_paged"] * self._entry_bytes)
         if p.kind == "head":
             res.head_cont.append(p.n_cont)
         if p.kind == "head" and on_finish is not None:

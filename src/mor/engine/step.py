@@ -143,6 +143,13 @@ def row_buckets(batch: int, buckets=None) -> tuple[int, ...]:
     return b
 
 
+def table_widths(max_blocks: int) -> tuple[int, ...]:
+    """The block-table widths static passes run at: powers of two below ``max_blocks`` and
+    ``max_blocks`` itself. A pass gathers the narrowest that holds its longest row, so it
+    reads less than twice its rows' context, whatever ``max_len`` allows."""
+    return tuple(sorted({min(1 << k, max_blocks) for k in range(max(1, max_blocks).bit_length() + 1)}))
+
+
 def bucket(n: int, batch: int, buckets: tuple[int, ...] | None = None) -> int:
     """The fixed row count a pass of n rows is padded to: the smallest bucket that holds it
     (default buckets: the next power of two, or the batch)."""
@@ -193,7 +200,10 @@ class Stepper:
         self.graphs = bool(graphs)
         self.pad = self.pad or self.graphs
         self.static: dict[tuple, StaticPass] = {}
-        self.graph_pool = None
+        self.graph_backend = CudaGraphs(self.dev) if self.graphs and self.dev.type == "cuda" else None
+        self.captures = 0  # static shapes captured (on a CPU: first run over new static buffers)
+        self.widths = table_widths(blocks.max_blocks)
+        self.read = [0, 0]  # the current pass's attention reads: entries gathered, entries of the rows' context
         self.mirror_width = 1 + int(blocks.n_mirrors.max(initial=0))
         # the device part of each pass, optionally compiled (a backend name, or True: inductor)
         self.compiled = bool(compile) or self.graphs
@@ -207,8 +217,10 @@ class Stepper:
                                                              for f in (self._enter, self._block, self._head))
 
     # ------------------------------------------------------------------ host -> device
-    def _rows(self, slots: list[int]) -> tuple[int, int]:
+    def _rows(self, slots: list[int], shape=None) -> tuple[int, int]:
         n = len(slots)
+        if shape is not None:
+            return n, shape[0]
         return n, (bucket(n, self.batch, self.buckets) if self.pad else n)
 
     def _upload(self, arrays: list[np.ndarray]) -> list[torch.Tensor]:
@@ -224,24 +236,41 @@ class Stepper:
             at += a.size
         return out
 
-    def _plan(self, slots: list[int], layers_per_call: list[list[int]], N: int):
-        """Blocks for each call's writes and reads: per call (write slots (W, N), table (N, MB),
-        lengths (N,)) with padded rows on the trash block."""
+    def _plan(self, slots: list[int], layers_per_call: list[list[int]]) -> list[tuple]:
+        """Take each call's KV entries (host bookkeeping, blocks.plan_layer): per call
+        (write slots (W, n), read columns (n,), lengths (n,))."""
+        return [self.blocks.plan_layer(slots, layers) for layers in layers_per_call]
+
+    def _need(self, *plans) -> int:
+        """Blocks the longest row of these calls reads (at least 1)."""
+        ln = [int(lengths.max()) for p in plans for _, _, lengths in p if lengths.size]
+        return max(1, -(-max(ln, default=1) // self.blocks.bs))
+
+    def width(self, need: int) -> int:
+        """The table width (blocks) a static pass whose longest row reads ``need`` blocks runs
+        at: the narrowest of ``widths`` that holds it."""
+        return next(w for w in self.widths if w >= need)
+
+    def _tables(self, plans, slots: list[int], N: int, MB: int | None = None) -> list[np.ndarray]:
+        """Per call (write slots (W, N), table (N, MB), lengths (N,)), padded rows on the trash
+        block; ``MB`` the width of every call's table (static: the pass's width), else each
+        call's own (padded: the next power of two)."""
         bm, n = self.blocks, len(slots)
-        plans = [bm.plan_layer(slots, layers) for layers in layers_per_call]
         out = []
         for writes, cols, lengths in plans:
             W = self.mirror_width if self.graphs else writes.shape[0]  # static: every layer's widest
             w = np.full((W, N), bm.trash * bm.bs, dtype=np.int64)
             w[: writes.shape[0], :n] = np.where(writes >= 0, writes, bm.trash * bm.bs)
-            need = int(np.ceil(lengths.max() / bm.bs)) if n else 1
-            MB = min(1 << max(0, math.ceil(math.log2(need))), bm.max_blocks) if self.pad else need
-            if self.graphs:
-                MB = bm.max_blocks  # one shape per row bucket
-            tab = np.full((N, MB), bm.trash, dtype=np.int64)
-            tab[:n] = bm.table[slots, cols, :MB]
+            mb = MB
+            if mb is None:
+                need = self._need([(writes, cols, lengths)])
+                mb = min(1 << max(0, math.ceil(math.log2(need))), bm.max_blocks) if self.pad else need
+            tab = np.full((N, mb), bm.trash, dtype=np.int64)
+            tab[:n] = bm.table[slots, cols, :mb]
             ln = np.ones(N, dtype=np.int64)
             ln[:n] = lengths
+            self.read[0] += N * mb * bm.bs
+            self.read[1] += int(ln.sum())
             out += [w, tab, ln]
         return out
 
@@ -269,20 +298,24 @@ class Stepper:
 
     # ------------------------------------------------------------------ passes
     @torch.no_grad()
-    def enter(self, slots: list[int], tokens, pos: list[int]) -> torch.Tensor | None:
+    def enter(self, slots: list[int], tokens, pos: list[int], shape: tuple[int, int] | None = None) -> torch.Tensor | None:
         """Tokens (n,) (host ints, uploaded with the plan, or long on the device) enter at
         slots: -> keep for recursion 1 (n,) bool on the device, or token-choice's depth - 1
-        (n,), or None (every row runs recursion 1)."""
-        n, N = self._rows(slots)
+        (n,), or None (every row runs recursion 1). ``shape`` (rows, width): the static
+        shape to run at (``warmup``: no rows)."""
+        n, N = self._rows(slots, shape)
         pre = [[e] * n for e in range(self.start)]
         host = not isinstance(tokens, torch.Tensor)
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n))]
         if host:
             arrays.append(np.array(list(tokens) + [0] * (N - n)))
-        arrays += self._plan(slots, pre, N)
+        raw = self._plan(slots, pre)
         if self.graphs and host:
-            out = self._static(("enter", N), arrays, lambda v: self._enter(v[0], v[1].unsqueeze(1), v[2], tuple(v[3:])))
+            W = shape[1] if shape else self.width(self._need(raw))
+            arrays += self._tables(raw, slots, N, W)
+            out = self._static(("enter", N, W), arrays, lambda v: self._enter(v[0], v[1].unsqueeze(1), v[2], tuple(v[3:])))
             return None if out is None else out[:n]
+        arrays += self._tables(raw, slots, N)
         dev = self._upload(arrays)
         if host:
             tokens, dev = dev[2], dev[:2] + dev[3:]
@@ -296,11 +329,46 @@ class Stepper:
         self.launch()
         sp = self.static.get(key)
         if sp is None:
-            if self.dev.type == "cuda" and self.graph_pool is None:
-                self.graph_pool = torch.cuda.graph_pool_handle()
-            sp = self.static[key] = StaticPass([a.shape for a in arrays], fn, self.dev, self.graph_pool,
+            self.captures += 1
+            sp = self.static[key] = StaticPass([a.shape for a in arrays], fn, self.dev, self.graph_backend,
                                                state=(self.h, self.g, self.h1, self.depth, self.tg))
         return sp.run(arrays)
+
+    def shapes(self, sampling=(False, True)) -> list[tuple]:
+        """Every static pass shape a run can meet, largest first: (kind, rows, width) for enter
+        and block passes, (kind, rows, width, continuation, sampling) for head passes."""
+        out = []
+        for N in self.buckets:
+            for W in self.widths:
+                out += [("enter", N, W), ("block", N, W)]
+                out += [("head", N, W, c, sm) for c in (False, True) for sm in sampling]
+        return sorted(out, key=lambda k: (-k[1], -k[2]))
+
+    @torch.no_grad()
+    def warmup(self, sampling=(False, True)) -> int:
+        """Capture every static pass shape (``shapes``) before any measured request, largest
+        first (CUDA graphs on a GPU, sharing one memory pool): each runs once over padding rows
+        only, which read and write the trash block and the padding slot, so no sequence's state
+        or KV changes. Shapes already captured are skipped. -> the number captured now."""
+        if not self.graphs:
+            return 0
+        before, launch, samp = self.captures, self.launch, self.sampling
+        self.launch = lambda: None
+        try:
+            for key in self.shapes(sampling):
+                if key in self.static:
+                    continue
+                kind, N, W = key[:3]
+                if kind == "enter":
+                    self.enter([], [], [], shape=(N, W))
+                elif kind == "block":
+                    self.block([], [], [], shape=(N, W))
+                else:
+                    self.sampling = key[4]
+                    self.head([], [], 0, shape=(N, W), cont=key[3])
+        finally:
+            self.launch, self.sampling = launch, samp
+        return self.captures - before
 
     def _enter(self, idx, p, tokens, plan):
         """Device part of ``enter``: idx (N,), p (N, 1), tokens (N,), plan (w, tab, ln) per layer."""
@@ -320,19 +388,22 @@ class Stepper:
         return None
 
     @torch.no_grad()
-    def block(self, slots: list[int], depths: list[int], pos: list[int]) -> torch.Tensor | None:
+    def block(self, slots: list[int], depths: list[int], pos: list[int],
+              shape: tuple[int, int] | None = None) -> torch.Tensor | None:
         """One shared-block pass over rows at recursions ``depths`` (0-based, mixed): -> whether
         each row continues to its next recursion, (n,) bool on the device, or None when the
-        host knows (no router drops tokens there)."""
+        host knows (no router drops tokens there). ``shape``: as ``enter``'s."""
         m = self.model
-        n, N = self._rows(slots)
+        n, N = self._rows(slots, shape)
         dpad = depths + [0] * (N - n)
         calls = [[self.start + r * self.per + j for r in depths] for j in range(self.per)]
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n)), np.array(dpad),
                   np.array([r + 1 for r in dpad])]
         if not self.same_layers and self.graphs:
-            return self._tying_static(slots, depths, pos, calls, n, N)
-        plan = self._plan(slots, calls, N)
+            return self._tying_static(slots, depths, pos, calls, n, N, shape)
+        raw = self._plan(slots, calls)
+        W = (shape[1] if shape else self.width(self._need(raw))) if self.graphs else None
+        plan = self._tables(raw, slots, N, W)
         if not self.same_layers:  # the rows of each unique layer, uploaded with the plan
             plan += [g for j in range(self.per) for _, g in self._group_rows(dpad, j)]
         # the routers this pass needs: those of the rows' next recursions (host-known; one that
@@ -340,7 +411,7 @@ class Stepper:
         nxt = {r + 1 for r in depths}
         routers = tuple(self.expert_choice and r > 0 and (r in nxt or self.compiled) for r in range(self.nr))
         if self.graphs and self.same_layers:  # one static shape per row bucket (compiled: every router)
-            out = self._static(("block", N), arrays + plan, lambda v: self._block(
+            out = self._static(("block", N, W), arrays + plan, lambda v: self._block(
                 v[0], v[1].unsqueeze(1), v[2], v[3], tuple(v[4:]), (True,) * self.per, routers))
             return None if out is None else out[:n]
         dev = self._upload(arrays + plan)
@@ -352,7 +423,7 @@ class Stepper:
                                (True,) * self.per, routers, self._groups(dpad, dev[4 + 3 * self.per:]))
         return None if keep is None else keep[:n]
 
-    def _tying_static(self, slots, depths, pos, calls, n: int, N: int):
+    def _tying_static(self, slots, depths, pos, calls, n: int, N: int, shape=None):
         """Sequence tying over static buffers: N + 1 rows, the last always a padding row. Every
         unique layer that layer j of the block can be (at any recursion) gets a row-index
         vector of N + 1 entries: its rows, then the last row's index repeated (that row
@@ -362,7 +433,9 @@ class Stepper:
         dpad = depths + [0] * (Nt - n)
         arrays = [np.array(slots + [self.pad_row] * (Nt - n)), np.array(pos + [0] * (Nt - n)), np.array(dpad),
                   np.array([r + 1 for r in dpad])]
-        plan = self._plan(slots, calls, Nt)
+        raw = self._plan(slots, calls)
+        W = shape[1] if shape else self.width(self._need(raw))
+        plan = self._tables(raw, slots, Nt, W)
         groups = [self._static_group_rows(dpad[:N], j, N) for j in range(self.per)]
         plan += [g for gj in groups for _, g in gj]
         routers = tuple(self.expert_choice and r > 0 for r in range(self.nr))
@@ -373,7 +446,7 @@ class Stepper:
             lids = [[(lid, next(it)) for lid, _ in gj] for gj in groups]
             return self._block(v[0], v[1].unsqueeze(1), v[2], v[3], tuple(v[4:k]), (True,) * self.per, routers, lids)
 
-        out = self._static(("block", N), arrays + plan, fn)
+        out = self._static(("block", N, W), arrays + plan, fn)
         return None if out is None else out[:n]
 
     def _static_group_rows(self, dpad: list[int], j: int, N: int) -> list[tuple[int, np.ndarray]]:
@@ -436,40 +509,48 @@ class Stepper:
         return keep, g
 
     @torch.no_grad()
-    def head(self, slots: list[int], pos: list[int], n_cont: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def head(self, slots: list[int], pos: list[int], n_cont: int = 0, shape: tuple[int, int] | None = None,
+             cont: bool | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Suffix + norm + head on rows whose recursions are done -> greedy tokens (n,) on the
         device; the first ``n_cont`` rows' sequences continue, and their new tokens enter at
-        once in the same pass (embedding + prefix + routing, as ``enter``: its output second)."""
-        n, N = self._rows(slots)
+        once in the same pass (embedding + prefix + routing, as ``enter``: its output second).
+        ``shape`` and ``cont`` (a pass with an enter part, whatever ``n_cont``): ``warmup``'s."""
+        n, N = self._rows(slots, shape)
+        cont = bool(n_cont) if cont is None else cont
         suf = [[self.suffix_start + i] * n for i in range(len(self.model.plan.suffix))]
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n))]
-        plan = self._plan(slots, suf, N)
+        raw = self._plan(slots, suf)
         nc = Nc = 0
-        if n_cont:
+        if cont:
             cs = slots[:n_cont]
             nc, Nc = self._rows(cs)
             if self.graphs:
                 Nc = N  # static: the enter part spans the head's rows (the rest write the trash block)
             pre = [[e] * nc for e in range(self.start)]
             arrays += [np.array(cs + [self.pad_row] * (Nc - nc)), np.array([q + 1 for q in pos[:nc]] + [0] * (Nc - nc))]
-            plan_e = self._plan(cs, pre, Nc)
+            raw_e = self._plan(cs, pre)
+        W = None
+        if self.graphs:  # one width for both parts: the static shape's
+            W = shape[1] if shape else self.width(self._need(raw, raw_e if cont else []))
+        plan = self._tables(raw, slots, N, W)
+        plan_e = self._tables(raw_e, cs, Nc, W) if cont else []
         k = len(plan)
-        tail = plan_e if n_cont else []
+        tail = plan_e
         if self.sampling:  # per row: temperature and top-p (float64 bits) and seed, after the plans
             samp = np.zeros((N, 3), dtype=np.int64)
             samp[:n] = self.samp[slots]
             tail = tail + [samp]
-        e0 = 2 + 2 * bool(n_cont)
+        e0 = 2 + 2 * cont
 
         def fn(v):
-            enter = None if not n_cont else (v[2], v[3].unsqueeze(1), tuple(v[e0 + k: e0 + k + 3 * self.start]))
+            enter = None if not cont else (v[2], v[3].unsqueeze(1), tuple(v[e0 + k: e0 + k + 3 * self.start]))
             return self._head(v[0], v[1].unsqueeze(1), tuple(v[e0: e0 + k]), enter, v[-1] if self.sampling else None)
 
         if self.graphs:
-            tok, out = self._static(("head", N, bool(n_cont), self.sampling), arrays + plan + tail, fn)
+            tok, out = self._static(("head", N, W, cont, self.sampling), arrays + plan + tail, fn)
         elif self.compiled and not self.graphs:
             dev = self._upload(arrays + plan + tail)
-            enter = None if not n_cont else (dev[2], dev[3].unsqueeze(1), tuple(dev[e0 + k: e0 + k + 3 * self.start]))
+            enter = None if not cont else (dev[2], dev[3].unsqueeze(1), tuple(dev[e0 + k: e0 + k + 3 * self.start]))
             tok, out = self._head_fn(dev[0], dev[1].unsqueeze(1), tuple(dev[e0: e0 + k]), enter,
                                      dev[-1] if self.sampling else None)
         else:
@@ -510,16 +591,45 @@ class Stepper:
         return tok, self._enter(idx_c, p_c, tok[: idx_c.shape[0]], plan_c)
 
 
-class StaticPass:
-    """Static input and output buffers of one pass shape (kind, row bucket), reused by every
-    pass of that shape: the plan's arrays are copied into one flat device buffer (one copy,
-    pinned and asynchronous on a GPU) whose views the device function reads, and its outputs
-    are the same tensors every time. On a GPU the function is captured once as a CUDA graph
-    (after a warm-up run on a side stream) and replayed; on a CPU it runs eagerly over the
-    same buffers and its outputs are copied into the static ones, the same code path."""
+class CudaGraphs:
+    """How StaticPass captures and replays on a GPU: a warm-up run on a side stream, then
+    ``torch.cuda.graph`` capture into one memory pool shared by every graph of the stepper
+    (graphs replay one at a time, so their intermediates may share memory; nano-vllm's
+    model runner does the same). Tests drive StaticPass's device branch on a CPU with a
+    double of this class (tests/helpers/engine.py ``FakeGraphs``)."""
 
-    def __init__(self, shapes, fn, device, pool=None, state=()):
-        self.shapes, self.fn, self.dev, self.pool, self.state = list(shapes), fn, device, pool, list(state)
+    def __init__(self, device: torch.device):
+        self.dev, self.pool = device, None
+
+    @contextlib.contextmanager
+    def side(self):
+        side = torch.cuda.Stream(self.dev)
+        side.wait_stream(torch.cuda.current_stream(self.dev))
+        with torch.cuda.stream(side):
+            yield
+        torch.cuda.current_stream(self.dev).wait_stream(side)
+
+    def capture(self, fn, views):
+        """-> (graph, outputs): ``fn(views)`` captured, not run (its outputs hold nothing until a replay)."""
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = fn(views)
+        return graph, out
+
+
+class StaticPass:
+    """Static input and output buffers of one pass shape (kind, row bucket, table width, ...),
+    reused by every pass of that shape: the plan's arrays are copied into one flat device
+    buffer (one copy, pinned and asynchronous on a GPU) whose views the device function reads,
+    and its outputs are the same tensors every time. With a graph ``backend`` (CudaGraphs on a
+    GPU) the function is captured once (after a warm-up run whose effect on the per-slot
+    ``state`` is undone) and replayed; without one (a CPU) it runs eagerly over the same buffers
+    and its outputs are copied into the static ones, the same code path."""
+
+    def __init__(self, shapes, fn, device, backend=None, state=()):
+        self.shapes, self.fn, self.dev, self.backend, self.state = list(shapes), fn, device, backend, list(state)
         self.sizes = [int(np.prod(sh)) for sh in self.shapes]
         self.inp = torch.zeros(sum(self.sizes), dtype=torch.long, device=device)
         self.views, at = [], 0
@@ -536,6 +646,10 @@ class StaticPass:
             flat = flat.pin_memory()
         self.inp.copy_(flat, non_blocking=self.dev.type == "cuda")
 
+    def _restore(self, saved) -> None:
+        for t, v in zip(self.state, saved):
+            t.copy_(v)
+
     def run(self, arrays):
         if [tuple(a.shape) for a in arrays] != [tuple(sh) for sh in self.shapes]:
             raise ValueError("a static pass got arrays of another shape")
@@ -544,21 +658,15 @@ class StaticPass:
         if self.graph is not None:
             self.graph.replay()
             return self.out
-        if self.dev.type == "cuda":
-            # warm-up outside the capture (lazy inits, autotuning) on a side stream; the per-slot
-            # state it updated is put back, so the replay below runs the pass once (the KV
-            # entries it wrote are rewritten by the replay with the same values)
+        if self.backend is not None:
+            # warm-up outside the capture (lazy inits, autotuning); the per-slot state it updated
+            # is put back, so the replay below applies the pass once (the KV entries it wrote
+            # are rewritten by the replay with the same values)
             saved = [t.clone() for t in self.state]
-            side = torch.cuda.Stream(self.dev)
-            side.wait_stream(torch.cuda.current_stream(self.dev))
-            with torch.cuda.stream(side):
+            with self.backend.side():
                 self.fn(self.views)
-            torch.cuda.current_stream(self.dev).wait_stream(side)
-            for t, v in zip(self.state, saved):
-                t.copy_(v)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, pool=self.pool):
-                self.out = self.fn(self.views)
+            self._restore(saved)
+            self.graph, self.out = self.backend.capture(self.fn, self.views)
             self.graph.replay()
             return self.out
         res = self.fn(self.views)
