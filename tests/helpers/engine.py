@@ -1,7 +1,10 @@
 """The tiny model and the reference decode that the engine tests share
-(tests/unit/test_engine.py, tests/unit/test_sampling.py)."""
+(tests/unit/test_engine.py, tests/unit/test_sampling.py), and a CPU double of the CUDA
+graph capture (``FakeGraphs``) with the per-pass state record that checks it."""
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -29,3 +32,85 @@ def make(cfg: ModelConfig, seed: int = 0):
 def solo(model, req: Request) -> list[int]:
     """One request decoded alone by the reference loop (mor.model.decode.generate)."""
     return generate(model, torch.tensor([req.prompt]), req.max_new_tokens)[0, len(req.prompt):].tolist()
+
+
+class FakeGraphs:
+    """A CPU double of ``mor.engine.step.CudaGraphs`` that drives StaticPass's device branch
+    (warm-up, state restore, capture, replay) as a GPU would run it. ``capture`` records the
+    function and runs nothing: what tracing it wrote to the per-slot state and the KV pool is
+    undone and its outputs hold garbage (NaN, -1, True), as a captured graph's outputs do
+    before a replay. ``replay`` re-runs it into the same output storage and then poisons every
+    other graph's outputs, as graphs sharing one memory pool may overwrite each other's."""
+
+    def __init__(self, stepper):
+        self.state = [stepper.h, stepper.g, stepper.h1, stepper.depth, stepper.tg, stepper.cache.k, stepper.cache.v]
+        self.graphs: list[FakeGraph] = []
+
+    def side(self):
+        return contextlib.nullcontext()
+
+    def capture(self, fn, views):
+        saved = [t.clone() for t in self.state]
+        out = fn(views)
+        for t, s in zip(self.state, saved):
+            t.copy_(s)
+        graph = FakeGraph(self, fn, views, out)
+        graph.poison()
+        self.graphs.append(graph)
+        return graph, out
+
+
+class FakeGraph:
+    def __init__(self, owner: FakeGraphs, fn, views, out):
+        self.owner, self.fn, self.views, self.out = owner, fn, views, out
+        self.replays = 0
+
+    def _leaves(self):
+        return [t for t in (self.out if isinstance(self.out, tuple) else (self.out,)) if t is not None]
+
+    def poison(self) -> None:
+        for t in self._leaves():
+            t.fill_(True if t.dtype == torch.bool else -1 if not t.is_floating_point() else float("nan"))
+
+    def replay(self) -> None:
+        res = self.fn(self.views)
+        res = res if isinstance(res, tuple) else (res,)
+        for dst, src in zip(self._leaves(), [t for t in res if t is not None]):
+            dst.copy_(src)
+        self.replays += 1
+        for g in self.owner.graphs:
+            if g is not self:
+                g.poison()
+
+
+def pass_states(engine) -> list[list[torch.Tensor]]:
+    """Record, after every pass ``engine`` runs (enter, block, head), the state it leaves behind:
+    the per-slot tensors of the sequence slots (h, router weight, token-choice h1 / weight /
+    depth; the padding slot left out) and the KV pool (the trash block left out)."""
+    st, out = engine.stepper, []
+    S = st.pad_row
+    for name in ("enter", "block", "head"):
+        fn = getattr(st, name)
+
+        def after(*a, _fn=fn, **k):
+            res = _fn(*a, **k)
+            out.append([t[:S].clone() for t in (st.h, st.g, st.h1, st.tg, st.depth)]
+                       + [engine.cache.k[:-1].clone(), engine.cache.v[:-1].clone()])
+            return res
+
+        setattr(st, name, after)
+    return out
+
+
+def state_deviation(a: list[list[torch.Tensor]], b: list[list[torch.Tensor]]) -> float:
+    """The largest absolute difference between two runs' states pass by pass (inf when they
+    ran different numbers of passes or a state is not finite)."""
+    if len(a) != len(b):
+        return float("inf")
+    worst = 0.0
+    for sa, sb in zip(a, b):
+        for x, y in zip(sa, sb):
+            d = (x.double() - y.double()).abs()
+            if d.numel():
+                worst = max(worst, float("inf") if not torch.isfinite(d).all() else float(d.max()))
+    return worst

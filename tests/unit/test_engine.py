@@ -25,7 +25,7 @@ from mor.config import ModelConfig, RouterConfig, Tying
 from mor.engine import Engine, Request
 from mor.grids import grid_path, load_grid
 
-from helpers.engine import TINY, V, make, solo
+from helpers.engine import TINY, V, FakeGraphs, make, pass_states, solo, state_deviation
 
 MAX_LEN = 16
 GRIDS = ("table10", "table13", "table14", "table15")
@@ -610,3 +610,76 @@ def test_variable_length_prompts_are_prefilled_together():
     for r in reqs:
         assert res.outputs[r.id] == solo(model, r), f"request {r.id}"
         assert_kv_equal(seen[r.id], reference_kv(model, r.prompt, res.outputs[r.id]), f"request {r.id}")
+
+
+STATE_TOL = 1e-5  # fp32: padded rows, wider tables and another summation order, nothing more
+
+
+def _graph_states(model, reqs, warmup: bool, batch: int = 3):
+    """(engine, FakeGraphs, its states after every pass) of the static path driven through its
+    device branch on the CPU (helpers.engine.FakeGraphs), and the eager path's states."""
+    eager = Engine(model, batch=batch, max_len=MAX_LEN, graphs=False, pad=False)
+    want = pass_states(eager)
+    eager.run(reqs)
+    eng = Engine(model, batch=batch, max_len=MAX_LEN, graphs=True, warmup=warmup)
+    fake = eng.stepper.graph_backend = FakeGraphs(eng.stepper)
+    if warmup:
+        eng.warmup()  # before the record: its passes run over padding rows only
+    got = pass_states(eng)
+    res = eng.run(reqs)
+    return res, fake, state_deviation(got, want)
+
+
+@pytest.mark.parametrize("tying", TYINGS)
+@pytest.mark.parametrize("router", list(ROUTERS))
+def test_captured_passes_leave_the_eager_state(tying, router):
+    """Capture checked by state, not only by tokens: StaticPass's device branch (warm-up,
+    state restore, capture, replay) driven by a CPU double of the CUDA graph, shapes captured
+    lazily inside the run (the branch a capture bug hides in); after every pass the hidden
+    state, router weights, token-choice state and the KV pool equal the eager path's within
+    fp32 rounding (helpers.engine.state_deviation), and the tokens equal decode.generate."""
+    cfg = ModelConfig(scale="tiny", variant="mor", tying=tying, num_recursions=2 if "sequence" in tying else 3,
+                      kv="shared" if "sequence" in tying else "recursion_wise", router=ROUTERS[router])
+    model = make(cfg)
+    reqs = requests(9)
+    res, fake, dev = _graph_states(model, reqs, warmup=False)
+    assert res.captures == len(fake.graphs) > 3 and sum(g.replays for g in fake.graphs) == res.steps - res.kinds.count("prefill")
+    assert dev <= STATE_TOL, f"state after a captured pass differs from the eager path's by {dev:.3g}"
+    assert res.outputs == {r.id: solo(model, r) for r in reqs}
+
+
+def test_a_capture_that_applies_its_warm_up_fails_the_state_check(monkeypatch):
+    """The planted mutant: StaticPass skips the state restore after its warm-up run, so the
+    first pass of every new shape is applied twice. The tokens of a tiny model may still
+    match; the state check must not."""
+    from mor.engine.step import StaticPass
+
+    model = make(MIXED["expert_choice"])
+    reqs = requests(9)
+    monkeypatch.setattr(StaticPass, "_restore", lambda self, saved: None)
+    _, _, dev = _graph_states(model, reqs, warmup=False)
+    assert dev > 100 * STATE_TOL
+
+
+@pytest.mark.parametrize("name", ["expert_choice", "token_choice", "sequence_tying"])
+def test_every_shape_is_captured_before_the_measured_run(name):
+    """Engine.warmup captures every static shape (Stepper.shapes: each kind, row bucket, table
+    width, continuation and sampling), largest first, over padding rows only (the run after it
+    gives the eager path's state pass by pass); the measured run captures nothing (counted by
+    the graph double's captures, and EngineResult.captures), greedy and sampling requests
+    alike. Without warm-up the same run captures inside itself: the count is live."""
+    model = make(MIXED[name])
+    reqs = requests(9) + [Request(100 + i, [i + 1], 5, temperature=0.8, top_p=0.9, seed=i) for i in range(3)]
+    eng = Engine(model, batch=3, max_len=MAX_LEN, graphs=True)
+    fake = eng.stepper.graph_backend = FakeGraphs(eng.stepper)
+    assert eng.warmup() == len(fake.graphs) == len(eng.stepper.shapes()) and eng.warmup() == 0
+    keys = list(eng.stepper.static)
+    assert keys == eng.stepper.shapes() and keys[0][1] == max(k[1] for k in keys)  # largest first
+    res = eng.run(reqs)
+    assert res.captures == 0 and len(fake.graphs) == len(keys)
+    assert res.outputs == Engine(model, batch=3, max_len=MAX_LEN, graphs=False).run(reqs).outputs
+    lazy = Engine(model, batch=3, max_len=MAX_LEN, graphs=True, warmup=False)
+    assert lazy.run(reqs).captures > 0
+    if name == "expert_choice":  # warm-up leaves every sequence's state alone
+        _, _, dev = _graph_states(model, requests(9), warmup=True)
+        assert dev <= STATE_TOL
