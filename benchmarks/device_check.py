@@ -28,7 +28,14 @@ passed), ``fail`` or ``incomplete`` (nothing failed, something did not run).
 
 Decoding engine (``--engine``, or ``--engine-only``): flash-attn's paged
 ``flash_attn_with_kvcache`` against SDPA over the gathered blocks (bf16), the engine against
-``decode.generate`` (graphs on and off), and App. E's protocol at ``--engine-scale`` (360M):
+``decode.generate`` (graphs on and off), the state every pass leaves (hidden state, router
+weights, KV pool; fp32, tiny models) with CUDA graphs against graphs off, shapes captured
+inside the run and before it (``state_graphs_vs_eager``: a capture bug the tokens may not
+show), and App. E's protocol at ``--engine-scale`` (360M). Each protocol row first captures
+every static pass shape (``Engine.warmup``: ``shapes_captured``, ``capture_s``; a capture
+inside the measured run, ``captures_in_run``, is a failure) and records the attention backend
+its passes used (``attention``: flash_paged or sdpa_gathered) and the K/V bytes a decoding
+pass's attention reads on average (``attn_mb_per_pass``) beside its tokens/s:
 MoR-2/3/4 and their same-depth Vanillas at 32 rows per pass (graphs on and off) and at the
 relative maximum batch (graphs on), printing per model passes per token against Σc/B, row
 fill and tokens/s in the waiting window, and tokens/s over the same-depth Vanilla (paper: up
@@ -305,6 +312,40 @@ def engine_matches_decode(device: torch.device) -> dict[str, bool]:
     return out
 
 
+STATE_TOL = 1e-4  # fp32: graphs on and off differ by padded rows, table widths and kernel choice only
+
+
+def engine_state_check(device: torch.device) -> dict[str, float]:
+    """Capture checked by state on the device: tiny models in fp32, the engine with graphs on
+    (CUDA graphs on a GPU; shapes captured inside the run, then with every shape captured
+    first) against graphs off; the largest difference of the per-slot state and the KV pool
+    after any pass (mor.engine.check; a state the tokens do not show)."""
+    from mor.engine import Engine, Request
+    from mor.engine.check import pass_states, state_deviation
+
+    out = {}
+    for name, kw in {"mor-ec": dict(variant="mor", tying="middle_cycle", num_recursions=3,
+                                    router=RouterConfig(aux="aux_router")),
+                     "mor-tc": dict(variant="mor", tying="middle_cycle", num_recursions=3,
+                                    router=RouterConfig(type="token_choice", func="softmax", alpha=1.0)),
+                     "mor-seq": dict(variant="mor", tying="sequence", num_recursions=2, kv="shared",
+                                     router=RouterConfig(aux="aux_router"))}.items():
+        torch.manual_seed(0)
+        model = build_model(ModelConfig(scale="tiny", **kw), load_scales()["tiny"], 50).eval().to(device)
+        reqs = [Request(i, [(3 * i + j) % 50 for j in range(1 + i % 4)], 3 + i % 6) for i in range(9)]
+        eager = Engine(model, batch=3, max_len=16, dtype=torch.float32, graphs=False)
+        want = pass_states(eager)
+        eager.run(reqs)
+        for warm in (False, True):
+            eng = Engine(model, batch=3, max_len=16, dtype=torch.float32, graphs=True, warmup=warm)
+            if warm:
+                eng.warmup((False,))
+            got = pass_states(eng)
+            eng.run(reqs)
+            out[f"{name} {'pre-captured' if warm else 'captured in run'}"] = state_deviation(got, want)
+    return out
+
+
 def _bench_engine():
     """benchmarks/bench_engine.py as a module (the protocol's models, requests and router steering)."""
     here = str(Path(__file__).resolve().parent)
@@ -389,7 +430,8 @@ def print_row(r: dict) -> None:
     print(f"{r['model']:11s} b={r['batch']:3d} graphs={r['graphs']!s:5s} requests {r['requests']:4d} live "
           f"{r['max_live']:5d} window: {window} | run: passes/token {r['passes_per_token_run']:.4f} fill "
           f"{r['fill_run']:.3f} tok/s {_fmt(r['tokens_per_s_run'], '.0f')} | preempted {r['preempted']} "
-          f"| {r['seconds']:.1f} s", flush=True)
+          f"| {r['attention']} {r['attn_mb_per_pass']:.1f} MB K/V per pass | {r['shapes_captured']} shapes captured "
+          f"first ({r['capture_s']:.1f} s), {r['captures_in_run']} in the run | {r['seconds']:.1f} s", flush=True)
 
 
 def print_summary(rows: list[dict], rel: dict[str, float], vanilla_of: dict[str, str], scale: str) -> None:
@@ -424,10 +466,15 @@ def protocol_row(m, name: str, batch: int, graphs: bool, reqs, p: dict, a, devic
     t0 = time.perf_counter()
     n = requests_for(batch, a)
     eng = Engine(m, batch=batch, max_len=p["gen_max"], device=device, dtype=dtype, memory_bytes=memory, graphs=graphs)
+    captured = eng.warmup((False,))  # every static shape, largest first, before any request
+    t_cap = time.perf_counter() - t0
     eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(batch)])
     res = eng.run(reqs[:n])
+    decoding = [b for b, k in zip(res.attn_bytes, res.kinds) if k != "prefill"]
     row = {"model": name, "batch": batch, "graphs": graphs, "requests": n, "max_live": res.max_live,
-           "bound": sum(be.realised(res)) / batch, **window_figures(res), "preempted": len(res.preempted)}
+           "bound": sum(be.realised(res)) / batch, **window_figures(res), "preempted": len(res.preempted),
+           "attention": res.attention, "attn_mb_per_pass": sum(decoding) / max(1, len(decoding)) / 1e6,
+           "shapes_captured": captured, "capture_s": t_cap, "captures_in_run": res.captures}
     del eng, res
     free_device(device)  # one engine's KV pool at a time
     row["seconds"] = time.perf_counter() - t0
@@ -607,6 +654,10 @@ def outcome(report: dict) -> dict:
     e = report.get("engine")
     if e:
         failed += [f"engine != decode.generate ({k})" for k, same in e["matches_decode"].items() if not same]
+        failed += [f"state graphs on vs off ({k}) = {d:.3g}" for k, d in e.get("state_graphs_vs_eager", {}).items()
+                   if not d <= STATE_TOL]  # NaN / inf fail too
+        failed += [f"{r['model']} b={r['batch']}: {r['captures_in_run']} shapes captured inside the measured run"
+                   for r in e.get("protocol", []) if r.get("captures_in_run")]
         if report.get("dtype") == "float32":  # bf16 rounding may follow a pass's row count
             failed += [f"{r['model']}: depth-wise and lockstep tokens differ" for r in e.get("policy", [])
                        if r["same_tokens"] < 1]
@@ -682,9 +733,13 @@ def main(argv: list[str] | None = None) -> dict:
     if a.engine or a.engine_only:
         flash = flash_paged_check(device)
         report["engine"] = {"flash_paged": flash, "paged_attention_max_err": flash["max_err"],
-                            "matches_decode": engine_matches_decode(device), "protocol": [], "policy": []}
+                            "matches_decode": engine_matches_decode(device),
+                            "state_graphs_vs_eager": engine_state_check(device), "protocol": [], "policy": []}
         print(f"flash paged attention: {flash_text(flash)}", flush=True)
         print(f"engine == decode.generate: {report['engine']['matches_decode']}", flush=True)
+        print("engine state (h, router weights, KV) after every pass, graphs on vs off, fp32, max |diff| "
+              f"(tolerance {STATE_TOL}): " + ", ".join(f"{k} {v:.2g}" for k, v in
+                                                      report["engine"]["state_graphs_vs_eager"].items()), flush=True)
         save(report, a.out)
         engine_protocol(a, device, budget, report["engine"]["protocol"], lambda: save(report, a.out),
                         report["engine"]["policy"])

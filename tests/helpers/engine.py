@@ -10,6 +10,7 @@ import torch
 
 from mor.config import ModelConfig
 from mor.engine import Request
+from mor.engine.check import pass_states, state_deviation  # noqa: F401 (the tests' state check)
 from mor.model.decode import generate
 from mor.model.transformer import build_model
 
@@ -81,36 +82,3 @@ class FakeGraph:
         for g in self.owner.graphs:
             if g is not self:
                 g.poison()
-
-
-def pass_states(engine) -> list[list[torch.Tensor]]:
-    """Record, after every pass ``engine`` runs (enter, block, head), the state it leaves behind:
-    the per-slot tensors of the sequence slots (h, router weight, token-choice h1 / weight /
-    depth; the padding slot left out) and the KV pool (the trash block left out)."""
-    st, out = engine.stepper, []
-    S = st.pad_row
-    for name in ("enter", "block", "head"):
-        fn = getattr(st, name)
-
-        def after(*a, _fn=fn, **k):
-            res = _fn(*a, **k)
-            out.append([t[:S].clone() for t in (st.h, st.g, st.h1, st.tg, st.depth)]
-                       + [engine.cache.k[:-1].clone(), engine.cache.v[:-1].clone()])
-            return res
-
-        setattr(st, name, after)
-    return out
-
-
-def state_deviation(a: list[list[torch.Tensor]], b: list[list[torch.Tensor]]) -> float:
-    """The largest absolute difference between two runs' states pass by pass (inf when they
-    ran different numbers of passes or a state is not finite)."""
-    if len(a) != len(b):
-        return float("inf")
-    worst = 0.0
-    for sa, sb in zip(a, b):
-        for x, y in zip(sa, sb):
-            d = (x.double() - y.double()).abs()
-            if d.numel():
-                worst = max(worst, float("inf") if not torch.isfinite(d).all() else float(d.max()))
-    return worst

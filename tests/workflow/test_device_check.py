@@ -44,6 +44,11 @@ def test_device_check_engine_protocol_runs_on_cpu(tmp_path):
     assert {"MoR-2", "MoR-3", "MoR-4"} <= models and any(m.startswith("Vanilla") for m in models)
     assert all(r["vs_vanilla"] and r["vs_vanilla"] > 0 for r in eng["protocol"])
     assert all(r["requests"] >= 3 * r["batch"] and r["tokens_per_s"] is not None for r in eng["protocol"])
+    # every shape captured before the measured run, none inside it; the backend and K/V read per pass
+    assert all(r["shapes_captured"] > 0 and r["captures_in_run"] == 0 for r in eng["protocol"])
+    assert all(r["attention"] == "sdpa_gathered" and r["attn_mb_per_pass"] > 0 for r in eng["protocol"])
+    # the state every pass leaves, graphs on (captured in the run and before it) vs off, fp32
+    assert len(eng["state_graphs_vs_eager"]) == 6 and max(eng["state_graphs_vs_eager"].values()) <= 1e-4
     assert len({(r["model"], r["batch"], r["graphs"]) for r in eng["protocol"]}) == len(eng["protocol"])
     # the lockstep target: each MoR model under both policies, the same tokens, fewer block passes
     assert sorted(r["model"] for r in eng["policy"]) == ["MoR-2", "MoR-3", "MoR-4"]
@@ -87,6 +92,21 @@ def test_flash_absent_reads_not_run_neither_pass_nor_failure(monkeypatch):
     assert dc.outcome(_report("pass"))["status"] == "pass"
     broken = dc.outcome(_report("not run", same=False))
     assert not broken["ok"] and broken["status"] == "fail" and broken["not_run"] == absent["not_run"]
+
+
+def test_state_drift_and_captures_in_a_measured_run_fail():
+    """A state after some pass that moved past the tolerance with graphs on (or is not finite),
+    and a shape captured inside a measured row, are failures."""
+    dc = _device_check()
+    report = _report("pass")
+    report["engine"]["state_graphs_vs_eager"] = {"mor-ec captured in run": 8.6e-3, "mor-tc captured in run": 1e-7,
+                                                 "mor-seq captured in run": float("nan")}
+    report["engine"]["protocol"] = [{"model": "MoR-3", "batch": 32, "captures_in_run": 2},
+                                    {"model": "MoR-2", "batch": 32, "captures_in_run": 0}]
+    out = dc.outcome(report)
+    assert out["status"] == "fail" and len(out["failed"]) == 3
+    assert any("mor-ec" in f for f in out["failed"]) and any("mor-seq" in f for f in out["failed"])
+    assert any("MoR-3 b=32: 2 shapes captured" in f for f in out["failed"])
 
 
 def test_policy_tokens_that_differ_fail_in_fp32_only():
