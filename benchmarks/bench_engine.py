@@ -391,7 +391,7 @@ def main() -> None:
             eng.run([Request(-1 - i, [1], p["warmup_tokens"]) for i in range(B)])
         fwd = {n: [] for n in names}
         win = {n: [] for n in names}  # tokens/s in the engine's one window
-        last = {}
+        last, captures = {}, 0
         rnd = random.Random(1)
         order = list(names)
         for rd in range(a.rounds):
@@ -400,12 +400,14 @@ def main() -> None:
                 t = time.process_time()
                 last[n] = engines[n].run(reqs)
                 cpu = time.process_time() - t  # CPU seconds of this process: robust to other jobs on a shared CPU
+                captures += last[n].captures
                 fwd[n].append(last[n].tokens / (cpu if dev.type == "cpu" else last[n].forward_s))
                 w = last[n].window(True)
                 win[n].append(w["tokens_per_cpu_s"] if dev.type == "cpu" else w["tokens_per_s"])
             print(f"round {rd}: tokens/s whole run / window: " + ", ".join(
                 f"{n} {fwd[n][-1]:.0f} / {win[n][-1]:.0f}" for n in names), flush=True)
-        print(f"\n## speed-up over the same-depth Vanilla at scale {a.scale}, {len(reqs)} requests, {a.rounds} rounds")
+        print(f"\n## speed-up over the same-depth Vanilla at scale {a.scale}, {len(reqs)} requests, {a.rounds} rounds, "
+              f"graphs {a.graphs}; static shapes captured inside the measured runs: {captures}")
         print("measured: whole run (as before); window: the engine's one window (requests waiting or >= 2B live).\n"
               "pass model: a second prediction, FLOPs plus a constant per layer call measured on both runs' block passes\n"
               "(a layer call's seconds = alpha + beta x rows; kappa = alpha / beta, in rows), applied to every pass of both runs")
