@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import yaml
 
 from mor.budget import resolve_budget
 from mor.layout import RunPaths
 from mor.config import ConfigError, RunConfig, load_scales, read_yaml_mapping, run_config_from_dict
-from mor.yaml_io import YamlError, key_line, load_derived, where
+from mor.yaml_io import YamlError, display_path, key_line, load_derived, where
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO / "workflows" / "schemas" / "grid.schema.yaml"
@@ -184,6 +185,7 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
         raise GridError(f"{path}: key name: {raw['name']!r} must equal the file name {path.stem!r}")
     if mode not in raw["modes"]:
         raise GridError(f"{path}: key modes: no {mode!r} mode; grid defines {sorted(raw['modes'])}")
+    _lines(path)  # a key given twice in one mapping (YAML would keep one silently)
     mode_spec = _mode_spec(path, raw["modes"][mode], mode)
     scales = load_scales()
     scale_map = {str(k): str(v) for k, v in mode_spec.get("scale_map", {}).items()}
@@ -246,6 +248,9 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
                                     "identity)")
                 runs[rid] = Run(rc, name, tuple(block.get("tags", [])))
                 origin[rid] = where.removeprefix(f"{path}: ")
+    if runs:
+        _validate_defaults(path, raw, list(runs.values()))
+    _check_overrides(path, raw, mode)  # a value that cannot take effect in this mode
     resolved = _resolve_run_references(path, raw["name"], list(runs.values()))
     return Grid(
         name=raw["name"],
@@ -298,13 +303,9 @@ def mode_settings(path: str | Path, mode: str) -> dict:
 
 def _mode_spec(path: Path, spec: dict, mode: str) -> dict:
     """A mode's settings, on top of ``grids/modes/<base>.yaml`` when it names a base."""
-    if "base" not in spec:
+    base_file = _base_file(path, spec, mode)
+    if base_file is None:
         return spec
-    base_file = path.parent / "modes" / f"{spec['base']}.yaml"
-    if not base_file.exists():
-        base_file = GRIDS_DIR / "modes" / f"{spec['base']}.yaml"
-    if not base_file.exists():
-        raise GridError(f"{path}: key modes.{mode}.base: no file grids/modes/{spec['base']}.yaml")
     base = _load_yaml(base_file)
     unknown = sorted(set(base) - {"set", "scale_map", "seeds"})
     if unknown:
@@ -346,6 +347,279 @@ def _resolve(cfg, grid_name, scale_map, scales, where, label_fmt, values, keys) 
     except ConfigError as e:
         raise GridError(f"{where}: {e}") from None
     return Run(rc, "", ())
+
+# --- Values that cannot take effect --------------------------------------------------------
+# A run's config is merged from up to six places (see the module docstring); a value set in a
+# lower place and set again, differently, in one that wins is silently dead for that run. The
+# places where that is a trap rather than the point of the place (``defaults`` that a block
+# changes, a mode's own ``set`` over its base file, a block's ``mode_set``) are refused here,
+# each error naming both lines:
+#   1. a ``defaults`` value the mode's set (its base file or ``modes.<mode>.set``) or a mode
+#      axis changes: no run of that mode ever gets it;
+#   2. a ``defaults`` value every block changes (``set`` or ``axes``): no run gets it;
+#   3. a block's ``set`` / ``mode_set`` value that is also an axis of the block or the mode;
+#   4. a block's ``set`` value that the grid's ``modes.<mode>.set`` gives another value (the
+#      block would win; a block's own value in one mode is what ``mode_set.<mode>`` says). A
+#      block may override the shared base file's values (grids/real_weights.yaml's step-0 lr):
+#      that is what a base is for;
+#   5. ``train.tokens`` set by the grid file for a run whose ``train.budget_flops`` derives it;
+#   6. one key given twice in one file: a YAML key repeated in one mapping (YAML keeps the
+#      last), or one field spelled both dotted and nested in one mapping (``train.lr`` and
+#      ``train: {lr: ...}``), or a dotted key holding a mapping (``model.router: {...}``,
+#      which replaces the whole mapping) below which the same place sets a key.
+
+_REPLACED = object()  # a flat entry: everything below this key is replaced (a dotted key with a mapping)
+
+
+def _flat(mapping: dict, prefix: str = "") -> dict[str, Any]:
+    """dotted leaf key -> value, as ``merge`` applies it: a nested mapping is merged key by key;
+    a dotted key holding a mapping replaces what was below it (an entry ``_REPLACED``)."""
+    out: dict[str, Any] = {}
+    for k, v in mapping.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            if "." in str(k):
+                out[key] = _REPLACED
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _wins_over(key: str, value: Any, higher: dict[str, Any]) -> tuple[str, Any] | None:
+    """(key, value) of ``higher`` that replaces ``key``'s ``value`` with a different one, or None."""
+    if key in higher:
+        return (key, higher[key]) if higher[key] is not _REPLACED and higher[key] != value else None
+    parts = key.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        p = ".".join(parts[:i])
+        if p in higher:  # a mapping replaced whole, or a value where a mapping was
+            return (p, higher[p] if higher[p] is not _REPLACED else "a mapping without it")
+    below = [k for k in higher if k.startswith(key + ".")]
+    if below:  # a mapping where a value was
+        return below[0], higher[below[0]]
+    return None
+
+
+def _show(v: Any) -> str:
+    return "a mapping without it" if v is _REPLACED else repr(v) if isinstance(v, str) and not v else str(v)
+
+
+@dataclass(frozen=True)
+class _Lines:
+    """Line numbers of a YAML file's keys (composed once per file version), and its repeated keys."""
+    path: Path
+    root: Any
+
+    def line(self, container: list, dotted: str = "") -> int | None:
+        """The line of ``dotted`` (spelled dotted, nested or mixed) inside the mapping at ``container``."""
+        node = self.root
+        line = None
+        for k in container:
+            node, line = self._child(node, k, line)
+            if node is None:
+                return line
+        if not dotted:
+            return line
+        return self._dotted(node, dotted) or line
+
+    @staticmethod
+    def _child(node, k, line):
+        if isinstance(node, yaml.MappingNode):
+            for kn, vn in node.value:
+                if kn.value == str(k):
+                    return vn, kn.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode) and isinstance(k, int) and 0 <= k < len(node.value):
+            return node.value[k], node.value[k].start_mark.line + 1
+        return None, line
+
+    def _dotted(self, node, dotted: str) -> int | None:
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        for kn, vn in node.value:
+            if kn.value == dotted:
+                return kn.start_mark.line + 1
+            if dotted.startswith(kn.value + "."):
+                hit = self._dotted(vn, dotted[len(kn.value) + 1:])
+                if hit:
+                    return hit
+        return None
+
+    def at(self, container: list, dotted: str = "") -> str:
+        return where(self.path, self.line(container, dotted))
+
+
+_LINES: dict[str, tuple[int, int, _Lines]] = {}
+
+
+def _lines(path: Path) -> _Lines:
+    """``path``'s key lines; a key repeated in one mapping, or one field spelled twice in a
+    settings mapping, is a GridError naming both lines (YAML itself keeps the last silently)."""
+    key = str(Path(path).resolve())
+    st = Path(key).stat()
+    hit = _LINES.get(key)
+    if hit is None or hit[:2] != (st.st_mtime_ns, st.st_size):
+        try:
+            root = yaml.compose(Path(key).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except yaml.YAMLError:
+            root = None  # the reader has already said where (it parsed the file first)
+        _repeated_keys(path, root)
+        hit = (st.st_mtime_ns, st.st_size, _Lines(Path(path), root))
+        _LINES[key] = hit
+    return hit[2]
+
+
+def _repeated_keys(path: Path, node, trail: str = "") -> None:
+    """A key repeated in one mapping, or one field spelled twice there (dotted and nested)."""
+    if isinstance(node, yaml.SequenceNode):
+        for i, child in enumerate(node.value):
+            _repeated_keys(path, child, f"{trail}[{i}]")
+        return
+    if not isinstance(node, yaml.MappingNode):
+        return
+    keys: dict[str, int] = {}  # key as written -> its line
+    fields: dict[str, tuple[int, bool]] = {}  # dotted field -> (line, replaces the mapping below it)
+    for kn, vn in node.value:
+        line = kn.start_mark.line + 1
+        if kn.value in keys:
+            _twice(path, trail, kn.value, line, keys[kn.value])
+        keys[kn.value] = line
+        own = _fields(kn.value, line, vn)
+        for field, fline, whole in own:
+            for f, (first, w) in fields.items():
+                if f == field or (w and field.startswith(f + ".")) or (whole and f.startswith(field + ".")):
+                    _twice(path, trail, field, fline, first)
+        fields.update({f: (ln, w) for f, ln, w in own})
+    for kn, vn in node.value:
+        _repeated_keys(path, vn, f"{trail}.{kn.value}" if trail else kn.value)
+
+
+def _twice(path: Path, trail: str, key: str, line: int, first: int) -> None:
+    raise GridError(f"{where(path, line)}: key {trail + '.' if trail else ''}{key} is set twice in one mapping "
+                    f"(also at line {first}); only one of them would take effect, silently: keep one")
+
+
+def _fields(key: str, line: int, node) -> list[tuple[str, int, bool]]:
+    """The dotted fields one entry of a mapping sets: itself, and what a mapping value holds."""
+    mapping = isinstance(node, yaml.MappingNode)
+    out = [(key, line, mapping and "." in key)]
+    if mapping:
+        for kn, vn in node.value:
+            out += _fields(f"{key}.{kn.value}", kn.start_mark.line + 1, vn)
+    return out
+
+
+def _validate_defaults(path: Path, raw: dict, runs: list[Run]) -> None:
+    """Check each ``defaults`` value as a block's ``set`` is checked, whether or not a run keeps
+    it: on top of a run of the grid (the first where it fits the run's other fields: a default
+    num_recursions does not fit a vanilla block's run). ``model.scale`` is checked with the runs."""
+    values = {k: v for k, v in _flat(raw.get("defaults") or {}).items() if v is not _REPLACED and k != "model.scale"}
+    for key, value in values.items():
+        first = None
+        for run in runs:
+            cfg = dataclasses.asdict(run.config)
+            try:
+                set_dotted(cfg, key, value)
+                resolve_budget(run_config_from_dict(cfg, where="defaults"))
+                break
+            except (ConfigError, GridError) as e:
+                first = first or e
+        else:
+            if first is not None:
+                raise GridError(f"{_lines(path).at(['defaults'], key)}: {first}") from None
+
+
+def _base_file(path: Path, spec: dict, mode: str) -> Path | None:
+    if "base" not in spec:
+        return None
+    base_file = path.parent / "modes" / f"{spec['base']}.yaml"
+    if not base_file.exists():
+        base_file = GRIDS_DIR / "modes" / f"{spec['base']}.yaml"
+    if not base_file.exists():
+        raise GridError(f"{path}: key modes.{mode}.base: no file grids/modes/{spec['base']}.yaml")
+    return base_file
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One place a run's values come from: what it sets (dotted leaves) and where it says so."""
+    name: str  # as an error names it: "defaults", "modes.local.set", "runs[2] (mor) set", ...
+    values: dict
+    lines: _Lines
+    container: tuple
+
+    def at(self, key: str) -> str:
+        return self.lines.at(list(self.container), key)
+
+
+def _check_overrides(path: Path, raw: dict, mode: str) -> None:
+    """Refuse a grid value that cannot take effect in ``mode`` (the list above), naming both places."""
+    lines = _lines(path)
+    spec = raw["modes"][mode]
+    defaults = _Layer("defaults", _flat(raw.get("defaults") or {}), lines, ("defaults",))
+    base_file = _base_file(path, spec, mode)
+    mode_layers = []
+    if base_file is not None:
+        base_raw = _load_yaml(base_file)
+        mode_layers.append(_Layer(f"the mode's base ({display_path(base_file)}) set",
+                                  _flat(base_raw.get("set") or {}), _lines(base_file), ("set",)))
+    mode_layers.append(_Layer(f"modes.{mode}.set", _flat(spec.get("set") or {}), lines, ("modes", mode, "set")))
+    mode_axes = _Layer(f"modes.{mode}.axes", dict(spec.get("axes") or {}), lines, ("modes", mode, "axes"))
+
+    def clash(low: _Layer, key: str, high: _Layer, how: str) -> None:
+        hkey, hval = _wins_over(key, low.values[key], high.values)
+        raise GridError(f"{low.at(key)}: {low.name} {key}={_show(low.values[key])} {how}: {high.name} "
+                        f"{hkey}={_show(hval)} ({high.at(hkey)}) overrides it; remove one of the two")
+
+    for key in [k for k, v in defaults.values.items() if v is not _REPLACED]:  # 1. defaults under the mode's values
+        for high in (mode_axes, *reversed(mode_layers)):
+            if _wins_over(key, defaults.values[key], high.values):
+                clash(defaults, key, high, f"never takes effect in mode {mode!r}")
+    blocks = []
+    for b, block in enumerate(raw["runs"]):
+        name = block.get("name", f"block{b}")
+        blocks.append((b, name, block,
+                       _Layer(f"runs[{b}] ({name}) set", _flat(block.get("set") or {}), lines, ("runs", b, "set")),
+                       _Layer(f"runs[{b}] ({name}) axes", dict(block.get("axes") or {}), lines, ("runs", b, "axes")),
+                       _Layer(f"runs[{b}] ({name}) mode_set.{mode}", _flat((block.get("mode_set") or {}).get(mode) or {}),
+                              lines, ("runs", b, "mode_set", mode))))
+    for key in [k for k, v in defaults.values.items() if v is not _REPLACED]:  # 2. defaults every block changes
+        changed = [next(lay for lay in (a, s) if _wins_over(key, defaults.values[key], lay.values))
+                   for _, _, _, s, a, _ in blocks if _wins_over(key, defaults.values[key], {**s.values, **a.values})]
+        if blocks and len(changed) == len(blocks):
+            clash(defaults, key, changed[0], f"never takes effect: all {len(blocks)} blocks change it; the first,")
+    for b, name, block, bset, baxes, bmode in blocks:
+        if "only_modes" in block and mode not in block["only_modes"]:
+            continue
+        for low in (bset, bmode):  # 3. a block's set under an axis
+            for key in [k for k, v in low.values.items() if v is not _REPLACED]:
+                for axes in (baxes, mode_axes):
+                    hit = next((k for k in axes.values if k == key or key.startswith(k + ".") or k.startswith(key + ".")),
+                               None)
+                    if hit is not None:
+                        raise GridError(f"{low.at(key)}: {low.name} {key}={_show(low.values[key])} never takes effect: "
+                                        f"{axes.name} {hit} ({axes.at(hit)}) sets it in every run of the block; "
+                                        "remove one of the two")
+        own_mode = mode_layers[-1]  # the grid's modes.<mode>.set (a block may override the shared base file's)
+        for key in bset.values:  # 4. a block's set against the mode's set in the same file (the block would win)
+            if key in bmode.values or bset.values[key] is _REPLACED:
+                continue  # the block says what it wants in this mode
+            for high in (own_mode,):
+                if key in high.values and high.values[key] != bset.values[key]:
+                    raise GridError(f"{bset.at(key)}: {bset.name} {key}={_show(bset.values[key])} and {high.name} "
+                                    f"{key}={_show(high.values[key])} ({high.at(key)}) disagree, and the block's value "
+                                    f"wins silently in mode {mode!r}; to give this block its own value in one mode, set "
+                                    f"it under the block's mode_set.{mode}")
+        # 5. train.tokens from the grid file where train.budget_flops derives it
+        every = (defaults, *mode_layers, mode_axes, bset, bmode, baxes)
+        budget = next((lay for lay in reversed(every) if "train.budget_flops" in lay.values), None)
+        if budget is not None and budget.values["train.budget_flops"]:
+            for lay in (defaults, mode_layers[-1], mode_axes, bset, bmode, baxes):
+                if "train.tokens" in lay.values:
+                    raise GridError(f"{lay.at('train.tokens')}: {lay.name} train.tokens never takes effect in "
+                                    f"runs[{b}] ({name}): {budget.name} train.budget_flops ({budget.at('train.budget_flops')}) "
+                                    "derives the tokens from the budget; remove one of the two")
+
 
 
 def grid_path(name: str) -> Path:
