@@ -8,6 +8,9 @@ one aside first: a kill between the two renames leaves the target absent (a read
 redoes the work or falls back, see ``mor.train.checkpoint``), never mixed. Temporaries are
 hidden (leading dot), so globs such as ``step-*`` never see them; those left by a killed
 writer on this host are removed by ``remove_stale``, which every write calls on its folder.
+Every file put in place gets the process umask's mode (0644 under umask 022), as ``open``
+would give it: some writers (safetensors' ``save_file``) create their file 0600, and a
+co-author on a shared cluster could not read the run's weights.
 """
 
 from __future__ import annotations
@@ -43,6 +46,30 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def umask() -> int:
+    """The process umask, read without changing it (Linux: /proc/self/status), else set and restored."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def share_files(path: str | Path) -> None:
+    """Give ``path`` (a file, or every file under a folder) the mode ``open`` would: 0666 less
+    the umask (0777 less the umask for a file some execute bit is set on)."""
+    path = Path(path)
+    files = [path] if not path.is_dir() else [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    mask = umask()
+    for f in files:
+        mode = (0o777 if f.stat().st_mode & 0o111 else 0o666) & ~mask
+        os.chmod(f, mode)
+
+
 def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -64,6 +91,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         _fsync_file(tmp)
+        share_files(tmp)
         os.replace(tmp, path)
     except Exception as e:
         if out_of_space(e):  # writers (pyarrow, safetensors) say so without naming the file
@@ -96,6 +124,7 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
 def replace_dir(tmp: Path, final: Path) -> None:
     """Put the complete folder ``tmp`` at ``final``, replacing any old ``final``."""
     tmp, final = Path(tmp), Path(final)
+    share_files(tmp)
     old = None
     if final.exists():
         old = temp_sibling(final, "old")

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mor.atomic import sha256_file
+from mor.atomic import sha256_file, share_files
 
 CACHE_ENV = "MOR_CHECKPOINTS"  # where materialised start points live (default: data/checkpoints)
 _DONE = "SOURCE.json"  # written last: a folder without it is incomplete
@@ -234,6 +234,7 @@ def materialise(name: str, root: Path | str | None = None) -> Path:
                                              "gguf": str(src), "gguf_sha256": sha256_file(src)}, indent=2) + "\n")
         if folder.exists() and not done.is_file():  # left half-written by a killed process
             shutil.rmtree(folder, ignore_errors=True)
+        share_files(tmp)  # safetensors writes 0600: the cache is read by every user of a shared checkout
         try:
             tmp.rename(folder)
         except OSError:  # another process finished first
