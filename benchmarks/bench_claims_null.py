@@ -61,7 +61,7 @@ def _d(claim: str) -> list[float]:
 #   balancing-*       MaxVio(loss-free) above, entropy(loss-free) below the balancing loss's by the
 #                     pilot's d (1.79, 1.64); NLL(loss-free) - NLL(loss) + margin at the pilot's d (1.00)
 ROOT2 = math.sqrt(2.0)
-NI_MARGIN = T.SPECS["balancing-maxvio"].ni_margin  # grids/claims/claims.yaml, read, not copied
+NI_MARGIN = T.SPECS["balancing-nll"].ni_margin  # grids/claims/claims.yaml, read, not copied (issue 48: its own claim)
 PLANT = {
     "separation": min(_d("aux-separates"), key=abs) * ROOT2 * T.HIST_SD,
     "depth_cap": dict(zip((2, 3, 4), (d * ROOT2 * T.NLL_SD for d in _d("deeper-recursion")))),

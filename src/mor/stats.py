@@ -105,9 +105,10 @@ def p_below(x: np.ndarray, mu0: float = 0.0, floor=0.0) -> np.ndarray:
     return _st.t.cdf(t, dof)
 
 
-def interval(x, level: float = 0.95) -> tuple[float, float, float, int]:
+def interval(x, level: float = 0.95, floor: float = 0.0) -> tuple[float, float, float, int]:
     """Mean and two-sided ``level`` t interval (lo, hi) of one vector, and n (nan interval
-    for n < 2)."""
+    for n < 2). ``floor``: the sd floor the tests apply (``_t``), so the interval shown is
+    the one the test decided on."""
     x = np.asarray([v for v in np.ravel(np.asarray(x, dtype=np.float64)) if math.isfinite(v)])
     n = len(x)
     if n == 0:
@@ -115,7 +116,7 @@ def interval(x, level: float = 0.95) -> tuple[float, float, float, int]:
     mean = float(x.mean())
     if n < 2:
         return mean, math.nan, math.nan, n
-    half = float(_st.t.ppf(0.5 + level / 2, n - 1)) * float(x.std(ddof=1)) / math.sqrt(n)
+    half = float(_st.t.ppf(0.5 + level / 2, n - 1)) * max(float(x.std(ddof=1)), float(floor)) / math.sqrt(n)
     return mean, mean - half, mean + half, n
 
 
@@ -146,15 +147,16 @@ def equivalence_p(d: np.ndarray, margin: float, floor=0.0) -> tuple[np.ndarray, 
     return tost.max(axis=-1), np.minimum(1.0, 2 * k * outside.min(axis=-1))
 
 
-def binding(c: np.ndarray, margin: float | None = None) -> int:
+def binding(c: np.ndarray, margin: float | None = None, floor=0.0) -> int:
     """The comparison (row of c, shape (K, n)) closest to failing the claim: the largest
-    one-sided p of "> 0" (or TOST p with a margin); by mean when n < 2."""
+    one-sided p of "> 0" (or TOST p with a margin), with the sd floor the test applies
+    (``floor``: scalar or one per comparison); by mean when n < 2."""
     c = np.asarray(c, dtype=np.float64)
     if c.shape[-1] < 2:
         return int(np.argmax(np.abs(c.mean(axis=1)))) if margin else int(np.argmin(c.mean(axis=1)))
     if margin:
-        return int(np.argmax(np.maximum(p_above(c, -margin), p_below(c, margin))))
-    return int(np.argmax(p_above(c)))
+        return int(np.argmax(np.maximum(p_above(c, -margin, floor), p_below(c, margin, floor))))
+    return int(np.argmax(p_above(c, 0.0, floor)))
 
 
 # --------------------------------------------------------------------------------------
@@ -169,9 +171,15 @@ class Design:
     rho: float = 1.0  # power-family spending exponent, alpha(t) = alpha t^rho
     power: float = 0.8  # for the minimum detectable effect and the seeds needed
     floors: dict = field(default_factory=dict, hash=False)  # metric -> sd floor (its resolution)
-    # train.seed values below this are a pilot's (the data that sized this design): no test
-    # reads them, so the looks count fresh seeds only (grids/claims/claims.yaml design.by_mode)
+    # seed offsets (train.seed minus its block's first seed, as mor.claims.seeding counts them)
+    # below this are a pilot's (the data that sized this design): no test reads them, so the
+    # looks count fresh seeds only (grids/claims/claims.yaml design.by_mode)
     first_seed: int = 0
+    # alpha an earlier design already spent on claims this one tests again (its final look left
+    # them undecided): across both designs their family-wise bound is alpha + spent_before (union
+    # bound), not alpha. Stated in the claims table; it changes no test.
+    spent_before: float = 0.0
+    retested: tuple[str, ...] = ()
 
     def __post_init__(self):
         if isinstance(self.first_seed, bool) or not isinstance(self.first_seed, int) or self.first_seed < 0:
@@ -182,6 +190,9 @@ class Design:
             raise ValueError(f"looks must be increasing seed counts >= 2, got {self.looks}")
         if not self.rho > 0:
             raise ValueError(f"rho must be > 0, got {self.rho}")
+        if not 0 <= self.spent_before < 1 or bool(self.retested) != bool(self.spent_before):
+            raise ValueError(f"spent_before must be in [0, 1) and name the claims it was spent on (retested), got "
+                             f"{self.spent_before!r} on {self.retested!r}")
 
     def weights(self) -> np.ndarray:
         """The share of alpha spent at each look: alpha(t_k) - alpha(t_{k-1}), over alpha."""
@@ -191,7 +202,7 @@ class Design:
 
     def block_seeds(self, look: int) -> int:
         """The seeds a block needs for a claim to reach ``look`` fresh seeds: a block's seeds
-        count from its first, the looks from ``first_seed``."""
+        count (as offsets) from its first, the looks from offset ``first_seed``."""
         return self.first_seed + look
 
     def looks_within(self, n: int) -> list[int]:
@@ -297,6 +308,15 @@ def mde(sd, n: int, level: float, power: float = 0.8) -> float:
     while power_iut(hi, sds, n, level) < power:
         hi *= 2
     return float(brentq(lambda d: power_iut(d, sds, n, level) - power, 0.0, hi, xtol=1e-12 * hi))
+
+
+def mde_each(sds, n: int, level: float, power: float = 0.8) -> np.ndarray:
+    """Each comparison's own minimum detectable effect, in its own units (its metric's): the
+    true mean at which that comparison's one-sided test at ``level`` / 2 passes with
+    probability ``power`` at n seeds (``mde`` of its sd alone). A claim's comparisons may be
+    in different units (MaxVio and NLL), so one "common true mean" across them means nothing;
+    the claims table reports the binding comparison's."""
+    return np.array([mde(float(s), n, level, power) for s in np.atleast_1d(np.asarray(sds, dtype=np.float64))])
 
 
 def seeds_needed(effect: float, sd, level, power: float = 0.8, n_max: int = 1000) -> int | None:

@@ -429,13 +429,14 @@ def test_claims_on_the_deciding_grids_own_runs(tmp_path):
     """Results for every run grids/deciding.yaml expands to (3 seeds): Recursive Middle-Cycle
     0.1 above Vanilla, Sequence 0.05 below it (sharing costs NLL in one scheme only:
     contradicted; Sequence best: contradicted); MoR 0.08 below Middle-Cycle (holds); MaxVio
-    far apart (holds); entropy flips sign between seeds (inconclusive, with its MDE). The
+    far apart (holds); the assignment entropy flips sign between seeds (inconclusive, with its MDE). The
     Vanilla / Recursive rows carry router defaults and must not be taken for the balancing pair."""
     from mor.grids import load_grid
 
     grid = load_grid(REPO / "grids" / "deciding.yaml", "local")
     noise = {0: 0.0, 1: 0.003, 2: -0.002}
-    entropy_flip = {0: 0.1, 1: -0.1, 2: 0.05}
+    # the balancing loss's depth assignments more balanced than loss-free's in seeds 0 and 2, less in seed 1
+    loads_flip = {0: [400, 300, 300], 1: [600, 300, 100], 2: [450, 300, 250]}
     rows = []
     for run in grid.runs:
         c, s = run.config, run.config.train.seed
@@ -445,7 +446,7 @@ def test_claims_on_the_deciding_grids_own_runs(tmp_path):
         extra = {}
         if m.variant == "mor" and m.router.type == "token_choice":
             free = m.router.balancing == "loss_free"
-            extra = {"max_vio": (0.5 + noise[s]) if free else 0.1, "entropy": 1.0 + (0.0 if free else entropy_flip[s])}
+            extra = {"max_vio": (0.5 + noise[s]) if free else 0.1, "depth_histogram": [500, 300, 200] if free else loads_flip[s]}
         elif m.variant in ("vanilla", "recursive"):
             extra = {"max_vio": 9.0, "entropy": 9.0}  # would wreck the balancing claims if matched
         rows.append({**_row(c, nll), "router_type": m.router.type if m.variant == "mor" else None, **extra})
@@ -537,7 +538,10 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     md = (tmp_path / "tables" / "claims" / "claims.md").read_text()
     local, _ = load_specs(mode="local")  # the table says the mode's own design: its look and its pilot
     assert f"n = {local.looks[0]})" in md and "Holm" in md and "(after Holm)" in md
-    assert f"Seeds below {local.first_seed} are a pilot's" in md
+    assert f"Seeds at offsets below {local.first_seed}" in md and "a pilot's" in md
+    # the alpha the first design spent on the claims this one re-tests, and the bound across both
+    assert "Alpha already spent" in md and "bounded by 0.1 (union bound)" in md
+    assert set(local.retested) == {"deeper-recursion", "balancing-maxvio", "balancing-entropy", "balancing-nll"}
     assert '"weight-sharing alone in recursive models degraded performance compared to Vanilla"' in md
     assert "Decided by deciding: vanilla, recursive" in md
     csv = pd.read_csv(tmp_path / "tables" / "claims" / "claims.csv")
@@ -600,7 +604,8 @@ def _balancing_pair(maxvio_free: float, nll_loss: float, seeds=(0, 1, 2)):
         free = m.router.balancing == "loss_free"
         rows.append({**_row(c, 5.0 + (0.0 if free else nll_loss) + NOISE[s] * (1 if free else -1)),
                      "router_type": m.router.type, "max_vio": (maxvio_free + NOISE[s]) if free else 0.1,
-                     "entropy": 1.0 if free else 1.2 + NOISE[s]})
+                     "entropy": 1.0 if free else 1.2 + NOISE[s],
+                     "depth_histogram": [600, 300, 100] if free else [400 + int(1000 * NOISE[s]), 300, 300 - int(1000 * NOISE[s])]})
     return {"deciding": pd.DataFrame(rows)}
 
 
@@ -613,9 +618,10 @@ def test_balancing_is_not_bought_with_nll():
     df = frames["deciding"]
     old = [float(df[(df.seed == s) & (df["max_vio"] > 0.2)].max_vio.iloc[0] - 0.1) for s in (0, 1, 2)]
     assert _old_verdict(old) == "holds"
-    assert SPECS["balancing-maxvio"].ni_margin == 0.05
+    assert SPECS["balancing-nll"].ni_margin == 0.05 and SPECS["balancing-maxvio"].ni_margin is None
     row = _only("balancing-maxvio", frames)
-    assert row["verdict"] == "contradicted" and row["comparisons"] == 2 and "binding: NLL no worse" in row["note"]
+    assert row["verdict"] == "contradicted" and row["comparisons"] == 1 and "contradicted through balancing-nll" in row["note"]
+    assert _only("balancing-nll", frames)["verdict"] == "contradicted"
     assert _only("balancing-entropy", frames)["verdict"] == "contradicted"
     assert _only("balancing-maxvio", _balancing_pair(0.5, 0.0))["verdict"] == "holds"
 
@@ -688,3 +694,151 @@ def test_a_mode_design_refuses_unknown_keys_a_missing_reason_and_a_bad_first_see
     with pytest.raises(ValueError, match=r"claims.yaml: design.by_mode.local: first_seed must be an integer >= 0, got -1"):
         load_specs(bad, mode="local")
     assert load_specs(bad, mode="cluster")[0].first_seed == 0  # another mode's design is not the broken one
+
+
+# --------------------------------------------------------------------------------------
+# Issue 48: verdicts that test the paper's sentence
+# --------------------------------------------------------------------------------------
+def _caps_row(seed: int, nr: int, caps: list[float]) -> dict:
+    return {"seed": seed, "num_recursions": nr, "val_nll": caps[-1], "config_json": "{}",
+            **{f"depth_cap_nll_{d}": v for d, v in enumerate(caps, start=1)}}
+
+
+def test_deeper_recursion_is_the_graded_curve_not_its_two_ends():
+    """"allocating more recursion steps at inference can improve generation quality" (§ 5.3,
+    Fig. 5c: NLL falls as the maximum depth grows). A model whose NLL falls from cap 1 to 2 and
+    then rises at every further step: the old predicate (cap 1 - full depth, > 0 for any model
+    that lost trained computation at cap 1) holds; each step 2 -> 3 -> 4 is worse, so the
+    graded claim is contradicted. A curve that falls at every step holds."""
+    rise = [5.30, 5.00, 5.04, 5.08]
+    frames = {"fig5c": pd.DataFrame([_caps_row(s, 4, [c + NOISE[s] * (d + 1) for d, c in enumerate(rise)]) for s in range(3)])}
+    old = [float(r["depth_cap_nll_1"] - r["val_nll"]) for _, r in frames["fig5c"].iterrows()]
+    assert _old_verdict(old) == "holds"
+    row = _only("deeper-recursion", frames)
+    assert row["comparisons"] == 3 and row["verdict"] == "contradicted", row["note"]
+    fall = [5.30, 5.20, 5.12, 5.06]
+    frames = {"fig5c": pd.DataFrame([_caps_row(s, 4, [c + NOISE[s] * (d + 1) for d, c in enumerate(fall)]) for s in range(3)])}
+    assert _only("deeper-recursion", frames)["verdict"] == "holds"
+
+
+def test_load_frames_reads_every_depth_cap(tmp_path):
+    """render.load_frames adds every cap of a run's depth_cap file (depth_cap_nll_1..Nr), not cap 1 alone."""
+    from mor.claims.render import _with_depth_cap
+
+    df = pd.DataFrame([{"grid": "fig5c", "run_id": "r1", "num_recursions": 3, "val_nll": 5.0}])
+    path = tmp_path / "runs" / "fig5c" / "r1.depth_cap.npz"
+    path.parent.mkdir(parents=True)
+    np.savez(path, max_depth=np.array([1, 2, 3]), val_nll=np.array([5.3, 5.1, 5.0]))
+    out = _with_depth_cap(tmp_path, df).iloc[0]
+    assert [out[f"depth_cap_nll_{d}"] for d in (1, 2, 3)] == [5.3, 5.1, 5.0]
+
+
+def test_balancing_entropy_reads_the_assignments_the_router_makes():
+    """"applying an explicit balancing loss significantly ... increases entropy" (App. G.3), the
+    entropy of "the average probability of selecting the i-th expert" (App. G.2). Loss-free
+    balancing acts through a bias the mean router probabilities leave out: here its bias spreads
+    the depth assignments evenly (loads 334 / 333 / 333, the eval's depth_histogram) while its
+    mean probabilities are skewed (entropy column 0.6); the balancing loss evens the
+    probabilities (1.0) but assigns 600 / 300 / 100. The old predicate (the probabilities'
+    entropy) holds; over the assignments the routing makes, loss-free is the more even: contradicted."""
+    frames = _balancing_pair(0.5, 0.0)
+    df = frames["deciding"]
+    free = df["config_json"].str.contains('"balancing": "loss_free"')
+    df["entropy"] = np.where(free, 0.6, 1.0) + df["seed"].map(NOISE)
+    df["depth_histogram"] = [[334, 333, 333] if f else [600 + int(1000 * NOISE[s]), 300, 100 - int(1000 * NOISE[s])]
+                             for f, s in zip(free, df["seed"])]
+    old = [float(df[(df.seed == s) & ~free].entropy.iloc[0] - df[(df.seed == s) & free].entropy.iloc[0]) for s in (0, 1, 2)]
+    assert _old_verdict(old) == "holds"
+    row = _only("balancing-entropy", frames)
+    assert row["verdict"] == "contradicted"
+    q = np.array([600, 300, 100]) / 1000
+    assert row["mean effect"] == pytest.approx(-(q * np.log(q)).sum() - math.log(3), abs=0.01)
+
+
+def test_the_shared_nll_test_is_one_member_of_holms_family():
+    """The two balancing claims share "without sacrificing overall model performance": one NLL
+    comparison, decided once as balancing-nll and required by both. Holm's family then holds
+    three tests, not four: the balancing claims' own p-values are MaxVio's and entropy's, and the
+    NLL p-value appears once. With the NLL cost at 0.3 (> the 0.05 margin) both are contradicted
+    through it although their own comparisons hold."""
+    frames = _balancing_pair(0.5, 0.3)
+    ids = ("balancing-maxvio", "balancing-entropy", "balancing-nll")
+    out = evaluate(frames, tuple(CLAIM[i] for i in ids), PRED, SPECS).set_index("claim")
+    assert list(out.index) == list(ids) and (out["comparisons"] == 1).all()
+    assert len(set(out["p"])) == 3  # three different tests: the NLL one counted once
+    assert (out["verdict"] == "contradicted").all()
+    assert out.loc["balancing-nll", "mean effect"] == pytest.approx(-0.25, abs=0.02)
+    from mor.claims.registry import load_family
+
+    assert {"balancing-nll", "balancing-maxvio", "balancing-entropy"} <= set(load_family("local"))
+
+
+def test_a_family_that_leaves_out_a_required_claim_is_refused(tmp_path):
+    from mor.claims.registry import load_family
+
+    bad = tmp_path / "claims.yaml"
+    bad.write_text(SPEC_FILE.read_text().replace("balancing-entropy, balancing-nll]", "balancing-entropy]"))
+    with pytest.raises(ValueError, match=r"leaves out \['balancing-nll'\]"):
+        load_family("local", bad)
+
+
+def _two_units(rng_seed: int = 3, n: int = 9):
+    """A claim with two comparisons in different units: "u" (sd ~1, e.g. MaxVio) and "v" (sd ~0.01,
+    e.g. NLL), both with a small positive mean."""
+    rng = np.random.default_rng(rng_seed)
+    u = 0.3 + rng.normal(size=n)
+    v = 0.002 + 0.01 * rng.normal(size=n)
+    claim = Claim("two", "two", "two", "two", ("sim",), _col("x"), "two")
+    return claim, {"sim": pd.DataFrame({"seed": np.arange(n), "x0": u, "x1": v})}, u, v
+
+
+def test_mde_is_the_binding_comparisons_in_its_own_units():
+    """The MDE of a claim whose comparisons mix units: the binding comparison's own (its sd
+    alone, stats.mde), not one "common true mean" across a MaxVio-sized and an NLL-sized
+    comparison, which the large sd dominates."""
+    from mor import stats
+
+    claim, frames, u, v = _two_units()
+    design = dataclasses.replace(DESIGN, looks=(9,), floors={})
+    row = evaluate(frames, (claim,), design, {"two": Spec()}).iloc[0]
+    assert row["verdict"] == "inconclusive"
+    b = int(np.argmax([stats.p_above(u), stats.p_above(v)]))
+    sd = [u.std(ddof=1), v.std(ddof=1)][b]
+    level = design.alpha  # one claim, one look
+    assert row["MDE"] == pytest.approx(stats.mde(sd, 9, level), rel=1e-3)
+    common = stats.mde([u.std(ddof=1), v.std(ddof=1)], 9, level)
+    assert b == 0 or row["MDE"] < common / 10  # the NLL-sized comparison's MDE is not the MaxVio-sized one's
+    assert "MDE per comparison (its own units)" in row["note"]
+
+
+def test_interval_and_binding_use_the_tests_sd_floor():
+    """Comparison "a" is 0.5 in every seed up to 1e-4 (an unfloored sd of 1e-4: t in the
+    thousands), "b" is 2 +- 0.5. With the metric's floor of 1.0, the test reads "a" at t = 0.5 x
+    sqrt(9): "a" is the comparison closest to failing, and the interval shown is mean +-
+    t_0.975 x 1 / 3, the one the test decided on. Unfloored, both would name and show "b" / a
+    sliver."""
+    from scipy import stats as st
+
+    rng = np.random.default_rng(5)
+    a = 0.5 + 1e-4 * rng.normal(size=9)
+    bb = 2.0 + 0.5 * rng.normal(size=9)
+    claim = Claim("fl", "fl", "fl", "fl", ("sim",), _col("x"), "fl", metric="m")
+    frames = {"sim": pd.DataFrame({"seed": np.arange(9), "x0": a, "x1": bb})}
+    design = dataclasses.replace(DESIGN, looks=(9,), floors={"m": 1.0})
+    row = evaluate(frames, (claim,), design, {"fl": Spec()}).iloc[0]
+    assert "binding: x0" in row["note"]
+    half = st.t.ppf(0.975, 8) * 1.0 / 3
+    assert row["raw lo"] == pytest.approx(a.mean() - half, abs=1e-3) and row["raw hi"] == pytest.approx(a.mean() + half, abs=1e-3)
+
+
+def test_seeds_count_as_offsets_from_the_grids_first_seed():
+    """A block whose runs start at train.seed 100: its pilot is offsets 0-8 (seeds 100-108), as
+    mor.claims.seeding raises it. The old rule (absolute train.seed < first_seed) read all 29."""
+    claims, specs = _family()
+    claims, specs = claims[:1], {"a": specs["a"]}
+    seeds = np.arange(100, 129)
+    effect = np.where(seeds < 109, 5.0, 0.0) + 0.1 * np.random.default_rng(2).normal(size=29)
+    frames = {"sim": pd.DataFrame({"seed": seeds, "a0": effect})}
+    fresh = dataclasses.replace(DESIGN, looks=(20,), first_seed=9)
+    row = evaluate(frames, claims, fresh, specs).iloc[0]
+    assert row["n seeds"] == 20 and "9 pilot seed(s) below design's first fresh seed 109 not read" in row["note"]

@@ -34,16 +34,19 @@ def load_frames(results_dir: Path, grids: set[str], analyses_dir: Path | None = 
 
 
 def _with_depth_cap(results_dir: Path, df: pd.DataFrame) -> pd.DataFrame:
+    """fig5c's rows with ``depth_cap_nll_<d>``: the NLL at every depth cap d its run's
+    depth_cap file holds (nan where a run has no file or no such cap); deeper-recursion reads
+    each step of that curve (mor.claims.predicates.deeper_is_better)."""
     df = df.copy()
-    vals = []
-    for _, r in df.iterrows():
+    caps: dict[int, list[float]] = {1: [math.nan] * len(df)}
+    for i, (_, r) in enumerate(df.iterrows()):
         p = results_dir / "runs" / r["grid"] / f"{r['run_id']}.depth_cap.npz"
         if p.exists():
             a = np.load(p)
-            vals.append(float(a["val_nll"][list(a["max_depth"]).index(1)]))
-        else:
-            vals.append(math.nan)
-    df["depth_cap_nll_1"] = vals
+            for d, v in zip(a["max_depth"], a["val_nll"]):
+                caps.setdefault(int(d), [math.nan] * len(df))[i] = float(v)
+    for d in sorted(caps):
+        df[f"depth_cap_nll_{d}"] = caps[d]
     return df
 
 

@@ -26,10 +26,13 @@ VERDICT_NOTE = (
     "'not tested in this mode' and gets no seeds), so the chance of any wrong 'holds' or 'contradicted' in the table "
     "is at most {alpha}. Each comparison's seed sd is floored at its metric's resolution (design.resolution). "
     "Columns: 'raw lo/hi' is the unadjusted interval (95%; 90% for equivalence) of the binding comparison (the one "
-    "closest to failing), 'p' the claim's sequential p-value, 'p Holm' after Holm, 'MDE' the smallest true effect, common to "
-    "every comparison, that its n seeds detect with power {power} at the level Holm asks of it at its look (exact "
-    "noncentral t over every comparison), 'seeds needed' the n at which the paper's effect would be. inconclusive = not decided after "
-    "Holm; not built = the grid's results are missing.")
+    "closest to failing; its sd floored as the test floors it), 'p' the claim's sequential p-value, 'p Holm' after Holm, "
+    "'MDE' the smallest true effect of the binding comparison, in its own metric's units, that its n seeds detect with "
+    "power {power} at the level Holm asks of the claim at its look (exact noncentral t; every comparison's own MDE is in "
+    "the note), 'seeds needed' the n at which the paper's effect would be. A claim that requires another (a part of its "
+    "sentence that claim decides once, e.g. the balancing claims' NLL part, balancing-nll) holds only if both hold and "
+    "is contradicted if either is; the shared test is one member of Holm's family, counted once. inconclusive = not "
+    "decided after Holm; not built = the grid's results are missing.")
 
 
 def verdict_note(design: stats.Design) -> str:
@@ -37,8 +40,14 @@ def verdict_note(design: stats.Design) -> str:
     note = VERDICT_NOTE.format(looks=", ".join(map(str, design.looks)), weights=f"({w})", alpha=design.alpha,
                                rho=design.rho, first=design.looks[0], power=design.power)
     if design.first_seed:
-        note += (f" Seeds below {design.first_seed} are a pilot's: their results sized this design, so no test reads "
-                 f"them, and 'n seeds' and the looks count the fresh seeds from {design.first_seed} on.")
+        note += (f" Seeds at offsets below {design.first_seed} (train.seed minus the first seed of the claim's grids, "
+                 f"as the design raises blocks) are a pilot's: their results sized this design, so no test reads "
+                 f"them, and 'n seeds' and the looks count the fresh seeds from offset {design.first_seed} on.")
+    if design.spent_before:
+        note += (f" Alpha already spent: an earlier design's final look tested {', '.join(design.retested)} at alpha = "
+                 f"{design.spent_before:g} and left them undecided; this design tests them again at a fresh alpha = "
+                 f"{design.alpha:g}, so across both designs their chance of any wrong verdict is bounded by "
+                 f"{design.spent_before + design.alpha:.2g} (union bound), not {design.alpha:g}.")
     return note
 
 
@@ -46,13 +55,17 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
                  first_seed: int = 0) -> tuple[np.ndarray, list[str], list[int], list[str], dict]:
     """(K x n matrix, comparison labels, seeds kept, notes, label -> metric): labels missing
     or nan in every seed are dropped, then every seed missing one of the rest; both are named
-    in the notes. Seeds below ``first_seed`` (the design's pilot) are never read."""
+    in the notes. Seeds at offsets below ``first_seed`` (the design's pilot) are never read.
+    Offsets count from the first seed of the claim's grids, as ``mor.claims.seeding`` and
+    ``Design.block_seeds`` count a block's seeds (a block whose runs start at train.seed 100
+    has its pilot at 100..100 + first_seed - 1)."""
     seeds = seeds_of(frames, claim.grids)
-    pilot = [s for s in seeds if s < first_seed]
-    seeds = [s for s in seeds if s >= first_seed]
+    base = min(seeds) if seeds else 0
+    pilot = [s for s in seeds if s - base < first_seed]
+    seeds = [s for s in seeds if s - base >= first_seed]
     per_seed = {s: claim.compare({g: frames[g][frames[g]["seed"] == s] for g in claim.grids}, spec) for s in seeds}
     labels = list(dict.fromkeys(k for r in per_seed.values() for k in r.values))
-    notes = [f"{len(pilot)} pilot seed(s) below design's first fresh seed {first_seed} not read (they sized this "
+    notes = [f"{len(pilot)} pilot seed(s) below design's first fresh seed {base + first_seed} not read (they sized this "
              f"design): {', '.join(map(str, pilot))}"] if pilot else []
     dead = [k for k in labels if not any(math.isfinite(r.values.get(k, math.nan)) for r in per_seed.values())]
     if dead:
@@ -108,6 +121,8 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
     if design is None or specs is None:
         d, s = load_specs()
         design, specs = design or d, specs or s
+    have = {c.id for c in claims}
+    claims = tuple(claims) + tuple(c for c in CLAIMS if c.id not in have and any(c.id in x.requires for x in claims))
     members = {c.id for c in claims} if family is None else set(family)
     rows, tested = [], []
     for c in claims:
@@ -133,20 +148,27 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
         floor = floors(design, [metric[k] for k in labels])
         looks = design.looks_within(n)
         shown = m[:, :looks[-1]] if looks else m  # the seeds the test reads: the interval and MDE describe them
-        b = stats.binding(shown, spec.margin if equivalence else None)
+        b = stats.binding(shown, spec.margin if equivalence else None, floor)
         level = 1 - 2 * design.alpha if equivalence else 1 - design.alpha
-        mean, lo, hi, _ = stats.interval(shown[b], level)
+        mean, lo, hi, _ = stats.interval(shown[b], level, float(floor[b]))
         if equivalence:
             notes.append(f"margin +-{spec.margin} ({spec.margin_source})")
         if spec.ni_margin:
             notes.append(f"non-inferiority margin {spec.ni_margin} ({spec.ni_margin_source})")
         if len(labels) > 1:
             notes.append(f"{len(labels)} comparisons, binding: {labels[b]}")
+        if c.requires:
+            notes.append(f"holds only if {', '.join(c.requires)} holds too, contradicted if it is (a part of the sentence "
+                         "decided once there: one member of Holm's family)")
+        if c.id in design.retested:
+            notes.append(f"re-tested: an earlier design spent alpha {design.spent_before:g} on it; bound across both "
+                         f"designs {design.spent_before + design.alpha:.2g}")
         sds = np.maximum(shown.std(axis=1, ddof=1), floor) if shown.shape[1] > 1 else np.full(len(labels), math.nan)
         row.update({"mean effect": _round(mean), "raw lo": _round(lo), "raw hi": _round(hi),
                     "interval": f"{level:.0%}", "per seed": ", ".join(f"{e:.4g}" for e in shown[b]),
                     "paper effect": spec.paper_effect, "_n_shown": shown.shape[1], "_sds": sds,
-                    "_sd": float(sds[b]), "_m": shown, "_floor": floor, "_margin": spec.margin if equivalence else None})
+                    "_sd": float(sds[b]), "_m": shown, "_floor": floor, "_margin": spec.margin if equivalence else None,
+                    "_b": b, "_labels": labels, "_metrics": [metric[k] for k in labels], "_requires": c.requires})
         if not row["_member"]:
             notes.append("outside this mode's pre-registered family (grids/claims/claims.yaml design.family): "
                          "no test, no seeds")
@@ -202,6 +224,7 @@ def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
             if rows[i].get("verdict") != "not built":
                 rows[i]["verdict"] = {1: "holds", -1: "contradicted", 0: "inconclusive"}[int(v)]
         left = len(family) - int((code != 0).sum())
+        _condition(rows, family)
     for r in rows:
         r.setdefault("verdict", "inconclusive")
         r["_left"] = left
@@ -210,11 +233,39 @@ def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
         nxt = next((k for k in design.looks if k > r["n seeds"]), design.looks[-1])
         level = look_level(design, max(nxt, design.looks[0]) if r["n seeds"] < design.looks[0] else r["_n_shown"],
                            left, r["_equivalence"])
-        r["MDE"] = _round(stats.mde(r["_sds"], r["_n_shown"], level, design.power))
+        each = stats.mde_each(r["_sds"], r["_n_shown"], level, design.power)
+        r["MDE"] = _round(float(each[r["_b"]]))  # the binding comparison's, in its own units
+        if len(each) > 1:
+            r["note"] = "; ".join(x for x in (r.get("note"), "MDE per comparison (its own units): " + ", ".join(
+                f"{k} {v:.3g} ({m})" for k, v, m in zip(r["_labels"], each, r["_metrics"]))) if x)
         if r["n seeds"] < design.looks[-1]:  # the planner's chance that the next look decides (mor.claims.seeding)
             to = next(k for k in design.looks if k > r["n seeds"])
             r["chance next look"] = _round(stats.chance_decides(
                 r["_m"], to, look_level(design, to, left, r["_equivalence"]), r["_margin"], r["_floor"]))
         if r.get("paper effect") is not None:
-            r["seeds needed"] = stats.seeds_needed(
-                r["paper effect"], r["_sds"], lambda n: look_level(design, n, left, r["_equivalence"]), design.power)
+            r["seeds needed"] = stats.seeds_needed(  # the paper's effect is in the binding comparison's units
+                r["paper effect"], r["_sds"][r["_b"]], lambda n: look_level(design, n, left, r["_equivalence"]), design.power)
+
+
+def _condition(rows: list[dict], family: list[int]) -> None:
+    """A claim that requires others (``Claim.requires``) takes their verdicts into its own:
+    holds only if it and each of them hold; contradicted if it or one of them is. Every one
+    stays a single member of Holm's family, so a test two claims share is counted once, and a
+    wrong conditioned verdict needs a wrong verdict of one member: the family-wise bound holds."""
+    by_id = {rows[i]["claim"]: rows[i] for i in family}
+    for i in family:
+        r = rows[i]
+        needs = [by_id.get(x) for x in r.get("_requires", ())]
+        if not needs or r.get("verdict") == "not built":
+            continue
+        if any(n is None for n in needs):
+            raise ValueError(f"{r['claim']} requires {r['_requires']}, which are not all in the family")
+        own, theirs = r["verdict"], [n["verdict"] for n in needs]
+        if own == "contradicted" or "contradicted" in theirs:
+            r["verdict"] = "contradicted"
+            if own != "contradicted":
+                r["note"] = "; ".join(x for x in (r.get("note"), f"contradicted through {', '.join(n['claim'] for n in needs if n['verdict'] == 'contradicted')}") if x)
+        elif own == "holds" and all(v == "holds" for v in theirs):
+            r["verdict"] = "holds"
+        else:
+            r["verdict"] = "inconclusive"
