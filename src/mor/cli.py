@@ -69,16 +69,60 @@ def _status(a) -> int:
 
 
 def _export_hf(a) -> int:
-    from mor.export_hf import ExportError, export_run
+    from mor.export_hf import export_run
+
+    run_dir = _run_folder(Path(a.run_dir))
+    out = export_run(run_dir, a.out_dir, a.data_root, a.results, a.routing, force=a.force)
+    print(f"exported {run_dir} -> {out}")
+    return 0
+
+
+def _is_run(d: Path) -> bool:
     from mor.layout import RunPaths
 
-    files = RunPaths.of(a.run_dir)
-    if files.dir.is_dir() and not files.weights.exists():  # a run still training (or stopped) is not corrupt
-        raise ExportError(f"{a.run_dir}: unfinished run: no final weights ({files.weights} does not exist yet); "
-                          "let the workflow finish its training (it resumes from the last checkpoint), then export")
-    out = export_run(a.run_dir, a.out_dir, a.data_root, a.results, a.routing)
-    print(f"exported {a.run_dir} -> {out}")
-    return 0
+    files = RunPaths.of(d)
+    return files.config.exists() or files.checkpoints.is_dir() or files.train_log.exists() or files.final.is_dir()
+
+
+def _run_folder(path: Path) -> Path:
+    """The run folder ``export-hf`` was given: ``runs/<grid>/<run id>``, where the id may be any
+    prefix of one run's (what ``mor status`` shows), or a bare id prefix looked up in
+    ``runs/*/``. A path that is no run says what it found there (a grid folder, a file, an
+    unfinished run, nothing)."""
+    from mor.export_hf import ExportError
+    from mor.layout import RUNS, RunPaths
+
+    if path.is_file():
+        raise ExportError(f"{path}: a file, not a run folder; give runs/<grid>/<run id>")
+    if path.is_dir():
+        files = RunPaths.of(path)
+        if _is_run(path):
+            if not files.weights.exists():  # a run still training (or stopped) is not corrupt
+                raise ExportError(f"{path}: unfinished run: no final weights ({files.weights} does not exist yet); let "
+                                  "the workflow finish its training (it resumes from the last checkpoint), then export")
+            return path
+        runs = sorted(d.name for d in path.iterdir() if d.is_dir() and _is_run(d))
+        if runs:
+            raise ExportError(f"{path}: a grid folder holding {len(runs)} run(s), not a run; export one of them, "
+                              f"e.g. {path / runs[0]} (`python -m mor status` lists them with their states)")
+        grids = sorted(d.name for d in path.iterdir() if d.is_dir() and any(_is_run(r) for r in d.iterdir() if r.is_dir()))
+        if grids:
+            raise ExportError(f"{path}: a folder of grids ({', '.join(grids[:6])}), not a run; give runs/<grid>/<run id>")
+        raise ExportError(f"{path}: no run here (no {files.config.name}, checkpoints or final weights); a run "
+                          "folder is runs/<grid>/<run id>")
+    parents = [path.parent]
+    if path.parent == Path(".") and Path(RUNS).is_dir():  # a bare run id (prefix): every grid's runs
+        parents = sorted(d for d in Path(RUNS).iterdir() if d.is_dir())
+    near = sorted(d for parent in parents if parent.is_dir() for d in parent.iterdir()
+                  if d.is_dir() and d.name.startswith(path.name) and not d.name.startswith("."))
+    if len(near) == 1:
+        return _run_folder(near[0])
+    if len(near) > 1:
+        raise ExportError(f"{path}: run id prefix {path.name!r} is ambiguous: {len(near)} run folders start with it: "
+                          + ", ".join(str(d) for d in near[:8]) + (" ..." if len(near) > 8 else ""))
+    where = ", ".join(str(p) for p in parents if p.is_dir())
+    raise ExportError(f"{path}: no such run folder" + (f", and no run in {where} starts with {path.name!r}" if where
+                                                        else f" ({path.parent} does not exist)"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,12 +196,13 @@ def _main(args: list[str]) -> int:
     p.set_defaults(fn=_status)
 
     p = sub.add_parser("export-hf", help="a finished run as a transformers folder")
-    p.add_argument("run_dir", help="runs/<grid>/<run_id>")
+    p.add_argument("run_dir", help="runs/<grid>/<run_id>; the id may be any unique prefix (as `status` shows it)")
     p.add_argument("out_dir")
     p.add_argument("--data-root", default="data", help="where the run's tokenizer is")
     p.add_argument("--results", default="results", help="results folder (the model card's validation NLL)")
     p.add_argument("--routing", default="causal", choices=("causal", "topk"),
                    help="expert-choice routing the exported forward uses by default (causal: generation)")
+    p.add_argument("--force", action="store_true", help="replace OUT_DIR when it is not empty (else refused)")
     p.set_defaults(fn=_export_hf)
 
     a = ap.parse_args(args)

@@ -85,7 +85,22 @@ class Grid:
             hit = self._with_seeds(int(m.group(1)) + 1)._by_id.get(run_id)
             if hit is not None:
                 return hit
-        raise GridError(f"{self.path}: no run with id {run_id!r} in mode {self.mode!r}")
+        near = [i for i in self._by_id if i.startswith(run_id)]
+        hint = f"; ids starting so: {near[:8]}{' ...' if len(near) > 8 else ''}" if near else ""
+        raise GridError(f"{self.path}: no run with id {run_id!r} in mode {self.mode!r}{hint}")
+
+    def find(self, run_id: str) -> Run:
+        """The run with this id or with the one id of the grid that starts with it (what ``mor
+        status`` shows, ``135M-recursive-cycle-nr2``); an ambiguous prefix names the candidates.
+        For commands a person types; the workflow asks ``run`` for exact ids (a prefix there
+        would name a second folder for one run)."""
+        near = [i for i in self._by_id if i.startswith(run_id)]
+        if run_id in self._by_id or len(near) != 1:
+            if len(near) > 1 and run_id not in self._by_id:
+                raise GridError(f"{self.path}: run id prefix {run_id!r} is ambiguous in mode {self.mode!r}: "
+                                f"{len(near)} runs start with it: {', '.join(near[:8])}{' ...' if len(near) > 8 else ''}")
+            return self.run(run_id)
+        return self._by_id[near[0]]
 
     @functools.cached_property
     def _by_id(self) -> dict[str, Run]:

@@ -155,6 +155,20 @@ def test_short_ids_keep_the_hash_only_where_it_tells_runs_apart():
                               "odd": "odd"}
 
 
+@pytest.mark.parametrize("grid", ["table10", "deciding"])
+def test_every_short_id_is_a_prefix_of_its_run_alone(grid):
+    """What ``mor status`` shows at 80 columns pastes (issue 45): no other run id of the grid
+    starts with it. table10 has 135M-vanilla beside 135M-vanilla-reduced2, deciding has seed 0
+    beside its -s1 and -s2, whose stems are prefixes of one another."""
+    from mor.status import short_ids
+
+    ids = [r.run_id for r in load_grid(GRIDS / f"{grid}.yaml", "local").runs]
+    short = short_ids(ids)
+    for i in ids:
+        assert [j for j in ids if j.startswith(short[i])] == [i], (i, short[i])
+    assert sum(len(v) < len(k) for k, v in short.items()) > len(ids) // 2  # and they are shorter
+
+
 def test_slurm_notes_give_node_elapsed_limit_and_the_job_logs_last_error(tmp_path):
     """A running job's note names its node and elapsed time against its limit; a failed one's
     adds the last error line of its own Slurm log (beside job.json), which beats the rule's."""

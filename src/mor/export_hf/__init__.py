@@ -210,8 +210,9 @@ def write_tokenizer(spec: str, out: Path) -> None:
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, data_root: str | Path = "data",
-               results: str | Path = "results", routing: str = "causal") -> Path:
-    """Write ``out_dir`` from the finished run in ``run_dir`` (atomically: all or nothing)."""
+               results: str | Path = "results", routing: str = "causal", force: bool = False) -> Path:
+    """Write ``out_dir`` from the finished run in ``run_dir`` (atomically: all or nothing). A
+    non-empty ``out_dir`` (an earlier export, anything else) is refused unless ``force``."""
     from safetensors.torch import save_file
 
     from mor.train.checkpoint import load_model_weights
@@ -219,6 +220,11 @@ def export_run(run_dir: str | Path, out_dir: str | Path, data_root: str | Path =
     if routing not in ROUTINGS:
         raise ExportError(f"routing={routing!r}; choose one of {list(ROUTINGS)}")
     run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if out_dir.exists() and not force and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        held = sorted(p.name for p in out_dir.iterdir())[:4] if out_dir.is_dir() else []
+        raise ExportError(f"{out_dir}: not empty ({', '.join(held)}{' ...' if len(held) == 4 else ''}); export into a "
+                          "new folder, or pass --force to replace it" if held else
+                          f"{out_dir}: a file is there; export into a folder, or pass --force to replace it")
     files = RunPaths.of(run_dir)
     meta = _read_json(files.config, "run config")
     run = run_config_from_dict(meta["config"])

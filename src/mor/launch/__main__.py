@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -153,7 +154,20 @@ def _slurm(a) -> int:
     return 0
 
 
+def _full_run_id(a) -> None:
+    """A run id typed as a unique prefix (``mor status`` shows them) -> the whole id, in
+    ``--run-id`` and in a ``--run-dir`` named by the same prefix. The workflow passes whole ids
+    (ending in the 8-hex config hash), which are taken as they are without opening the grid."""
+    if re.search(r"-[0-9a-f]{8}$", a.run_id):
+        return
+    full = load_grid(a.grid, a.mode).find(a.run_id).run_id
+    if Path(a.run_dir).name == a.run_id:
+        a.run_dir = str(Path(a.run_dir).with_name(full))
+    a.run_id = full
+
+
 def _job(a) -> int:
+    _full_run_id(a)
     return _slurm(a) if a.launcher == "slurm" else _local(a)
 
 

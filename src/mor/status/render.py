@@ -46,19 +46,21 @@ _HASH = re.compile(r"-[0-9a-f]{8}$")
 
 
 def short_ids(run_ids: list[str]) -> dict[str, str]:
-    """Run id -> a shorter name that stays unique among ``run_ids``: the id without its
-    8-hex config hash where that is unique, else with the shortest prefix of the hash (at
-    least 4) that is. Every short name is a prefix of its id, so ``runs/<grid>/<short>*``
-    still finds the run's folder."""
+    """Run id -> a shorter name that pastes: a prefix of its id that no other id of ``run_ids``
+    starts with, so every command that takes a run id (``export-hf``, the launcher's) finds
+    this run from it. The id without its 8-hex config hash where that is such a prefix (not
+    for ``135M-vanilla`` beside ``135M-vanilla-reduced2-...``, nor seed 0 beside its ``-s1``),
+    else with the shortest prefix of the hash (at least 4) that is, else the whole id."""
     out: dict[str, str] = {}
-    for n in (0, 4, 5, 6, 7, 8):
-        cut = {r: (_HASH.sub("", r) + ("-" + r[-8:][:n] if n else "")) if _HASH.search(r) else r
-               for r in run_ids if r not in out}
-        seen: dict[str, int] = {}
-        for v in cut.values():
-            seen[v] = seen.get(v, 0) + 1
-        out.update({r: v for r, v in cut.items() if seen[v] == 1 or n == 8})
-    return {r: out.get(r, r) for r in run_ids}
+    for r in run_ids:
+        if not _HASH.search(r):
+            out[r] = r
+            continue
+        stem = _HASH.sub("", r)
+        others = [o for o in run_ids if o != r]
+        out[r] = next((c for c in [stem] + [f"{stem}-{r[-8:][:n]}" for n in (4, 5, 6, 7)]
+                       if not any(o.startswith(c) for o in others)), r)
+    return out
 
 
 def _hours_lines(device: str, spent: float, whole: float, measured_s: float, measured_runs: int, priced_s: float,
