@@ -71,6 +71,7 @@ class Grid:
     artifacts: tuple[str, ...]
     reference: tuple[dict, ...]
     raw: dict
+    others: tuple[str, ...] = ()  # a selection of a grid's runs (mor status <run>): the ids left out
 
     def run(self, run_id: str) -> Run:
         """The run with this id: one the grid lists, or a further seed of one of its blocks

@@ -128,3 +128,28 @@ def test_export_refuses_a_non_empty_folder_unless_forced_and_writes_with_the_uma
     assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
     assert main(args) == 2  # a finished export is not overwritten silently either
     assert "not empty" in _error(capsys)
+
+
+def test_status_takes_a_run_by_any_unique_prefix_and_shows_an_id_that_pastes(tmp_path):
+    from rich.console import Console
+
+    from mor.status import collect, render
+    from mor.status.read import Paths
+    from mor.status.targets import resolve_targets
+
+    grids_dir = REPO / "grids"
+    paths = Paths(tmp_path / "runs", tmp_path / "results", tmp_path / "logs", tmp_path / "logs" / "slurm")
+    ids = [r.run_id for r in load_grid(TABLE10, "local").runs]
+    vanilla = next(i for i in ids if i.startswith("135M-vanilla-") and "reduced" not in i)
+    for target in (f"runs/table10/{vanilla[:-3]}", f"table10/{vanilla}"):
+        grid, = resolve_targets([target], grids_dir, "local")
+        assert [r.run_id for r in grid.runs] == [vanilla], target
+        console = Console(record=True, width=80)
+        console.print(render(collect([grid], paths), width=80))
+        shown = console.export_text().splitlines()[2].split()[0]
+        assert vanilla.startswith(shown) and [i for i in ids if i.startswith(shown)] == [vanilla], shown
+        assert load_grid(TABLE10, "local").find(shown).run_id == vanilla  # what was shown pastes back
+    with pytest.raises(GridError, match=r"prefix '135M-vanilla' is ambiguous in mode 'local': runs of \[.*'table10'"):
+        resolve_targets(["135M-vanilla"], grids_dir, "local")  # the same vanilla run is in other grids too
+    grid, = resolve_targets(["360M-recursive-middlesequence-nr3"], grids_dir, "local")  # a bare id of one grid
+    assert grid.name == "table10" and [r.run_id[:-9] for r in grid.runs] == ["360M-recursive-middlesequence-nr3"]

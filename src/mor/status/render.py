@@ -45,9 +45,9 @@ def _num(v: float | None, fmt: str) -> str:
 _HASH = re.compile(r"-[0-9a-f]{8}$")
 
 
-def short_ids(run_ids: list[str]) -> dict[str, str]:
+def short_ids(run_ids: list[str], others: tuple[str, ...] = ()) -> dict[str, str]:
     """Run id -> a shorter name that pastes: a prefix of its id that no other id of ``run_ids``
-    starts with, so every command that takes a run id (``export-hf``, the launcher's) finds
+    (nor of ``others``, the grid's runs not shown) starts with, so every command that takes a run id (``export-hf``, the launcher's) finds
     this run from it. The id without its 8-hex config hash where that is such a prefix (not
     for ``135M-vanilla`` beside ``135M-vanilla-reduced2-...``, nor seed 0 beside its ``-s1``),
     else with the shortest prefix of the hash (at least 4) that is, else the whole id."""
@@ -57,9 +57,9 @@ def short_ids(run_ids: list[str]) -> dict[str, str]:
             out[r] = r
             continue
         stem = _HASH.sub("", r)
-        others = [o for o in run_ids if o != r]
+        rest = [o for o in (*run_ids, *others) if o != r]
         out[r] = next((c for c in [stem] + [f"{stem}-{r[-8:][:n]}" for n in (4, 5, 6, 7)]
-                       if not any(o.startswith(c) for o in others)), r)
+                       if not any(o.startswith(c) for o in rest)), r)
     return out
 
 
@@ -146,7 +146,7 @@ def _table(gs: GridStatus, width: int, wide: bool):
     from rich.table import Table
     from rich.text import Text
 
-    names = {r.run_id: r.run_id for r in gs.runs} if wide else short_ids([r.run_id for r in gs.runs])
+    names = {r.run_id: r.run_id for r in gs.runs} if wide else short_ids([r.run_id for r in gs.runs], gs.grid.others)
     cells = [[names[r.run_id], r.state, f"{r.step}/{r.steps}", _num(r.tokens_per_s, ".0f"),
               _duration(r.eta_s, r.estimated), _num(r.loss, ".3f"), _num(r.val_nll, ".4f")] for r in gs.runs]
     heads = ["run", "state", "steps", "tok/s", "ETA", "loss", "val NLL"]
