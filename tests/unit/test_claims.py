@@ -842,3 +842,17 @@ def test_seeds_count_as_offsets_from_the_grids_first_seed():
     fresh = dataclasses.replace(DESIGN, looks=(20,), first_seed=9)
     row = evaluate(frames, claims, fresh, specs).iloc[0]
     assert row["n seeds"] == 20 and "9 pilot seed(s) below design's first fresh seed 109 not read" in row["note"]
+
+
+def test_the_pilot_counts_from_the_claims_own_first_seed_not_its_grids():
+    """Another block of the grid starts at train.seed 0 (no comparison of this claim there), the
+    claim's block at 100: its pilot is 100-108, as the design raised that block; counting from
+    the grid's first seed (0) would read all 29 of the block's seeds."""
+    claims, specs = _family()
+    claims, specs = claims[:1], {"a": specs["a"]}
+    seeds = np.concatenate([np.arange(3), np.arange(100, 129)])
+    effect = np.where(seeds < 3, np.nan, np.where(seeds < 109, 5.0, 0.0)) + 0.1 * np.random.default_rng(4).normal(size=32)
+    frames = {"sim": pd.DataFrame({"seed": seeds, "a0": effect})}
+    row = evaluate(frames, claims, dataclasses.replace(DESIGN, looks=(20,), first_seed=9), specs).iloc[0]
+    assert row["n seeds"] == 20 and abs(row["mean effect"]) < 0.2
+    assert "9 pilot seed(s) below design's first fresh seed 109" in row["note"] and "3 seed(s) of its grid with no comparison" in row["note"]

@@ -56,14 +56,24 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
     """(K x n matrix, comparison labels, seeds kept, notes, label -> metric): labels missing
     or nan in every seed are dropped, then every seed missing one of the rest; both are named
     in the notes. Seeds at offsets below ``first_seed`` (the design's pilot) are never read.
-    Offsets count from the first seed of the claim's grids, as ``mor.claims.seeding`` and
-    ``Design.block_seeds`` count a block's seeds (a block whose runs start at train.seed 100
-    has its pilot at 100..100 + first_seed - 1)."""
+    Offsets count from the first seed at which the claim's runs give a comparison (its
+    blocks' first seed), as ``mor.claims.seeding`` and ``Design.block_seeds`` count a block's
+    seeds: a block whose runs start at train.seed 100 has its pilot at 100..100 + first_seed - 1,
+    whatever seeds other blocks of its grid start at."""
     seeds = seeds_of(frames, claim.grids)
-    base = min(seeds) if seeds else 0
-    pilot = [s for s in seeds if s - base < first_seed]
-    seeds = [s for s in seeds if s - base >= first_seed]
-    per_seed = {s: claim.compare({g: frames[g][frames[g]["seed"] == s] for g in claim.grids}, spec) for s in seeds}
+
+    def compare(s):
+        return claim.compare({g: frames[g][frames[g]["seed"] == s] for g in claim.grids}, spec)
+
+    per_seed, base = {}, seeds[0] if seeds else 0
+    for s in seeds:  # the claim's first seed: the first with any comparison (usually the grid's first)
+        per_seed[s] = compare(s)
+        if any(math.isfinite(v) for v in per_seed[s].values.values()):
+            base = s
+            break
+    pilot = [s for s in seeds if 0 <= s - base < first_seed]
+    seeds = [s for s in seeds if s not in pilot]  # those before base have no comparison: noted below
+    per_seed = {s: per_seed[s] if s in per_seed else compare(s) for s in seeds}
     labels = list(dict.fromkeys(k for r in per_seed.values() for k in r.values))
     notes = [f"{len(pilot)} pilot seed(s) below design's first fresh seed {base + first_seed} not read (they sized this "
              f"design): {', '.join(map(str, pilot))}"] if pilot else []
