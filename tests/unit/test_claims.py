@@ -856,3 +856,20 @@ def test_the_pilot_counts_from_the_claims_own_first_seed_not_its_grids():
     row = evaluate(frames, claims, dataclasses.replace(DESIGN, looks=(20,), first_seed=9), specs).iloc[0]
     assert row["n seeds"] == 20 and abs(row["mean effect"]) < 0.2
     assert "9 pilot seed(s) below design's first fresh seed 109" in row["note"] and "3 seed(s) of its grid with no comparison" in row["note"]
+
+
+def test_aux_separates_describes_the_groups_overlap_beside_its_location_test():
+    """§ 5.2: "a perfect separation in router outputs, with selected tokens sharply concentrated
+    near a routing score of 1.0 and unselected tokens clustering near 0.0". The claim tests the
+    groups' locations (a separation of at least 0.8, our threshold), and its statement says so.
+    Groups at 0.55 and 0.05 never share a bin: separated perfectly, yet contradicted by the
+    location test, and the note shows the overlap of 0 so the table does not read as "imperfect
+    separation". Groups that share half their mass show it."""
+    frames = {"fig5c": pd.DataFrame([_hist_row(s, 0.55 + 0.01 * s, 0.05) for s in range(3)])}
+    row = _only("aux-separates", frames)
+    assert row["verdict"] == "contradicted" and "not a test of their overlap" in row["statement"]
+    assert "described, not tested: overlap of the selected and unselected groups' router output histograms" in row["note"]
+    assert "mean 0 (seeds 0 to 0)" in row["note"]
+    from mor.claims.predicates import overlap
+
+    assert overlap([0.5, 0.5, 0.0], [0.0, 0.5, 0.5]) == 0.5 and overlap([1, 0], [0, 1]) == 0.0

@@ -102,7 +102,8 @@ CLAIMS: tuple[Claim, ...] = (
           "auxiliary loss achieves a perfect separation in router outputs, with selected tokens sharply concentrated near a "
           "routing score of 1.0 and unselected tokens clustering near 0.0", "§ 5.2, Fig. 5b", ("fig5c",), p.separation,
           "mean normalised router output (g / alpha on [0, 1]) of selected - unselected tokens, minus the threshold, "
-          "per run and recursion (recursion 1 has capacity 1, no unselected tokens: left out)", metric="router_separation"),
+          "per run and recursion (recursion 1 has capacity 1, no unselected tokens: left out); the groups' overlap is "
+          "described in the note, not tested", metric="router_separation"),
     Claim("deeper-recursion", "Each further recursion step at inference lowers NLL (Fig. 5c's curve over depth caps 1..Nr)",
           "allocating more recursion steps at inference can improve generation quality", "§ 5.3, Fig. 5c", ("fig5c",),
           p.deeper_is_better, "NLL at depth cap d - NLL at cap d+1, per MoR model and each step d = 1..Nr-1 (caps beyond "
@@ -172,6 +173,15 @@ def load_family(mode: str, path: Path = SPEC_FILE) -> tuple[str, ...] | None:
 MODE_KEYS = {"looks", "spending", "first_seed", "spent_before", "why"}  # what design.by_mode.<mode> may set in place of design's own
 
 
+def _skew(entry, path) -> float:
+    """design.skew: {lognormal_sigma, why}, the noise shapes the tests stay valid under (mor.stats.p_below)."""
+    if entry is None:
+        return 0.0
+    if not (isinstance(entry, dict) and set(entry) == {"lognormal_sigma", "why"} and entry["why"]):
+        raise ValueError(f"{path}: design.skew needs lognormal_sigma and why, got {entry!r}")
+    return float(entry["lognormal_sigma"])
+
+
 def load_specs(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Design, dict[str, Spec]]:
     """The design and every claim's spec; a claim id the file names that no claim has, a
     claim the file leaves out, or a margin / threshold without its source is an error.
@@ -202,7 +212,7 @@ def load_specs(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Design,
         design = Design(alpha=float(d["alpha"]), looks=tuple(int(n) for n in d["looks"]),
                         rho=float(spending.get("rho", 1.0)), power=float(d.get("power", 0.8)), floors=floors,
                         first_seed=d.get("first_seed", 0), spent_before=float(spent.get("alpha", 0.0)),
-                        retested=tuple(spent.get("claims", ())))
+                        retested=tuple(spent.get("claims", ())), skew=_skew(d.get("skew"), path))
     except ValueError as e:
         where = f"design.by_mode.{mode}" if mode in by_mode else "design"
         raise ValueError(f"{path}: {where}: {e}") from None

@@ -95,6 +95,10 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
                      f"claims' blocks, or all its runs of that seed missing): {', '.join(map(str, elsewhere))}")
     left_out = Counter(x for r in per_seed.values() for x in r.dropped)
     notes += [f"left out: {x} ({n} of {len(seeds)} seeds)" for x, n in left_out.items()]
+    for name in dict.fromkeys(k for s in kept for k in per_seed[s].described):  # beside the test, not tested
+        v = np.array([per_seed[s].described.get(name, math.nan) for s in kept], dtype=np.float64)
+        notes.append(f"described, not tested: {name}: mean {np.nanmean(v):.3g} (seeds {np.nanmin(v):.3g} to "
+                     f"{np.nanmax(v):.3g})")
     matrix = np.array([[per_seed[s].values[k] for s in kept] for k in labels], dtype=np.float64).reshape(len(labels), len(kept))
     metrics = {k: m for r in per_seed.values() for k, m in r.metrics.items()}
     return matrix, labels, kept, notes, {k: metrics.get(k, claim.metric) for k in labels}
