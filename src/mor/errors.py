@@ -20,7 +20,7 @@ DOMAIN_ERRORS = (("mor.grids", "GridError"), ("mor.config", "ConfigError"), ("mo
                  ("mor.data.fineweb", "SettingsError"), ("mor.data.shards", "ShardError"),
                  ("mor.data.source", "SourceError"), ("mor.lm_eval.tasks", "TaskDataError"),
                  ("mor.lm_eval.hub_cache", "HubCacheError"), ("mor.model.init_from_hf", "InitCheckpointError"),
-                 ("mor.launch.lease", "LeaseError"))
+                 ("mor.launch.lease", "LeaseError"), ("mor.workflow_config", "WorkflowConfigError"))
 
 
 def is_domain_error(e: BaseException) -> bool:

@@ -1,10 +1,9 @@
-# Helpers shared by the rule files. Defines no rules.
+# Helpers shared by the rule files. Defines no rules, and changes nothing when parsed (the
+# Snakefile sets up the process: the import path, the stale-lock check).
 import json
 import shlex
 import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # works without `pip install -e .`
 
 from mor.claims import CLAIMS
 from mor.claims.registry import load_specs, spec_for
@@ -15,15 +14,10 @@ from mor.jobs import KINDS  # what each job kind runs and writes (the rules' out
 from mor import layout  # the one spelling of the run-folder layout (RunPaths, the *_PATTERN strings)
 from mor.lm_eval import is_local_task
 from mor.results import SCHEMA_VERSION
-from mor.workflow_guard import clear_stale_locks
-
-# A workflow killed hard (SIGKILL, a rebooted login node) leaves Snakemake's lock files
-# behind; they are removed here when no other workflow is alive in this directory, so the
-# same command simply runs again (no `--unlock`). See mor.workflow_guard.
-clear_stale_locks()
+from mor.workflow_config import check_use, checked, stop, tag_list
 
 MODE = config["mode"]
-TAGS = config["tags"] if isinstance(config["tags"], list) else [t for t in str(config["tags"]).split(",") if t]
+TAGS = tag_list(config["tags"])
 DATA = Path(config["data_root"])
 # PY, DATA and LAUNCH_ARGS are where and how jobs run, not what they compute: they stay out
 # of `params:` so that switching interpreter or launcher (local <-> slurm) never retrains.
@@ -38,12 +32,13 @@ PRESET_TABLE = None  # the parsed preset file (launcher slurm): the rules' resou
 if LAUNCHER == "slurm":
     from mor.launch.presets import load_presets
 
-    PRESET_TABLE = load_presets(PRESETS)
+    PRESET_TABLE = checked(load_presets, PRESETS)
     LAUNCH_ARGS += f" --presets {shlex.quote(str(PRESETS))}"
 
 # Parse and validate every grid now: a malformed grid stops the workflow before any job.
 GRIDS_DIR = Path(config["grids_dir"]).absolute()
-GRIDS = {p.stem: load_grid(p, MODE) for p in all_grids(GRIDS_DIR)}
+GRIDS = {p.stem: checked(load_grid, p, MODE) for p in all_grids(GRIDS_DIR)}
+checked(check_use, config, GRIDS)  # a --config key this profile cannot use is refused, not ignored
 ARTIFACT_GRID = {a: g.name for g in GRIDS.values() for a in g.artifacts}
 ALL_ARTIFACTS = sorted(ARTIFACT_GRID)
 
@@ -56,12 +51,19 @@ wildcard_constraints:
     round=r"\d+",  # the claims' adaptive design (workflows/rules/claims.smk)
 
 
+def grid_named(name):
+    """The grid of a target's ``grid`` wildcard; an unknown one stops the workflow as one line."""
+    if name not in GRIDS:
+        stop(LookupError(f"runs/{name}: no grid {name!r} in {GRIDS_DIR}; grids: {sorted(GRIDS)}"))
+    return GRIDS[name]
+
+
 def grid_file(grid):
-    return str(GRIDS[grid].path)
+    return str(grid_named(grid).path)
 
 
 def run_config(wildcards):
-    return GRIDS[wildcards.grid].run(wildcards.run_id).config
+    return checked(grid_named(wildcards.grid).run, wildcards.run_id).config
 
 
 # Run identity (see README, "Run identity"). Train and eval jobs do not take the grid file as
@@ -141,7 +143,7 @@ def throughput_result(wildcards):
     """A run of a grid that draws fig4a: its eval row waits for (and reads) the throughput job's JSON."""
     from mor.throughput_protocol import ARTIFACTS
 
-    if set(GRIDS[wildcards.grid].artifacts) & set(ARTIFACTS):
+    if set(grid_named(wildcards.grid).artifacts) & set(ARTIFACTS):
         return [str(layout.RunPaths(wildcards.grid, wildcards.run_id).throughput)]
     return []
 
@@ -175,14 +177,14 @@ def init_checkpoint_inputs(wildcards):
 
 
 def grid_run_results(wildcards):
-    return [str(layout.RunPaths(wildcards.grid, r.run_id).row) for r in GRIDS[wildcards.grid].select(TAGS)]
+    return [str(layout.RunPaths(wildcards.grid, r.run_id).row) for r in grid_named(wildcards.grid).select(TAGS)]
 
 
 def artifact_results(kind):
     def inner(wildcards):
         artifact = f"{kind}/{wildcards.name}"
         if artifact not in ARTIFACT_GRID:
-            raise ValueError(f"no grid lists {artifact!r} under artifacts; known: {ALL_ARTIFACTS}")
+            stop(LookupError(f"{artifact}: no grid in {GRIDS_DIR} lists it under artifacts; known: {ALL_ARTIFACTS}"))
         return f"results/{ARTIFACT_GRID[artifact]}.parquet"
 
     return inner
@@ -281,7 +283,7 @@ def round_seeds(r):
 
 
 # The design's first fresh seed: a raised block skips the pilot's seeds below it (mor.claims.seeding.round_grid).
-FIRST_SEED = load_specs(CLAIMS_SPEC, mode=MODE)[0].first_seed
+FIRST_SEED = checked(load_specs, CLAIMS_SPEC, mode=MODE)[0].first_seed
 
 
 def round_runs(grid, r):
