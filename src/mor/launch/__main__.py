@@ -124,13 +124,16 @@ def _usage(a, started: float, finished: bool) -> None:
         print(f"warning: {a.kind} of {a.run_id}: its CPU time was not recorded ({e})", file=sys.stderr)
 
 
-def _submit(kind: str, kwargs: dict, preset, folder: Path, name: str, what: str) -> list[dict]:
-    """Submit ``kind`` as a Slurm job through the one generic wrapper and wait for its ranks' results."""
+def _submit(kind: str, kwargs: dict, preset, folder: Path, name: str, what: str) -> list[dict] | None:
+    """Submit ``kind`` as a Slurm job through the one generic wrapper and wait for its ranks' results
+    (None: handed to the workflow's watcher, ``mor.launch.slurm.run_or_hand_off``)."""
     from mor.launch.checkpointable import Job
-    from mor.launch.slurm import env_poll_s, pythonpath_setup, submit_and_wait
+    from mor.launch.slurm import env_poll_s, pythonpath_setup, run_or_hand_off
 
-    results = submit_and_wait(Job(kind, kwargs), preset, folder, name=name, what=what,
+    results = run_or_hand_off(Job(kind, kwargs), preset, folder, name=name, what=what,
                               setup=pythonpath_setup(), poll_s=env_poll_s())
+    if results is None:
+        return None
     write_text_atomic(folder / "result.json", json.dumps(results, indent=2, default=str))
     return results
 
@@ -146,6 +149,8 @@ def _slurm(a) -> int:
     what = f"{a.kind} of {grid.name}/{a.run_id}"
     results = _submit(a.kind, job_kwargs(a, preset.cpus_per_task, preset), preset, folder,
                       name=f"mor-{a.kind}-{a.run_id}", what=what)
+    if results is None:  # submitted; the workflow's watcher collects it
+        return 0
     prints = {r.get("param_fingerprint") for r in results}
     if len(results) > 1 and len(prints) != 1:
         raise LaunchError(f"{what}: the {len(results)} ranks finished with different parameters "
@@ -187,6 +192,8 @@ def _data(a) -> int:
     kwargs["workers"] = a.workers or preset.cpus_per_task
     folder = (Path(a.log_root) / "data" / out.name).absolute()
     results = _submit("data", kwargs, preset, folder, name=f"mor-data-{out.name}", what=f"data preparation {out.name}")
+    if results is None:  # submitted; the workflow's watcher collects it
+        return 0
     print(spec.summarise(results[0]))
     return 0
 

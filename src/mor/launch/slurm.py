@@ -130,8 +130,11 @@ def slurm_state(job_id: str) -> SlurmState:
     cluster). squeue alone is not enough either: it forgets an ended job after MinJobAge.
     So squeue's state is taken when slurmctld holds the job, else sacct's.
     """
-    acct = sacct_answer(job_id)
-    queue = squeue_answer(job_id)
+    return merge_answers(sacct_answer(job_id), squeue_answer(job_id))
+
+
+def merge_answers(acct: Answer, queue: Answer) -> SlurmState:
+    """One job's state from what sacct and squeue said of it (``slurm_state``'s rule)."""
     detail = f"{acct.note}; {queue.note}"
     if queue.state:
         return SlurmState(queue.state, detail, queue_answered=True)
@@ -140,6 +143,39 @@ def slurm_state(job_id: str) -> SlurmState:
     if acct.state:  # the controller forgot an ended job, or is unreachable: trust the database
         return SlurmState(acct.state, detail, queue_answered=queue.state == "")
     return SlurmState("", detail, queue_answered=queue.state == "")
+
+
+def _state_of(field: str) -> str:
+    return field.split()[0].rstrip("+").upper() if field.split() else ""
+
+
+def _batch(cmd: list[str], job_ids: list[str], tool: str, gone: str) -> dict[str, Answer]:
+    """Run one client for every job at once; ``{job id: Answer}``, "" for the jobs it does not list."""
+    out = _client(cmd)
+    if out is None:
+        return {j: Answer(None, f"{tool} did not run or timed out") for j in job_ids}
+    rc, stdout, stderr = out
+    if rc != 0 and not (tool == "squeue" and "invalid job id" in stderr.lower()):
+        return {j: Answer(None, f"{tool} failed: {_last_line(stderr)}") for j in job_ids}
+    seen: dict[str, str] = {}
+    for line in stdout.splitlines() if rc == 0 else []:
+        jid, _, state = line.strip().replace("|", " ", 1).partition(" ")
+        if jid and _state_of(state):
+            seen[jid] = _state_of(state)  # the last listed record wins, as in _first_state
+    return {j: Answer(seen.get(j, ""), f"{tool}: {seen[j]}" if j in seen else gone) for j in job_ids}
+
+
+def slurm_states(job_ids: list[str]) -> dict[str, SlurmState]:
+    """``slurm_state`` for many jobs from ONE sacct and ONE squeue call, whatever their number:
+    what the workflow's watcher (``mor.launch.watch``) asks Slurm once per interval."""
+    ids = sorted(set(map(str, job_ids)), key=lambda j: (len(j), j))
+    if not ids:
+        return {}
+    acct = _batch(["sacct", "-n", "-X", "-P", "-j", ",".join(ids), "-o", "JobID,State"], ids, "sacct",
+                  "sacct has no record of it")
+    queue = _batch(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i %T"], ids, "squeue",
+                   "squeue does not know it")
+    return {j: merge_answers(acct[j], queue[j]) for j in ids}
 
 
 def env_unknown_s(default: float = UNKNOWN_S) -> float:
@@ -166,22 +202,49 @@ def _recorded_job_id(folder: Path) -> str | None:
         return None
 
 
+def _collected(folder: Path, job_id: str) -> bool:
+    """The result of job ``job_id`` was already read (``job.json``'s ``collected``; a record from
+    before that field: ``result.json`` written after ``job.json``)."""
+    try:
+        rec = json.loads(_job_record(folder).read_text())
+        if "collected" in rec:
+            return str(rec["collected"]) == str(job_id)
+        return (folder / "result.json").stat().st_mtime >= _job_record(folder).stat().st_mtime
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _mark_collected(folder: Path, job_id: str) -> None:
+    """Record that job ``job_id``'s outcome was read, so a re-run submits anew instead of re-reading it."""
+    try:
+        rec = json.loads(_job_record(folder).read_text())
+    except (OSError, ValueError):
+        return
+    if str(rec.get("job_id")) == str(job_id):
+        write_json_atomic(_job_record(folder), {**rec, "collected": str(job_id)})
+
+
 def _reattach(folder: Path, tasks: int, what: str = "job"):
     """The job a previous launcher submitted for this folder, if it can still run (else None).
 
     A launcher killed without a chance to cancel (login node reboot, SIGKILL) leaves its job
     running; re-running the workflow waits for that job instead of starting a second one
-    that would write the same run directory. When neither sacct nor squeue can say whether
-    that job still runs, this raises ``LaunchError`` rather than risk a duplicate.
+    that would write the same run directory. A job that ended with its results while nobody
+    watched is adopted too (its outcome is collected, not computed again), once. When neither
+    sacct nor squeue can say whether that job still runs, this raises ``LaunchError`` rather
+    than risk a duplicate.
     """
     import submitit
 
     job_id = _recorded_job_id(folder)
     if job_id is None:
         return None
+    job = submitit.SlurmJob(folder=folder, job_id=job_id, tasks=tuple(range(tasks)))
+    if not _collected(folder, job_id) and _results_ready(job):  # it ended while no workflow watched it
+        return job
     st = slurm_state(job_id)
     if st.known and not st.finished:
-        return submitit.SlurmJob(folder=folder, job_id=job_id, tasks=tuple(range(tasks)))
+        return job
     if st.finished or st.queue_answered:  # ended, or slurmctld does not hold it: safe to submit anew
         return None
     record = _job_record(folder)
@@ -300,6 +363,40 @@ def _collect(job, what: str, st: SlurmState | None, result_wait_s: float) -> lis
     return [outcomes[i][1] for i in range(len(tasks))]
 
 
+def _submit_or_reattach(fn: Callable[[], Any], preset: Preset, folder: Path, name: str, what: str,
+                        python: str | None = None, setup: list[str] | None = None):
+    """The job for ``folder``: the one an earlier launcher left running (or ended, uncollected), or a new one."""
+    import submitit
+
+    folder.mkdir(parents=True, exist_ok=True)
+    job = _reattach(folder, preset.world_size, what)
+    if job is not None:
+        print(f"re-attached to Slurm job {job.job_id} ({what}), still running or not yet collected; "
+              f"logs in {folder}", flush=True)
+        return job
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=preset.max_timeouts,
+                                     slurm_python=python)
+    executor.update_parameters(**preset.submitit_parameters(name), slurm_setup=list(setup or []))
+    try:
+        job = executor.submit(fn)
+    except submitit.core.utils.FailedJobError as e:  # sbatch exited non-zero: nothing was queued
+        raise LaunchError(f"Slurm refused the submission of {what}: {str(e).strip() or 'sbatch failed'}\n"
+                          f"  The preset asks for nodes={preset.nodes}, gpus_per_node={preset.gpus_per_node}, "
+                          f"tasks_per_node={preset.tasks}, cpus_per_task={preset.cpus_per_task}, "
+                          f"mem_gb={preset.mem_gb:g}, partition={preset.partition}; compare with "
+                          f"`sinfo -N -o '%N %P %c %m %G'`. Nothing was submitted.\n  folder: {folder}") from None
+    write_json_atomic(_job_record(folder), {"job_id": job.job_id, "name": name, "submitted": time.time()})
+    print(f"submitted Slurm job {job.job_id} ({what}); logs in {folder}", flush=True)
+    return job
+
+
+def _collect_once(job, folder: Path, what: str, st: SlurmState | None, result_wait_s: float) -> list:
+    try:
+        return _collect(job, what, st, result_wait_s)
+    finally:
+        _mark_collected(folder, job.job_id)
+
+
 def submit_and_wait(fn: Callable[[], Any], preset: Preset, folder: Path, name: str, what: str,
                     python: str | None = None, setup: list[str] | None = None, poll_s: float = 2.0,
                     on_submit: Callable[[str], None] | None = None, state_poll_s: float | None = None,
@@ -314,31 +411,16 @@ def submit_and_wait(fn: Callable[[], Any], preset: Preset, folder: Path, name: s
     SIGINT / SIGTERM to this process cancel the job (a user stopping the workflow), so no
     job outlives the workflow that asked for it, except after a hard kill; then the next
     launcher for the same folder re-attaches to it (``folder/job.json``).
-    """
-    import submitit
 
+    This is the launcher run by hand (and by the profile's local executor); under the
+    ``mor-slurm`` executor the launcher hands the job to the workflow's one watcher
+    instead (``run_or_hand_off``).
+    """
     state_poll_s = env_state_poll_s() if state_poll_s is None else state_poll_s
     unknown_s = env_unknown_s() if unknown_s is None else unknown_s
     result_wait_s = env_result_wait_s() if result_wait_s is None else result_wait_s
     folder = Path(folder).absolute()
-    folder.mkdir(parents=True, exist_ok=True)
-    job = _reattach(folder, preset.world_size, what)
-    if job is None:
-        executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=preset.max_timeouts,
-                                         slurm_python=python)
-        executor.update_parameters(**preset.submitit_parameters(name), slurm_setup=list(setup or []))
-        try:
-            job = executor.submit(fn)
-        except submitit.core.utils.FailedJobError as e:  # sbatch exited non-zero: nothing was queued
-            raise LaunchError(f"Slurm refused the submission of {what}: {str(e).strip() or 'sbatch failed'}\n"
-                              f"  The preset asks for nodes={preset.nodes}, gpus_per_node={preset.gpus_per_node}, "
-                              f"tasks_per_node={preset.tasks}, cpus_per_task={preset.cpus_per_task}, "
-                              f"mem_gb={preset.mem_gb:g}, partition={preset.partition}; compare with "
-                              f"`sinfo -N -o '%N %P %c %m %G'`. Nothing was submitted.\n  folder: {folder}") from None
-        write_json_atomic(_job_record(folder), {"job_id": job.job_id, "name": name, "submitted": time.time()})
-        print(f"submitted Slurm job {job.job_id} ({what}); logs in {folder}", flush=True)
-    else:
-        print(f"re-attached to Slurm job {job.job_id} ({what}), still running; logs in {folder}", flush=True)
+    job = _submit_or_reattach(fn, preset, folder, name, what, python, setup)
     if on_submit:
         on_submit(job.job_id)
 
@@ -350,10 +432,69 @@ def submit_and_wait(fn: Callable[[], Any], preset: Preset, folder: Path, name: s
     previous = {s: signal.signal(s, cancel) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         st = _wait(job, what, poll_s, state_poll_s, unknown_s)
-        return _collect(job, what, st, result_wait_s)
+        return _collect_once(job, folder, what, st, result_wait_s)
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+# --------------------------------------------------------------------------------------
+# Hand-off to the workflow's watcher (the mor-slurm Snakemake executor)
+# --------------------------------------------------------------------------------------
+# Under `executor: mor-slurm` no launcher waits. The executor runs the rule's own shell
+# command twice with $MOR_LAUNCH_HANDOFF naming a small JSON file: first the launcher
+# submits (or re-attaches), writes the job into that file and exits; the executor's one
+# watcher asks Slurm about every job in flight in one batch per interval; when a job has
+# ended it writes its verdict into the file and runs the command again, and the launcher
+# collects the results (or fails with the same message as a waiting launcher).
+HANDOFF_ENV = "MOR_LAUNCH_HANDOFF"
+
+
+def handoff_path() -> Path | None:
+    value = os.environ.get(HANDOFF_ENV, "")
+    return Path(value) if value else None
+
+
+def read_handoff(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def results_ready(folder: Path, job_id: str, tasks: int) -> bool:
+    """Every task of job ``job_id`` in ``folder`` has written its result file."""
+    import submitit
+
+    return _results_ready(submitit.SlurmJob(folder=Path(folder), job_id=str(job_id), tasks=tuple(range(tasks))))
+
+
+def run_or_hand_off(fn: Callable[[], Any], preset: Preset, folder: Path, name: str, what: str,
+                    setup: list[str] | None = None, poll_s: float = 2.0) -> list | None:
+    """``submit_and_wait``, or under the watcher (``$MOR_LAUNCH_HANDOFF`` set) one of its two
+    steps: submit and return None, or collect the ended job the hand-off file names."""
+    handoff = handoff_path()
+    if handoff is None:
+        return submit_and_wait(fn, preset, folder, name=name, what=what, setup=setup, poll_s=poll_s)
+    import submitit
+
+    folder = Path(folder).absolute()
+    done = read_handoff(handoff)
+    verdict = done.get("verdict")
+    if verdict is None:  # step 1: submit or re-attach, tell the watcher, do not wait
+        job = _submit_or_reattach(fn, preset, folder, name, what, None, setup)
+        write_json_atomic(handoff, {"job_id": job.job_id, "folder": str(folder), "what": what,
+                                    "tasks": preset.world_size})
+        return None
+    job_id = str(done["job_id"])  # step 2: the watcher saw the job end
+    job = submitit.SlurmJob(folder=folder, job_id=job_id, tasks=tuple(range(int(done["tasks"]))))
+    st = SlurmState(verdict.get("state", ""), verdict.get("detail", ""), bool(verdict.get("queue_answered")))
+    how = f"ended ({st.state})" if st.finished else "left its results"
+    print(f"Slurm job {job_id} ({what}) {how}; logs in {folder}", flush=True)
+    if verdict.get("vanished_s") is not None and not _results_ready(job):
+        _mark_collected(folder, job_id)
+        raise LaunchError(_vanished_message(job, what, st, float(verdict["vanished_s"])))
+    return _collect_once(job, folder, what, st if st.known else None, env_result_wait_s())
 
 
 def pythonpath_setup() -> list[str]:
