@@ -54,7 +54,7 @@ def test_a_negative_default_lr_is_refused_as_a_value(tmp_path, grids):
     ("tables/table99", [], "error: tables/table99: no grid in {grids} lists it under artifacts; known: ["),
     ("results/runs/table10/135M-recursive-cycle-nr2.parquet", [],
      "no run with id '135M-recursive-cycle-nr2' in mode 'local'; ids starting so: ['135M-recursive-cycle-nr2-"),
-    ("results/runs/table77/x.parquet", [], "error: runs/table77: no grid 'table77' in {grids}"),
+    ("results/runs/table77/x.parquet", [], "error: no grid 'table77' in {grids} (a target names it)"),
     ("tables/table10", ["presets=/nonexistent.yaml"],
      "error: --config presets=/nonexistent.yaml: the local launcher runs every job on this machine and reads no "
      "presets file"),

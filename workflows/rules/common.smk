@@ -54,7 +54,7 @@ wildcard_constraints:
 def grid_named(name):
     """The grid of a target's ``grid`` wildcard; an unknown one stops the workflow as one line."""
     if name not in GRIDS:
-        stop(LookupError(f"runs/{name}: no grid {name!r} in {GRIDS_DIR}; grids: {sorted(GRIDS)}"))
+        stop(LookupError(f"no grid {name!r} in {GRIDS_DIR} (a target names it); grids: {sorted(GRIDS)}"))
     return GRIDS[name]
 
 

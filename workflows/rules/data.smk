@@ -8,7 +8,7 @@ from mor.model.gguf_checkpoint import START_POINTS
 # rule: editing it must not silently redo a 20B-token job (a resumed job whose settings
 # differ stops).
 FINEWEB = Path(config.get("fineweb") or DEFAULT_SETTINGS).absolute()
-FINEWEB_SETTINGS = load_settings(FINEWEB)
+FINEWEB_SETTINGS = checked(load_settings, FINEWEB)  # a bad settings file: one line (common.smk)
 if LAUNCHER == "slurm" and MODE == "cluster":
     from mor.launch.presets import load_presets
 
