@@ -6,7 +6,9 @@ config dataclasses. Either failure raises ``GridError`` naming the file and the 
 bad grid stops ``snakemake`` at parse time, before any job starts.
 
 Merge order for one run: ``defaults`` -> ``modes.<mode>.set`` (on top of its ``base``) ->
-block ``set`` -> block ``mode_set.<mode>`` -> block ``axes`` values. A block with
+block ``set`` -> block ``mode_set.<mode>`` -> block ``axes`` values. A value that this order
+would drop without effect (a default the mode sets again, a block value that is also an axis,
+...) is refused, naming both lines (``_check_overrides``). A block with
 ``only_modes`` exists only in those modes; ``modes.<mode>.axes`` are axes every block gets
 in that mode (table9's budgets differ between the CPU and the cluster mode);
 ``modes.<mode>.seeds: n`` repeats every run with train.seed = seed, seed+1, ..., seed+n-1
@@ -366,10 +368,10 @@ def _resolve(cfg, grid_name, scale_map, scales, where, label_fmt, values, keys) 
 
 # --- Values that cannot take effect --------------------------------------------------------
 # A run's config is merged from up to six places (see the module docstring); a value set in a
-# lower place and set again, differently, in one that wins is silently dead for that run. The
-# places where that is a trap rather than the point of the place (``defaults`` that a block
-# changes, a mode's own ``set`` over its base file, a block's ``mode_set``) are refused here,
-# each error naming both lines:
+# lower place and set again, differently, in one that wins is silently dead for that run.
+# Where overriding is the point it stays (a block changing a default, a grid's mode over its
+# shared base file, a block's ``mode_set`` over its ``set``, a block over the base file); these
+# are refused, at load time (so ``snakemake -n`` and ``mor runs`` stop), each naming both lines:
 #   1. a ``defaults`` value the mode's set (its base file or ``modes.<mode>.set``) or a mode
 #      axis changes: no run of that mode ever gets it;
 #   2. a ``defaults`` value every block changes (``set`` or ``axes``): no run gets it;
@@ -382,7 +384,8 @@ def _resolve(cfg, grid_name, scale_map, scales, where, label_fmt, values, keys) 
 #   6. one key given twice in one file: a YAML key repeated in one mapping (YAML keeps the
 #      last), or one field spelled both dotted and nested in one mapping (``train.lr`` and
 #      ``train: {lr: ...}``), or a dotted key holding a mapping (``model.router: {...}``,
-#      which replaces the whole mapping) below which the same place sets a key.
+#      which replaces the whole mapping) below which the same place sets a key;
+#   7. a block's ``mode_set`` or ``only_modes`` naming a mode the grid does not define.
 
 _REPLACED = object()  # a flat entry: everything below this key is replaced (a dotted key with a mapping)
 
@@ -604,7 +607,13 @@ def _check_overrides(path: Path, raw: dict, mode: str) -> None:
                    for _, _, _, s, a, _ in blocks if _wins_over(key, defaults.values[key], {**s.values, **a.values})]
         if blocks and len(changed) == len(blocks):
             clash(defaults, key, changed[0], f"never takes effect: all {len(blocks)} blocks change it; the first,")
-    for b, name, block, bset, baxes, bmode in blocks:
+    for b, name, block, bset, baxes, bmode in blocks:  # 7. settings for a mode the grid does not have
+        for m in [*(block.get("mode_set") or {}), *(block.get("only_modes") or [])]:
+            if m not in raw["modes"]:
+                key = "mode_set" if m in (block.get("mode_set") or {}) else "only_modes"
+                raise GridError(f"{lines.at(['runs', b, key], m if key == 'mode_set' else '')}: runs[{b}] ({name}) "
+                                f"{key} names mode {m!r}, which the grid does not define (modes: "
+                                f"{sorted(raw['modes'])}): it never takes effect; define the mode or remove it")
         if "only_modes" in block and mode not in block["only_modes"]:
             continue
         for low in (bset, bmode):  # 3. a block's set under an axis

@@ -157,3 +157,11 @@ def test_the_shipped_grids_set_nothing_that_cannot_take_effect():
 
         for mode in yaml.safe_load(path.read_text())["modes"]:
             assert load_grid(path, mode).runs
+
+
+@pytest.mark.parametrize("key, value", [("mode_set", "{cluster: {eval.batch: 2}}"), ("only_modes", "[local, cluster]")])
+def test_a_block_setting_for_a_mode_the_grid_lacks_is_refused(tmp_path, key, value):
+    p = grid(tmp_path, blocks=["- name: rec\n  set: {model.variant: recursive, model.num_recursions: 2}\n"
+                               f"  {key}: {value}\n  axes: {{model.scale: [135M]}}"])
+    refused(p, rf"line {line_of(p, key)}: runs\[0\] \(rec\) {key} names mode 'cluster', which the grid does not "
+               r"define \(modes: \['local'\]\): it never takes effect")
