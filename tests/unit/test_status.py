@@ -111,7 +111,9 @@ def test_rendered_table_and_summary(workspace):
     text = console.export_text()
     assert ids[2] in text and "32/128" in text and "5.4321" in text and "loss is nan" in text
     assert "table10: 22 runs: 1 done, 1 trained, 2 running, 1 queued, 1 failed, 1 stopped, 15 not started" in text
-    assert re.search(r"^  plan +[\d.]+ of [\d.]+ CPU-h done, [\d.]+ left \(priced, not measured\)", text, re.M)
+    assert re.search(r"^  plan +[\d.]+ of [\d.]+ wall-h done, [\d.]+ left \(priced, not measured\)", text, re.M)
+    # wall time called wall time (CPU time is the cpu line's, in CPU-min); tok/s says over which steps
+    assert "CPU-h" not in text and "tok/s: mean over the last 20 logged steps" in text
     assert re.search(r"^  measured +nothing yet", text, re.M) and "all: 1/" in text
 
 
@@ -226,7 +228,7 @@ def test_presets_without_the_grids_scale_give_no_hours_and_say_why(tmp_path):
     whole = sum(r.hours_total for r in table13.runs)
     total = text[text.index("all: 0/"):]
     shown = f"{whole:.2f}" if whole >= 0.1 else f"{whole:.2g}"  # the table's rounding of hours
-    assert f"plan      0.00 of {shown} CPU-h done, {shown} left" in total, (total, whole)
+    assert f"plan      0.00 of {shown} wall-h done, {shown} left" in total, (total, whole)
     assert "no plan from the presets: table9" in total
 
 
@@ -389,10 +391,10 @@ def test_rendered_forecast_scales_the_plan_by_the_measured_speed(tmp_path):
     measured = sum(k * train[ids[i]].hours * train[ids[i]].world_size for i in (0, 1))  # device-hours
     priced = measured / k
     h = lambda x: f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"  # noqa: E731 - hours: 2 decimals, 2 digits below 0.1
-    assert lines["measured"] == f"{h(measured)} CPU-h of training in 2 runs, priced at {h(priced)} (2.50x)"
+    assert lines["measured"] == f"{h(measured)} wall-h of training in 2 runs, priced at {h(priced)} (2.50x)"
     assert lines["plan"].endswith(f", {left:.2f} left (priced, not measured)")  # the plan's own numbers are kept
     # both runs took 2.5x: the range is one point, and it says it rests on the 2 runs
-    assert lines["forecast"].startswith(f"~{k * left:.2f} CPU-h left, {k * left:.2f} to {k * left:.2f} "
+    assert lines["forecast"].startswith(f"~{k * left:.2f} wall-h left, {k * left:.2f} to {k * left:.2f} "
                                         "(2.50x the plan; 2 runs, fastest to slowest); ~"), lines
     wall = re.search(r"; ~(\d+)m(\d\d)s on 4 cores$", lines["forecast"])  # under an hour: minutes and seconds
     assert wall and int(wall[1]) * 60 + int(wall[2]) == round(k * left / cores * 3600)
@@ -427,7 +429,7 @@ def test_total_forecast_takes_each_grid_at_its_own_speed(tmp_path):
     # the range: table12, never measured, anywhere between the speeds seen (0.5x, 2x) and the plan's (1x)
     low = left["table10"] * 2.0 + left["table13"] * 0.5 + left["table12"] * 0.5
     high = left["table10"] * 2.0 + left["table13"] * 0.5 + left["table12"] * 2.0
-    assert total.startswith(f"~{expected:.2f} CPU-h left, {low:.2f} to {high:.2f} "
+    assert total.startswith(f"~{expected:.2f} wall-h left, {low:.2f} to {high:.2f} "
                             f"({expected / sum(left.values()):.2f}x the plan); ~"), (total, expected)
     assert total.endswith(" | rests on table10 2.00x (2 runs), table13 0.50x (2 runs)"
                           " | not measured yet, priced at 0.50x to 2.00x: table12"), total
@@ -463,4 +465,4 @@ def test_no_measured_run_no_forecast(workspace, tmp_path):
     console = Console(record=True, width=400)
     console.print(render(collect([grid, load_grid(GRIDS / "table13.yaml", "local")], paths, slurm_query=query, slurm_info=no_info)))
     text = console.export_text()
-    assert "CPU-h done" in text and "nothing yet" in text and "forecast" not in text and "cores" not in text
+    assert "wall-h done" in text and "nothing yet" in text and "forecast" not in text and "cores" not in text

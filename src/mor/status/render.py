@@ -8,7 +8,7 @@ import os
 import re
 
 from mor.status.forecast import Forecast, forecast, forecast_grids
-from mor.status.state import GridStatus, RunStatus
+from mor.status.state import SPEED_WINDOW, GridStatus, RunStatus
 
 STYLE = {"done": "green", "trained": "cyan", "running": "bold yellow", "queued": "blue", "failed": "bold red",
          "stopped": "magenta", "not started": "dim"}
@@ -66,7 +66,9 @@ def short_ids(run_ids: list[str], others: tuple[str, ...] = ()) -> dict[str, str
 def _hours_lines(device: str, spent: float, whole: float, measured_s: float, measured_runs: int, priced_s: float,
                  f: Forecast | None, cores: int | None) -> list[tuple[str, str]]:
     """(label, text) lines of a summary: plan, measured and forecast, each saying what it is."""
-    unit = f"{device}-h"
+    # hours of wall time of the jobs, summed (a GPU job's times its GPUs); on the CPU that is not
+    # CPU time (a job's threads use several cores): that one is the "cpu" line's, in CPU-min
+    unit = "wall-h" if device == "CPU" else f"{device}-h"
     lines = [("plan", f"{_hours(spent)} of {_hours(whole)} {unit} done, {_hours(whole - spent)} left "
                       "(priced, not measured)")]
     if measured_runs:
@@ -139,6 +141,12 @@ def _fold_id(name: str, width: int) -> str:
 NARROW_RUN_MIN = 12  # the run column's narrowest (folded) width
 
 
+# what the tok/s column averages (mor.status.state.SPEED_WINDOW): recent speed, for the ETA; the
+# results parquet's train_tokens_per_s is the whole run's (tokens seen / training time)
+TOKS_NOTE = (f"tok/s: mean over the last {SPEED_WINDOW} logged steps; the results' train_tokens_per_s is the whole "
+             "run's (tokens / training time)")
+
+
 def _table(gs: GridStatus, width: int, wide: bool):
     """One grid's table. Wide: full ids, a progress bar and the notes in a column. Narrow:
     short ids folded into what the numbers leave, notes listed under the table."""
@@ -149,7 +157,7 @@ def _table(gs: GridStatus, width: int, wide: bool):
     names = {r.run_id: r.run_id for r in gs.runs} if wide else short_ids([r.run_id for r in gs.runs], gs.grid.others)
     cells = [[names[r.run_id], r.state, f"{r.step}/{r.steps}", _num(r.tokens_per_s, ".0f"),
               _duration(r.eta_s, r.estimated), _num(r.loss, ".3f"), _num(r.val_nll, ".4f")] for r in gs.runs]
-    heads = ["run", "state", "steps", "tok/s", "ETA", "loss", "val NLL"]
+    heads = ["run", "state", "steps", "tok/s", "ETA", "loss", "val NLL"]  # tok/s: TOKS_NOTE
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
     # gaps of 2 between columns, 1 where that lets every id fit on one line
     gap = 2 if wide or widths[0] <= width - sum(widths[1:]) - 2 * (len(heads) - 1) else 1
@@ -178,6 +186,8 @@ def _table(gs: GridStatus, width: int, wide: bool):
             row.append(r.note)
         t.add_row(*row)
     parts = [t]
+    if any(r.tokens_per_s for r in gs.runs):
+        parts.append(Text(TOKS_NOTE, style="dim"))
     notes = [(names[r.run_id], r.note) for r in gs.runs if r.note]
     if notes and not wide:  # under the table: the id, then the note folding in its own column
         grid = Table.grid(padding=(0, 1, 0, 0), pad_edge=False)
