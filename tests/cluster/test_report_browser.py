@@ -1,12 +1,14 @@
 """The Snakemake report of the `paper` target, opened in a real headless Chromium.
 
 A tiny grid named `table10` (so the claims about tying schemes apply to it; two seeds, so
-they get an interval) is built with `snakemake paper --report report.html
---report-after-run`. Chromium then loads the report and we click through it as a reader
-would, over the DevTools protocol (tests/helpers/browser.py): open the claims category, view
-claims.html (the report shows it in an iframe: we count its rendered table rows and read
-its verdicts), then view fig6.png and check the browser decoded it at the PNG's own width.
-Screenshots of both views are written (``MOR_REPORT_SHOT`` = a folder to keep them in).
+they get an interval) is built with `snakemake paper`, then the report as the README says
+(`snakemake paper --report report.html`, through the local profile and so with its landing
+metadata). Chromium then loads the report and we read it as a reader would, over the DevTools
+protocol (tests/helpers/browser.py): the first screen's visible text (the landing page: its
+title at the top, no docutils metadata dump), then open the claims category, view claims.html
+(the report shows it in an iframe: we count its rendered table rows and read its verdicts),
+then view fig6.png and check the browser decoded it at the PNG's own width. Screenshots of
+the three views are written (``MOR_REPORT_SHOT`` = a folder to keep them in).
 
 Opt-in like the Slurm tests (MOR_TESTS=all or a list naming `browser`): as root it
 apt-get installs Debian's `chromium` when missing; asked for and without chromium (not
@@ -27,7 +29,8 @@ import pandas as pd
 import pytest
 
 from helpers.report_page import (
-    CLAIMS_CATEGORY, CLICK, CURVES_CATEGORY, DECODED_PNGS, GRID, LINK, ROW, SHARING, VIEW, chromium,
+    CLAIMS_CATEGORY, CLICK, CURVES_CATEGORY, DECODED_PNGS, GRID, LANDING_TITLE, LINK, ROW, SHARING, TITLE_TOP, VIEW,
+    chromium,
 )
 from helpers.workflow import snakemake
 
@@ -40,8 +43,10 @@ def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
     grids.mkdir()
     (grids / "table10.yaml").write_text(GRID)
     report = tmp_path / "report.html"
-    snakemake("paper", "--report", str(report), "--report-after-run", "--directory", str(tmp_path),
-              "--config", f"grids_dir={grids}", f"data_root={data_root}")
+    config = ["--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}"]
+    snakemake("paper", *config)
+    # the report as README step 3 builds it (--report-after-run would drop the profile's --report-metadata)
+    snakemake("paper", "--report", str(report), *config)
     from helpers.browser import Browser
 
     from mor.claims import CLAIMS
@@ -53,7 +58,11 @@ def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
     shots.mkdir()
 
     async def read_report(page):
-        await page.open(report.as_uri(), ready=f"typeof categories == 'object' && {LINK.replace('NAME', SHARING)}")
+        await page.open(report.as_uri(), ready=f"typeof categories == 'object' && {LINK.replace('NAME', SHARING)}"
+                                               f" && {TITLE_TOP.replace('NAME', LANDING_TITLE)} !== null")
+        landing = await page.js("document.body.innerText")  # what a reader sees, not the page's JSON
+        title_top = await page.js(TITLE_TOP.replace("NAME", LANDING_TITLE))
+        await page.screenshot(shots / "landing.png")
         categories = await page.js("Object.keys(categories)")
         await page.js(CLICK.replace("NAME", SHARING))  # menu -> category
         await page.wait_for(LINK.replace("NAME", "figures/fig6"))
@@ -72,10 +81,19 @@ def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
         rows = await page.js("[...document.querySelectorAll('table tr')].map(r => [...r.cells].map(c => c.innerText))",
                              frame=0)
         await page.screenshot(shots / "claims.png")
-        return categories, rows, widths
+        return landing, title_top, categories, rows, widths
 
     with Browser(browser) as b:
-        categories, rows, widths = b.run(read_report)
+        landing, title_top, categories, rows, widths = b.run(read_report)
+    # the landing page: its title on the first screen, at the top (Snakemake centres the content box
+    # vertically: a long page lost its title above the top, a short one had blank space over it)
+    assert 0 <= title_top < 100, title_top
+    # the metadata as numbers, never docutils' dict of parts ("WHOLE ... ENCODING utf-8 ERRORS strict")
+    for junk in ("ENCODING", "ERRORS", "WHOLE", "utf-8", "strict", "VERSION"):
+        assert junk not in landing.upper().split(), (junk, landing)
+    runs = len(pd.read_parquet(tmp_path / "results" / "table10.parquet"))  # the grid's rows: 3 configs x 2 seeds
+    assert runs == 6 and f"GRIDS WITH RESULTS\n1\nRUNS WITH RESULTS\n{runs}" in landing.upper(), landing
+    assert "The paper's claims:" in landing and "Code: commit" in landing
     assert set(categories) == {CLAIMS_CATEGORY, CURVES_CATEGORY, SHARING}  # claims and curves first (mor.reports.landing)
     header, body = rows[0], rows[1:]
     assert len(body) == len(CLAIMS)  # every claim rendered as a table row

@@ -36,6 +36,11 @@ def chromium() -> str:
 
 SHARING, CLAIMS_CATEGORY, CURVES_CATEGORY = "App. F Parameter sharing", "0 The paper's claims, checked", "1 Training curves"
 
+LANDING_TITLE = "Mixture-of-Recursions, reproduced"  # mor.reports.landing
+
+# the top (px from the window's top) of the shown heading whose text is NAME; null while none is shown
+TITLE_TOP = ("(() => { const h = [...document.querySelectorAll('h1')].find(h => h.innerText.replace(/\\s+/g, ' ') == `NAME`);"
+             " return h ? h.getBoundingClientRect().top : null; })()")
 # a navigation link whose text is NAME is shown
 LINK = "[...document.querySelectorAll('a')].some(a => a.innerText.trim() == `NAME`)"
 # a result row that names the file NAME, with its view button, is shown
