@@ -4,9 +4,9 @@
 import pandas as pd
 import pytest
 
-from helpers.figures import bar_heights, png_size
+from helpers.figures import errorbar_points, overlapping_texts, png_size, stamped_note
 from helpers.tiny import _row
-from mor.config import ModelConfig, RouterConfig, RunConfig
+from mor.config import ModelConfig, RouterConfig, RunConfig, TrainConfig
 from mor.reports import RENDERERS, render
 from mor.reports.ablation import varying_axes
 from mor.results import write_rows
@@ -54,25 +54,56 @@ def test_table10_puts_paper_numbers_beside_reproduced(tmp_path, monkeypatch, dra
     assert csv.loc[csv["Model"] == "Cycle", "Paper NLL"].item() == 3.0071
     assert csv.loc[csv["Model"] == "Middle-Cycle", "dNLL vs reduced"].item() == pytest.approx(-0.3)
     files = render("figures/fig6", str(tmp_path / "r.parquet"), str(grid))
-    assert {f.suffix for f in files} == {".png", ".pdf"}
-    # what the figure shows: one panel for the one scale, a bar per recursive scheme at its NLL,
-    # a line per vanilla run at its NLL, the paper's number over the bar it belongs to
+    assert {f.suffix for f in files} == {".png", ".pdf", ".csv"}
+    # what the figure shows: one panel for the one scale, a point per recursive scheme at its NLL
+    # (one seed: no error bar), a line per vanilla run at its NLL, the paper's number under the
+    # scheme it belongs to (never over a line), the evidence level and seeds in the image
     [fig] = drawn_figures
     [ax] = fig.axes
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["Cycle", "Middle-Cycle"]
-    assert bar_heights(ax) == pytest.approx([5.2, 5.1])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["Cycle\npaper 3.007 (Nr=2)", "Middle-Cycle"]
+    assert errorbar_points(ax) == {"Nr=2": [(0, pytest.approx(5.2), 0), (1, pytest.approx(5.1), 0)]}
     lines = {ln.get_label(): ln.get_ydata()[0] for ln in ax.get_lines() if not ln.get_label().startswith("_")}
     assert lines == pytest.approx({"Vanilla": 5.0, "Vanilla reduced Nr=2": 5.4})
-    assert ax.get_ylabel() == "validation NLL" and ax.get_title() == "135M (run at small, mode local)"
+    assert ax.get_ylabel() == "validation NLL (lower is better)" and ax.get_title() == "135M (run at small, mode local)"
     lo, hi = ax.get_ylim()
     assert lo < 5.0 and hi > 5.4  # every series inside the axes
-    notes = [t for t in ax.texts if t.get_text().startswith("paper")]
-    assert [n.get_text() for n in notes] == ["paper\n3.007"] and notes[0].xy[1] == pytest.approx(5.2)
+    assert overlapping_texts(fig) == []
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert set(legend) == {"Nr=2", "Vanilla", "Vanilla reduced Nr=2"}
+    note = stamped_note(fig)
+    assert note == ("Evidence: not stated by the grid (grids/table10.yaml, mode local). n = 1 seed per point (seed 0); "
+                    "no error bars; a local NLL's seed spread is 0.04-0.10 (docs/paper.md), more than most gaps shown.")
     png = next(f for f in files if f.suffix == ".png")
     w, h = fig.get_size_inches() * 150
     assert png_size(png) == pytest.approx((w, h), abs=1)  # the PNG is this figure at 150 dpi
+
+
+def test_fig6_axis_does_not_magnify_a_gap_inside_the_seed_spread(tmp_path, monkeypatch, drawn_figures):
+    """Two seeds per scheme, means 0.02 apart with an sd of ~0.05: the y-axis spans at least
+    SPAN_PER_SPREAD sds (the gap fills under a fifth of it), each point has a ±1 sd bar, and the
+    image says n = 2 and the grid's evidence level."""
+    from mor.reports.common import SPAN_PER_SPREAD
+
+    monkeypatch.chdir(tmp_path)
+    mk = lambda seed, **kw: RunConfig(grid="table10", paper_scale="135M",  # noqa: E731
+                                      model=ModelConfig(scale="small", variant="recursive", num_recursions=2, **kw),
+                                      train=TrainConfig(seed=seed))
+    rows = [_row(mk(s, tying=t), val_nll=v, seed=s) for t, vs in (("cycle", (5.50, 5.58)), ("middle_cycle", (5.52, 5.60)))
+            for s, v in zip((0, 1), vs)]
+    write_rows(tmp_path / "r.parquet", rows)
+    grid = tmp_path / "table10.yaml"
+    grid.write_text("modes:\n  local: {evidence: demonstration}\nreference: []\n")
+    render("figures/fig6", str(tmp_path / "r.parquet"), str(grid))
+    [fig] = drawn_figures
+    [ax] = fig.axes
+    sd = (0.08 ** 2 / 2) ** 0.5  # two seeds 0.08 apart
+    points = errorbar_points(ax)["Nr=2"]
+    assert [(y, e) for _, y, e in points] == [(pytest.approx(5.54), pytest.approx(sd)), (pytest.approx(5.56), pytest.approx(sd))]
+    lo, hi = ax.get_ylim()
+    assert hi - lo >= SPAN_PER_SPREAD * sd and (5.56 - 5.54) / (hi - lo) < 1 / SPAN_PER_SPREAD
+    note = stamped_note(fig)
+    assert note.startswith("Evidence: demonstration (grids/table10.yaml, mode local). n = 2 seeds per point (seeds 0, 1); "
+                           "error bars: ±1 sd over seeds.")
 
 
 def test_every_grid_artifact_has_a_renderer():
@@ -128,6 +159,12 @@ def test_accuracy_columns_show_each_task_and_the_average_with_stderr(tmp_path, m
     assert sorted(csv["NLL (causal)"]) == [5.0, 5.3]  # a table with MoR rows shows it
     md = md_file.read_text()
     assert "0.550 ± 0.050" in md and "0.283 ± 0.023" in md and "stderr" not in md.split("\n\n")[-1].split("\n")[0]
+    # each column says its direction and n says what it counts; LAMBADA, 0 in every row, is explained
+    header = [c.strip() for c in md.split("\n\n")[-1].split("\n")[0].strip("|").split("|")]
+    assert {"NLL ↓", "NLL (causal) ↓", "Avg acc ↑", "LAMBADA ↑", "PIQA ↑", "n (seeds)"} <= set(header), header
+    assert "LAMBADA reads 0.000 ± 0.000 in every row" in md and "PIQA reads" not in md
+    html = next(f for f in md_file.parent.iterdir() if f.suffix == ".html").read_text()
+    assert "<th>NLL ↓</th>" in html and "<th>n (seeds)</th>" in html  # the report's view says them too
 
 
 def test_caption_states_claims_verdicts_runs_and_evidence(tmp_path):

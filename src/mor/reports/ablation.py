@@ -15,7 +15,7 @@ from typing import Callable
 import pandas as pd
 
 from mor.claims import pick
-from mor.reports.common import (ACC_NOTE, evidence_note, OutputDir, accuracy_cells, has_mor, load_results, metric_cells, reference_value,
+from mor.reports.common import (ACC_NOTE, latex, reading_note, evidence_note, OutputDir, accuracy_cells, has_mor, load_results, metric_cells, reference_value,
                                 result_tasks, run_count, seed_count, shown)
 
 IGNORED = {"grid", "label", "model.scale"}  # identity, not ablation axes
@@ -102,9 +102,9 @@ def render_ablation(spec: AblationSpec, results: Path, grid: Path, out: Path, mo
         printed = shown(table)
         (d / f"{spec.name}.md").write_text(
             f"# {spec.title}\n\nReproduced in mode '{mode}' from {results} ({run_count(df)} runs, commit(s) {commits}). "
-            f"{ACC_NOTE} {evidence_note(grid, mode)}{' ' + spec.paper_note(df) if spec.paper_note else ''}\n\n" + printed.to_markdown(index=False) + "\n")
+            f"{ACC_NOTE} {reading_note(table)} {evidence_note(grid, mode)}{' ' + spec.paper_note(df) if spec.paper_note else ''}\n\n" + printed.to_markdown(index=False) + "\n")
         table.to_csv(d / f"{spec.name}.csv", index=False)
-        (d / f"{spec.name}.tex").write_text(printed.drop(columns=["run_id"]).to_latex(index=False, escape=True))
+        (d / f"{spec.name}.tex").write_text(latex(printed.drop(columns=["run_id"])))
     return od.files()
 
 

@@ -80,9 +80,38 @@ def seed_count(row: pd.Series) -> dict:
     return {"n": int(row["n_seeds"])} if "n_seeds" in row.index else {}
 
 
+LOWER_IS_BETTER = ("NLL", "Dead token ratio", "MaxVio")  # a column whose name contains one: lower is better
+HIGHER_IS_BETTER = ("Avg acc", "Sampling acc", *TASK_NAMES.values())
+
+
+def direction_header(col: str) -> str:
+    """A printed column's name with its direction (↓ lower is better, ↑ higher) and 'n (seeds)'."""
+    if col == "n":
+        return "n (seeds)"
+    if any(k in col for k in LOWER_IS_BETTER):
+        return f"{col} ↓"
+    if any(col == k or col == f"Paper {k}" for k in HIGHER_IS_BETTER):
+        return f"{col} ↑"
+    return col
+
+
+def reading_note(table: pd.DataFrame) -> str:
+    """How to read a printed table (the note above it): the arrows, n, what ± is, and why a
+    task's accuracy is 0 in every row where it is."""
+    note = ("↓: lower is better, ↑: higher is better; n (seeds): the runs averaged in a row, which differ only in "
+            "their seed; ± after an NLL: the sd over those seeds (none for n = 1), after an accuracy: lm-eval's stderr.")
+    for task in [c for c in TASK_NAMES.values() if c in table.columns]:
+        values = pd.to_numeric(table[task], errors="coerce").dropna()
+        if len(values) and (values == 0).all():
+            note += (f" {task} reads 0.000 ± 0.000 in every row: its acc counts a passage only when the greedy "
+                     "continuation is exactly the passage's last word, which no model this small gets right on any "
+                     "passage scored (so its stderr is 0 too); not a bug, and no information: compare NLLs.")
+    return note
+
+
 def shown(table: pd.DataFrame) -> pd.DataFrame:
-    """The table as printed (.md, .tex): blanks for nulls, each stderr and seed sd folded into
-    its value's cell ('v ± e')."""
+    """The table as printed (.md, .tex, .html): blanks for nulls, each stderr and seed sd folded
+    into its value's cell ('v ± e'), each column's direction in its name (``direction_header``)."""
     out = table.astype(object).where(table.notna(), "")
     for col in [c for c in table.columns if c.endswith(" sd")]:
         base = col[: -len(" sd")]
@@ -96,7 +125,13 @@ def shown(table: pd.DataFrame) -> pd.DataFrame:
             out[base] = [f"{v:.3f} ± {e:.3f}" if v != "" and e != "" else (f"{v:.3f}" if v != "" else "")
                          for v, e in zip(out[base], out[col])]
         out = out.drop(columns=col)
-    return out
+    return out.rename(columns=direction_header)
+
+
+def latex(printed: pd.DataFrame) -> str:
+    """A printed table (``shown``) as LaTeX, its arrows as math."""
+    text = printed.to_latex(index=False, escape=True)
+    return text.replace("↓", "$\\downarrow$").replace("↑", "$\\uparrow$").replace("±", "$\\pm$")
 
 
 def scale_key(s: str) -> float:
@@ -182,7 +217,8 @@ def write_html_table(csv: Path) -> Path:
         paras = [p.strip() for p in text.split("\n\n") if p.strip()]
         head = "".join(f"<h2>{html.escape(p.lstrip('# '))}</h2>" if p.startswith("#") else f"<p>{html.escape(p)}</p>"
                        for p in paras)
-    table = pd.read_csv(csv).to_html(index=False, na_rep="", border=0, classes="mor-table")
+    table = pd.read_csv(csv).rename(columns=direction_header).to_html(index=False, na_rep="", border=0,
+                                                                      classes="mor-table")
     style = ("<style>body{font-family:sans-serif;font-size:13px;margin:1em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}th{background:#eee}</style>")
     out = csv.with_suffix(".html")
@@ -191,11 +227,84 @@ def write_html_table(csv: Path) -> Path:
     return out
 
 
-def save_figure(fig, out: Path, name: str, drawn: pd.DataFrame | None = None, dpi: int = 150) -> list[Path]:
+# A local validation NLL's seed spread (sd over seeds, `small` scale, 262K tokens): 0.04-0.10
+# (docs/paper.md, "Why these sizes"). A figure of NLLs with one seed per point is drawn on a
+# y-axis at least SPAN_PER_SPREAD times this tall, so a gap inside it cannot look decisive.
+LOCAL_NLL_SEED_SPREAD = 0.10
+SPAN_PER_SPREAD = 5
+
+
+def figure_note(df: pd.DataFrame, grid: Path, mode: str, per: str = "point", spread: bool = True) -> str:
+    """The line every figure carries in its image (``save_figure``): the evidence level of the
+    grid's mode, seeds per ``per`` (point, bar, panel) and which they are, and what the error
+    bars are (±1 sd over seeds where n > 1; for n = 1 none, and ``spread``: the stated spread)."""
+    from mor.grids import mode_settings
+    from mor.reports.seeds import fold_seeds
+
+    kind = mode_settings(grid, mode).get("evidence") if Path(grid).exists() else None
+    ns = sorted(set(fold_seeds(df, ())["n_seeds"])) if len(df) else [0]
+    n = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+    seeds = ", ".join(str(s) for s in seeds_in(df))
+    text = (f"Evidence: {kind or 'not stated by the grid'} (grids/{Path(grid).stem}.yaml, mode {mode}). "
+            f"n = {n} seed{'s' if ns[-1] != 1 else ''} per {per} (seed{'s' if len(seeds_in(df)) != 1 else ''} {seeds}); ")
+    if ns[-1] > 1:
+        return text + "error bars: ±1 sd over seeds."
+    return text + ("no error bars" + (f"; a local NLL's seed spread is 0.04-{LOCAL_NLL_SEED_SPREAD:.2f} "
+                                      "(docs/paper.md), more than most gaps shown." if spread and mode == "local" else "."))
+
+
+def honest_ylim(ax, values, sds=(), mode: str = "local") -> tuple[float, float]:
+    """Y limits around ``values`` (their error bars ``sds`` included) spanning at least
+    SPAN_PER_SPREAD x the seed spread (the largest sd shown; LOCAL_NLL_SEED_SPREAD where no
+    point has an sd and the mode is local), so a gap smaller than the spread fills at most
+    1 / SPAN_PER_SPREAD of the axis. Sets and returns them."""
+    import math
+
+    vals = [float(v) for v in values]
+    sds = list(sds) + [None] * (len(vals) - len(list(sds)))  # aligned with values; None/NaN: no bar
+    errs = [0.0 if s is None or math.isnan(float(s)) else float(s) for s in sds]
+    lo = min(v - e for v, e in zip(vals, errs))
+    hi = max(v + e for v, e in zip(vals, errs))
+    spread = max(errs) if any(errs) else (LOCAL_NLL_SEED_SPREAD if mode == "local" else 0.0)
+    span = max(hi - lo, SPAN_PER_SPREAD * spread) * 1.15 + 1e-3
+    mid = (lo + hi) / 2
+    ax.set_ylim(mid - span / 2, mid + span / 2)
+    return mid - span / 2, mid + span / 2
+
+
+def stamp(fig, note: str) -> None:
+    """Add ``note`` in small type under everything the (laid out) figure shows: the figure
+    grows by the note's height and every axes, figure legend, suptitle and figure text keeps
+    its size and place above it."""
+    import textwrap
+
+    w, h = fig.get_size_inches()
+    lines = textwrap.wrap(note, width=max(40, int(w * 19)))
+    extra = 0.08 + 0.115 * len(lines)
+    total = h + extra
+    lift = lambda y: (y * h + extra) / total  # noqa: E731  figure fraction, old height -> new
+    boxes = [(ax, ax.get_position()) for ax in fig.axes]
+    fig.set_size_inches(w, total)
+    for ax, pos in boxes:
+        ax.set_position([pos.x0, lift(pos.y0), pos.width, pos.height * h / total])
+    for legend in fig.legends:
+        legend.set_bbox_to_anchor((0, extra / total, 1, h / total), transform=fig.transFigure)
+    for t in fig.texts + ([fig._suptitle] if fig._suptitle is not None else []):
+        x, y = t.get_position()
+        t.set_position((x, lift(y)))
+    fig.text(0.01, 0.04 / total, "\n".join(lines), ha="left", va="bottom", fontsize=6.5, color="0.25",
+             gid="mor-note")
+
+
+def save_figure(fig, out: Path, name: str, drawn: pd.DataFrame | None = None, dpi: int = 150,
+                note: str | None = None) -> list[Path]:
     """A figure folder: <name>.png, <name>.pdf and (the numbers drawn) <name>.csv, written
-    atomically (OutputDir); the matplotlib figure is closed."""
+    atomically (OutputDir); the matplotlib figure is closed. ``note`` (``figure_note``): the
+    evidence level and seeds, stamped in the image under the laid-out figure."""
     import matplotlib.pyplot as plt
 
+    if note:
+        stamp(fig, note)
     od = OutputDir(out)
     try:
         with od as d:

@@ -19,7 +19,7 @@ import pandas as pd  # noqa: E402
 
 from mor.analysis.token_depths import layout, token_pieces  # noqa: E402
 from mor.reports.analysis_common import run_title  # noqa: E402
-from mor.reports.common import load_results, save_figure  # noqa: E402
+from mor.reports.common import figure_note, load_results, save_figure  # noqa: E402
 from mor.reports.token_common import decoder, depth_runs, seq_len  # noqa: E402
 
 WIDTH = 96  # characters per line
@@ -61,4 +61,5 @@ def render(results: Path, grid: Path, out: Path, mode: str, data_root: Path = Pa
                   loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=nr, frameon=False)
     fig.suptitle(f"Figure 1 (right): recursion depth per token on validation text (mode {mode})", fontsize=9)
     fig.subplots_adjust(left=0.02, right=0.98, top=1 - (top + 0.1) / (sum(heights) + top + 0.1), bottom=0.02, hspace=0.45)
-    return save_figure(fig, out, "fig1", pd.DataFrame(rows), dpi=170)
+    note = figure_note(df[df["run_id"].isin([p[0]["run_id"] for p in panels])], grid, mode, per="panel", spread=False)
+    return save_figure(fig, out, "fig1", pd.DataFrame(rows), dpi=170, note=note)

@@ -33,7 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from mor.reports.common import OutputDir, evidence_note, load_results, reference_value, save_figure, shown  # noqa: E402
+from mor.reports.common import OutputDir, evidence_note, figure_note, load_results, reference_value, save_figure, shown  # noqa: E402
 
 SETTINGS = (("fixed", "fixed batch (32)"), ("max", "relative maximum batch"))
 ROUTED = ("mor",)  # variants whose teacher-forced (top-k) NLL is not the decoding one
@@ -133,13 +133,13 @@ def render_figure(results: Path, grid: Path, out: Path, mode: str) -> list[Path]
         ax.axvline(1.0, color="0.8", lw=0.8, zorder=1)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("throughput / the same-depth Vanilla's", fontsize=8)
-    axes[0].set_ylabel("validation NLL (causal routing)")
+    axes[0].set_ylabel("validation NLL (causal routing; lower is better)")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=7, frameon=False)
     fig.suptitle(f"Figure 4a: decoding throughput vs NLL (mode {mode})\n"
                  "filled: measured; hollow: FLOPs-predicted at the capacities the routers kept", fontsize=9)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    return save_figure(fig, out, "fig4a", t)
+    return save_figure(fig, out, "fig4a", t, note=figure_note(df, grid, mode))
 
 
 def render_table(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from mor.reports.common import TYING_NAMES, load_results, save_figure, scale_key  # noqa: E402
+from mor.reports.common import TYING_NAMES, figure_note, honest_ylim, load_results, save_figure, scale_key  # noqa: E402
 from mor.reports.seeds import fold_seeds  # noqa: E402
 
 
@@ -38,8 +38,8 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
             t = fold_seeds(t, ("val_nll",)).sort_values("num_recursions")  # mean over seeds, sd as error bar
             ax.errorbar(t["num_recursions"].astype(int), t["val_nll"], yerr=t["val_nll sd"].fillna(0).to_numpy(float),
                         fmt="o-", color=f"C{i}", label=name, capsize=3)
-            drawn += [{"scale": scale, "series": name, "num_recursions": int(n), "val_nll": v}
-                      for n, v in zip(t["num_recursions"], t["val_nll"])]
+            drawn += [{"scale": scale, "series": name, "num_recursions": int(n), "val_nll": v, "sd": e}
+                      for n, v, e in zip(t["num_recursions"], t["val_nll"], t["val_nll sd"])]
         van = df[(df["paper_scale"] == scale) & (df["variant"] == "vanilla")]
         van = fold_seeds(van, ("val_nll",)) if len(van) else van
         full = van[~van["reduced"].astype(bool)]
@@ -52,13 +52,15 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
                     label="Vanilla (reduced)")
             drawn += [{"scale": scale, "series": "Vanilla (reduced)", "num_recursions": int(n), "val_nll": v}
                       for n, v in zip(red["num_recursions"], red["val_nll"])]
+        shown = [d for d in drawn if d["scale"] == scale]
+        honest_ylim(ax, [d["val_nll"] for d in shown], [d.get("sd") for d in shown], mode)
         ax.set_xticks(nrs)
         ax.set_xlabel("recursions Nr")
         ax.set_title(f"{scale} (run at {sub['scale'].iloc[0]}, mode {mode})")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("validation NLL")
+    axes[0][0].set_ylabel("validation NLL (lower is better)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
     fig.suptitle("Figure 4b: weight-tying schemes")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return save_figure(fig, out, "fig4b", pd.DataFrame(drawn), dpi=150)
+    return save_figure(fig, out, "fig4b", pd.DataFrame(drawn), dpi=150, note=figure_note(rec, grid, mode))

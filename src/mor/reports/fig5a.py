@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from mor.reports.common import load_results, save_figure  # noqa: E402
+from mor.reports.common import figure_note, load_results, save_figure  # noqa: E402
 from mor.reports.seeds import fold_seeds  # noqa: E402
 from mor.metrics.isoflop import optimal_size, parabola, path_slope  # noqa: E402
 from mor.reports.table9 import VARIANTS  # noqa: E402
@@ -30,6 +30,7 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     df = df[df["budget_flops"].notna()]
     if df.empty:
         raise ValueError(f"{results}: no runs with train.budget_flops to draw isoFLOP profiles from")
+    note = figure_note(df, grid, mode)
     df = fold_seeds(df, ("val_nll",))  # a point per config: the mean over seeds, the sd as error bar
     variants = [v for v in VARIANTS if v in set(df["variant"])]
     budgets = sorted(df["budget_flops"].unique())
@@ -64,7 +65,7 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
         ax.set_xlabel("parameters (unique)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="upper right")
-    axes[0][0].set_ylabel("validation NLL")
+    axes[0][0].set_ylabel("validation NLL (lower is better)")
     fig.suptitle("Figure 5a: isoFLOP profiles and compute-optimal path (stars; hollow = at the edge of the sizes)")
     fig.tight_layout()
-    return save_figure(fig, out, "fig5a", pd.DataFrame(stars), dpi=150)
+    return save_figure(fig, out, "fig5a", pd.DataFrame(stars), dpi=150, note=note)

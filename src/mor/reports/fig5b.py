@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 
 from mor.analysis.router_hist import histogram_bars, per_recursion  # noqa: E402
 from mor.reports.analysis_common import run_title  # noqa: E402
-from mor.reports.common import OutputDir, load_results  # noqa: E402
+from mor.reports.common import figure_note, load_results, save_figure  # noqa: E402
 from mor.results import config_of  # noqa: E402
 
 
@@ -53,10 +53,5 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
                                       "bin_width": b["width"], "selected": b["selected"], "unselected": b["unselected"]}))
     fig.suptitle(f"Figure 5b: expert-choice router outputs per recursion (mode {mode})", fontsize=10)
     fig.tight_layout()
-    od = OutputDir(out)
-    with od as d:
-        fig.savefig(d / "fig5b.png", dpi=150)
-        fig.savefig(d / "fig5b.pdf")
-        pd.concat(bars, ignore_index=True).to_csv(d / "fig5b.csv", index=False)
-    plt.close(fig)
-    return od.files()
+    note = figure_note(ec, grid, mode, per="row", spread=False)
+    return save_figure(fig, out, "fig5b", pd.concat(bars, ignore_index=True), dpi=150, note=note)

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from mor.reports.analysis_common import load_sidecar, run_title, runs_with  # noqa: E402
-from mor.reports.common import load_results, save_figure  # noqa: E402
+from mor.reports.common import figure_note, honest_ylim, load_results, save_figure  # noqa: E402
 
 
 def capped_table(results: Path, df: pd.DataFrame) -> pd.DataFrame:
@@ -52,15 +52,15 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
                 ax.bar(x, r[col], width=width * 0.95, color=colors[r["max_depth"] - 1], label=f"max depth {r['max_depth']}")
                 ax.annotate(f"{r[col]:.2f}", (x, r[col]), fontsize=6, ha="center", va="bottom", xytext=(0, 1),
                             textcoords="offset points")
-        lo, hi = table[["val_nll", "val_nll_causal"]].min().min(), table[["val_nll", "val_nll_causal"]].max().max()
-        ax.set_ylim(lo - 0.15 * (hi - lo + 1e-3) - 0.02, hi + 0.12 * (hi - lo + 1e-3) + 0.02)
+        honest_ylim(ax, [*table["val_nll"], *table["val_nll_causal"]], (), mode)
         ax.set_xticks(range(len(runs)), [table[table["run_id"] == rid]["label"].iloc[0].replace(" (", "\n(") for rid in runs],
                       fontsize=7)
         ax.set_title(title, fontsize=9)
-        ax.set_ylabel("validation NLL")
+        ax.set_ylabel("validation NLL (lower is better)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     by_label = dict(sorted(dict(zip(labels, handles)).items(), key=lambda kv: int(kv[0].split()[-1])))
     fig.legend(list(by_label.values()), list(by_label), loc="lower center", ncol=len(by_label), fontsize=7, frameon=False)
     fig.suptitle(f"Figure 5c: NLL as the maximum recursion depth grows (mode {mode})", fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return save_figure(fig, out, "fig5c", table)
+    note = figure_note(df[df["run_id"].isin(runs)], grid, mode, per="run")
+    return save_figure(fig, out, "fig5c", table, note=note)

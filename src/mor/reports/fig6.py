@@ -1,6 +1,9 @@
 """Figure 6 (App. F): validation NLL of each tying scheme per scale and Nr, vanilla lines.
 
-Written as ``figures/fig6/`` with fig6.png and fig6.pdf (seaborn).
+Written as ``figures/fig6/`` with fig6.png, fig6.pdf and fig6.csv (the numbers drawn). A
+point per scheme and Nr with ±1 sd over seeds; the paper's numbers under the scheme's name;
+the y-axis at least SPAN_PER_SPREAD seed spreads tall (mor.reports.common.honest_ylim), and
+the evidence level and seeds stamped under the figure.
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from mor.reports.common import TYING_NAMES, OutputDir, load_results, reference_value  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from mor.reports.common import (TYING_NAMES, figure_note, honest_ylim, load_results, reference_value,  # noqa: E402
+                                save_figure, scale_key)
 from mor.reports.seeds import fold_seeds  # noqa: E402
 
 
@@ -23,44 +29,45 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     if rec.empty:
         raise ValueError(f"{results}: no recursive runs to plot")
     rec["Tying"] = rec["tying"].map(TYING_NAMES)
-    rec["Nr"] = rec["num_recursions"].astype(int).astype(str)
-    scales = sorted(rec["paper_scale"].unique(), key=lambda s: (len(s), s))
+    scales = sorted(rec["paper_scale"].unique(), key=scale_key)
     sns.set_theme(style="whitegrid", context="paper")
-    fig, axes = plt.subplots(1, len(scales), figsize=(4.2 * len(scales), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(scales), figsize=(4.4 * len(scales), 3.6), squeeze=False)
     order = [t for t in TYING_NAMES.values() if t in set(rec["Tying"])]
+    drawn = []
     for ax, scale in zip(axes[0], scales):
-        sub = rec[rec["paper_scale"] == scale]
-        # one bar per scheme and Nr: the mean over seeds, the error bar their sd (none for one seed)
-        sns.barplot(data=sub, x="Tying", y="val_nll", hue="Nr", order=order, ax=ax, palette="Blues", errorbar="sd")
+        sub = fold_seeds(rec[rec["paper_scale"] == scale], ("val_nll",))
+        nrs = sorted(int(n) for n in sub["num_recursions"].unique())
+        # a point per scheme and Nr (dodged within the scheme's slot): the mean over seeds, the error
+        # bar their sd (none for one seed); points, not bars: the axis need not start at zero
+        for j, nr in enumerate(nrs):
+            g = sub[sub["num_recursions"] == nr].copy()
+            g["x"] = [order.index(t) + (j - (len(nrs) - 1) / 2) * 0.5 / len(nrs) for t in g["Tying"]]
+            ax.errorbar(g["x"], g["val_nll"], yerr=g["val_nll sd"].fillna(0).to_numpy(float), fmt="o",
+                        color=plt.cm.Blues(0.45 + 0.5 * j / max(1, len(nrs) - 1)), ms=5, capsize=3, label=f"Nr={nr}")
+            drawn += [{"scale": scale, "series": r["Tying"], "num_recursions": nr, "val_nll": r["val_nll"],
+                       "val_nll_sd": r["val_nll sd"], "n": r["n_seeds"]} for _, r in g.iterrows()]
         van = fold_seeds(df[(df["paper_scale"] == scale) & (df["variant"] == "vanilla")], ("val_nll",))
         for _, v in van.iterrows():
             style = ":" if v["reduced"] else "--"
             lab = f"Vanilla reduced Nr={int(v['num_recursions'])}" if v["reduced"] else "Vanilla"
             color = f"C{1 + int(v['num_recursions'])}" if v["reduced"] else "0.3"
             ax.axhline(v["val_nll"], ls=style, lw=1, color=color, label=lab)
-        hues = sorted(sub["Nr"].unique())
-        for _, r in fold_seeds(sub, ("val_nll",)).iterrows():  # one annotation per bar
-            paper = reference_value(ref, r, "val_nll")
-            if paper is not None:  # seaborn dodges hue bars within a 0.8-wide slot
-                x = order.index(r["Tying"]) + (hues.index(r["Nr"]) - (len(hues) - 1) / 2) * 0.8 / len(hues)
-                ax.annotate(f"paper\n{paper:.3f}", (x, r["val_nll"]), fontsize=6,
-                            ha="center", va="bottom", xytext=(0, 2), textcoords="offset points")
-        lo = min(sub["val_nll"].min(), van["val_nll"].min() if len(van) else 1e9)
-        hi = max(sub["val_nll"].max(), van["val_nll"].max() if len(van) else 0)
-        ax.set_ylim(lo - 0.1 * (hi - lo + 1e-3) - 0.02, hi + 0.15 * (hi - lo + 1e-3) + 0.02)
-        ax.set_title(f"{scale} (run at {sub['scale'].iloc[0]}, mode {mode})")
-        ax.set_xlabel("")
-        ax.set_ylabel("validation NLL")
-        ax.tick_params(axis="x", labelrotation=20)
+            drawn.append({"scale": scale, "series": lab, "num_recursions": None, "val_nll": v["val_nll"],
+                          "val_nll_sd": v["val_nll sd"], "n": v["n_seeds"]})
+        # the paper's numbers go under the scheme's name, never over a line or a point
+        ticks = []
+        for t in order:
+            paper = [f"{reference_value(ref, r, 'val_nll'):.3f} (Nr={int(r['num_recursions'])})"
+                     for _, r in sub[sub["Tying"] == t].iterrows() if reference_value(ref, r, "val_nll") is not None]
+            ticks.append(t + ("\npaper " + ", ".join(paper) if paper else ""))
+        ax.set_xticks(range(len(order)), ticks, fontsize=7)
+        ax.set_xlim(-0.5, len(order) - 0.5)
+        lines = van if len(van) else pd.DataFrame({"val_nll": [], "val_nll sd": []})
+        honest_ylim(ax, [*sub["val_nll"], *lines["val_nll"]], [*sub["val_nll sd"], *lines["val_nll sd"]], mode)
+        ax.set_title(f"{scale} (run at {rec[rec['paper_scale'] == scale]['scale'].iloc[0]}, mode {mode})")
+        ax.set_ylabel("validation NLL (lower is better)")
         handles, labels = ax.get_legend_handles_labels()
-        ax.get_legend().remove()
-    labels = [f"Nr={lab}" if lab.isdigit() else lab for lab in labels]
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
     fig.suptitle("Figure 6: parameter-sharing strategies")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    od = OutputDir(out)
-    with od as d:
-        fig.savefig(d / "fig6.png", dpi=150)
-        fig.savefig(d / "fig6.pdf")
-    plt.close(fig)
-    return od.files()
+    return save_figure(fig, out, "fig6", pd.DataFrame(drawn), note=figure_note(rec, grid, mode))

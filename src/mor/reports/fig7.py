@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from mor.reports.analysis_common import load_sidecar, run_title, runs_with  # noqa: E402
-from mor.reports.common import OutputDir, load_results  # noqa: E402
+from mor.reports.common import figure_note, load_results, save_figure  # noqa: E402
 
 
 def _kv_runs(results: Path, grid: Path):
@@ -71,13 +71,9 @@ def _draw(results: Path, grid: Path, out: Path, mode: str, which: str) -> list[P
     what = "magnitude (mean L2 norm)" if which == "magnitude" else "cosine similarity across depths"
     fig.suptitle(f"Figure {name[3:]}: key / value {what} (mode {mode})", fontsize=10)
     fig.tight_layout()
-    od = OutputDir(out)
-    with od as d:
-        fig.savefig(d / f"{name}.png", dpi=150)
-        fig.savefig(d / f"{name}.pdf")
-        pd.concat(tables, ignore_index=True).to_csv(d / f"{name}.csv", index=False)
-    plt.close(fig)
-    return od.files()
+    shown = pd.DataFrame([r for r, _, _ in runs])
+    note = figure_note(shown, grid, mode, per="row", spread=False)
+    return save_figure(fig, out, name, pd.concat(tables, ignore_index=True), dpi=150, note=note)
 
 
 def render_fig7(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from mor.reports import maxbatch
-from mor.reports.common import ACC_NOTE, OutputDir, evidence_note, accuracy_cells, has_mor, load_results, metric_cells, result_tasks, run_count, scale_key, seed_count, seeds_in, shown
+from mor.reports.common import ACC_NOTE, latex, reading_note, OutputDir, evidence_note, accuracy_cells, has_mor, load_results, metric_cells, result_tasks, run_count, scale_key, seed_count, seeds_in, shown
 from mor.metrics.isoflop import optima_by_budget, path_slope, size_exponent
 
 VARIANTS = {"vanilla": "Vanilla", "recursive": "Recursive", "mor": "MoR"}
@@ -83,7 +83,8 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     seeds = seeds_in(df)
     note = (f"Reproduced in mode '{mode}' from {results} ({run_count(df)} runs, seed(s) {seeds}, commit(s) {commits}). "
             "Each run trains the whole number of optimizer steps whose FLOPs (mor.flops) are closest to its budget, "
-            "so 'FLOPs spent / budget' is within half a step of 1. " + ACC_NOTE + " " + evidence_note(grid, mode))
+            "so 'FLOPs spent / budget' is within half a step of 1. " + ACC_NOTE + " " + reading_note(table) + " "
+            + evidence_note(grid, mode))
     opt_note = ("N*: the minimum of a parabola in log10(params) fitted to each isoFLOP profile ('fit'); 'edge' = the "
                 "parabola has no minimum inside the trained sizes, and N* is the best trained size (the optimum lies "
                 "at or beyond it). Path slope: dNLL/dlog10 N through the stars (Fig. 5a's line; § 5.1 reads a flatter "
@@ -97,7 +98,7 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
         (d / "table9.md").write_text("# Table 9: Vanilla / Recursive / MoR under isoFLOP budgets\n\n"
                                      f"{note}\n\n" + printed.to_markdown(index=False) + "\n")
         table.to_csv(d / "table9.csv", index=False)
-        (d / "table9.tex").write_text(printed.drop(columns=["run_id"]).to_latex(index=False, escape=True))
+        (d / "table9.tex").write_text(latex(printed.drop(columns=["run_id"])))
         (d / "optimal.md").write_text("# Compute-optimal size per budget (Fig. 5a)\n\n" + opt_note + "\n\n"
                                       + (optimal.to_markdown(index=False) if len(optimal) else "(no budgeted runs)")
                                       + "\n\n## Optimal path per variant\n\n"
