@@ -158,10 +158,10 @@ def assert_jobs_recorded_their_cpu(workdir: Path, grid_file: Path, workflow_cpu:
 
 def assert_fig6_shows(workdir: Path, rows: list[dict]) -> None:
     """The workflow's fig6.png is the figure of the grid's results: byte for byte the PNG this
-    process draws from the workflow's parquet, whose bars and line are the runs' NLLs."""
+    process draws from the workflow's parquet, whose points and line are the runs' NLLs."""
     import matplotlib.pyplot as plt
 
-    from helpers.figures import bar_heights
+    from helpers.figures import errorbar_points, stamped_note
     from mor.reports import render
 
     redraw = workdir / "redraw"
@@ -179,10 +179,12 @@ def assert_fig6_shows(workdir: Path, rows: list[dict]) -> None:
         [ax] = fig.axes
         recursive = [r["val_nll"] for r in rows if r["variant"] != "vanilla"]
         vanilla = [r["val_nll"] for r in rows if r["variant"] == "vanilla"]
-        assert bar_heights(ax) == pytest.approx(recursive)
+        points = [y for series in errorbar_points(ax).values() for _, y, _ in series]
+        assert sorted(points) == pytest.approx(sorted(recursive))
         assert [ln.get_ydata()[0] for ln in ax.get_lines() if ln.get_label() == "Vanilla"] == pytest.approx(vanilla)
-        assert [t.get_text() for t in ax.texts] == ["paper\n3.033"]  # the grid's reference row
-        assert ax.get_ylabel() == "validation NLL" and ax.get_title().startswith("135M (run at tiny")
+        assert any("paper 3.033 (Nr=2)" in t.get_text() for t in ax.get_xticklabels())  # the grid's reference row
+        assert ax.get_ylabel() == "validation NLL (lower is better)" and ax.get_title().startswith("135M (run at tiny")
+        assert "seed" in stamped_note(fig) and stamped_note(fig).startswith("Evidence: ")
     finally:
         close(fig)
     png = "figures/fig6/fig6.png"
