@@ -221,7 +221,10 @@ def test_plan_counts_jobs_and_gpu_hours_of_table10():
     assert job.flops == pytest.approx(flops) and 1e19 < flops < 2e19  # ~6N per token x 10B tokens, + attention
     hours = flops / (120e12 * 2) / 3600  # 2 GPUs at the preset's assumed 120 TFLOP/s each
     assert job.hours == pytest.approx(hours) and job.gpu_hours == pytest.approx(2 * hours)
-    assert job.segments == 1 and job.gpu_hours_requested == pytest.approx(48.0)  # one 24 h slot x 2 GPUs
+    # one slot of 1.5 x the estimate (mor.launch.cost.TIME_MARGIN), rounded up to 15 min, x 2 GPUs
+    limit = math.ceil(hours * 60 * 1.5 / 15) * 15
+    assert limit < 24 * 60 and job.time_min == limit
+    assert job.segments == 1 and job.gpu_hours_requested == pytest.approx(limit / 60 * 2)
     # a shorter time limit: the run is split into ceil(hours / limit) requeued segments
     short = estimate(run, "train", Preset(gpus_per_node=2, time_min=120, tflops_per_gpu=120))
     assert short.segments == math.ceil(hours / 2) and short.gpu_hours_requested == pytest.approx(short.segments * 4)
@@ -242,8 +245,11 @@ def test_plan_command_prints_jobs_gpu_hours_and_run_ids():
             if ln.startswith("    ") and ln.split()[0] in ("train", "eval", "lmeval")}
     assert set(rows) == {"train", "eval", "lmeval"} and all(r[0] == "22" for r in rows.values())
     assert sum(float(r[1]) for r in rows.values()) == pytest.approx(est, abs=0.15)
-    # requested: one 24 h slot per train job (11 at 135M on 2 GPUs, 11 at 360M on 4), 3 h per eval, 1 h per lmeval
-    assert sum(float(r[2]) for r in rows.values()) == pytest.approx(req) == 11 * 2 * 24 + 11 * 4 * 24 + 22 * 3 + 22 * 1
+    # requested: each job's own limit (mor.launch.cost.time_limit_min), not the presets' 24 h per train job
+    # (11 at 135M on 2 GPUs, 11 at 360M on 4), 3 h per eval, 1 h per lmeval: ~15 % less than those
+    presets_only = 11 * 2 * 24 + 11 * 4 * 24 + 22 * 3 + 22 * 1
+    assert sum(float(r[2]) for r in rows.values()) == pytest.approx(req) and 0.5 * presets_only < req < 0.9 * presets_only
+    assert float(rows["eval"][2]) == pytest.approx(22 * 0.5) and float(rows["lmeval"][2]) == pytest.approx(22 * 0.5)
     assert all(r.run_id in text for r in grid.runs)
 
 

@@ -4,6 +4,8 @@ analysis (mor.flops), lm-eval, analysis and throughput jobs, and which runs get 
 from __future__ import annotations
 
 import io
+import math
+import re
 import json
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -103,7 +105,8 @@ def test_lmeval_jobs_cost_forward_flops_over_the_tokens_their_tasks_score(preset
     assert job.flops == pytest.approx(flops) and 1e15 < flops < 2e15  # ~4.8M tokens x 2N (N ~ 135M) + attention
     hours = flops / 60e12 / 3600  # one GPU at the a100-80gb site's assumed 60 TFLOP/s for lmeval
     assert job.gpu_hours == pytest.approx(hours)
-    assert job.gpus == 1 and job.segments == 1 and job.gpu_hours_requested == pytest.approx(1.0)  # a 1 h slot
+    # its limit: 2 x its estimate (~1 min), at least 30 min (mor.launch.cost.TIME_MARGIN), not the preset's 1 h
+    assert job.gpus == 1 and job.segments == 1 and job.time_min == 30 and job.gpu_hours_requested == pytest.approx(0.5)
     assert "characters per token (assumed until measured" in format_plan(grid, jobs, presets)
 
 
@@ -207,7 +210,7 @@ def test_analysis_jobs_only_for_the_runs_an_analysis_applies_to(tmp_path, preset
                                                        for d in (1, 2, 3)))
     kv = next(j for j in jobs if j.run_id == rec.run_id and j.analysis == "kv")
     assert kv.flops == pytest.approx(8 * T * forward_flops_per_token(rec.model, s, 49152, T))  # eval.batch windows
-    assert kv.gpus == 1 and kv.time_min == 180  # the eval preset (mor.jobs.KINDS)
+    assert kv.gpus == 1 and kv.time_min == 30  # the eval preset's (mor.jobs.KINDS) 3 h cut to 2 x its minutes, at least 30
     # the shipped grids: fig5c's three MoR runs get depth_cap, fig7's one Recursive run kv, table10 nothing
     assert _counts(plan_grid(load_grid(GRIDS / "fig5c.yaml", "cluster"), presets))["analysis"] == 3
     assert [j.analysis for j in plan_grid(load_grid(GRIDS / "fig7.yaml", "cluster"), presets)
@@ -228,7 +231,7 @@ def test_throughput_jobs_only_in_grids_that_draw_fig4a(presets):
              + (fixed + 32) * warmup * decode_flops_per_token(van.model, s, 49152, warmup / 2))
     job = next(j for j in jobs if j.run_id == van.run_id and j.kind == "throughput")
     assert job.flops == pytest.approx(flops) and job.tokens == 2 * requests * gen_mean + 64 * warmup
-    assert job.gpu_hours == pytest.approx(flops / 60e12 / 3600) and job.gpu_hours_requested == pytest.approx(1.0)
+    assert job.gpu_hours == pytest.approx(flops / 60e12 / 3600) and job.gpu_hours_requested == pytest.approx(0.5)
     # MoR-4 admits more sequences into the same memory: a larger maximum batch, more warmup tokens
     mor4 = next(j for j in jobs if j.kind == "throughput" and "nr4" in j.run_id)
     assert mor4.tokens > job.tokens and mor4.fits
@@ -308,9 +311,16 @@ def test_the_totals_line_sums_every_kind(presets):
     assert set(_counts(jobs)) == {"train", "eval", "lmeval", "analysis", "throughput"}
     est, req = sum(j.gpu_hours for j in jobs), sum(j.gpu_hours_requested for j in jobs)
     assert f"all grids: 9 runs, {est:.1f} GPU-h estimated, {req:.1f} GPU-h requested" in out.getvalue()
-    # requested: train 24 h slots (fig4a's 5 runs on 4 GPUs, fig5c / fig7 135M on 2), 3 h evals and
-    # analyses, 1 h lmeval and throughput jobs
-    assert req == pytest.approx(5 * 4 * 24 + 4 * 2 * 24 + 9 * 3 + 4 * 3 + 9 * 1 + 5 * 1)
+    # requested: each job's limit (1.5 x a train job's estimated hours, 2 x a scoring job's, rounded up
+    # to 15 min, at least 30 min, at most the preset's 24 h / 3 h / 1 h) x its segments x its GPUs
+    ceiling = {"train": 24 * 60, "eval": 180, "analysis": 180, "lmeval": 60, "throughput": 60}
+
+    def limit(j):
+        return min(ceiling[j.kind], max(30, math.ceil(j.hours * 60 * (1.5 if j.kind == "train" else 2) / 15) * 15))
+
+    assert [j.time_min for j in jobs] == [limit(j) for j in jobs]
+    assert req == pytest.approx(sum(math.ceil(j.hours * 60 / limit(j)) * limit(j) / 60 * j.gpus for j in jobs))
+    assert req < 5 * 4 * 24 + 4 * 2 * 24 + 9 * 3 + 4 * 3 + 9 * 1 + 5 * 1  # what the presets' limits alone booked
 
 
 def test_the_designs_cluster_costs_are_the_plans_and_the_plan_prints_them():
@@ -345,3 +355,39 @@ def test_the_designs_cluster_costs_are_the_plans_and_the_plan_prints_them():
     want = 6 * (v[0] * v[1] + r[0] * r[1])
     line = next(ln for ln in text.splitlines() if ln.strip().startswith("sharing-costs"))
     assert line.endswith(f"3 -> {max(design.looks)} seeds: {want:,.0f} GPU-h")
+
+
+def test_the_plan_names_its_site_first_and_limits_come_from_the_estimate(monkeypatch):
+    """The issue's example: at the H100 site a 135M train job of table10 is estimated at ~4.3 h,
+    and asked for 24 h; its eval at ~0.01 h, asked for 3 h. Now the first line names the site and
+    where it came from, and each job asks for its estimate x its kind's margin: the train job
+    1.5 x, the scoring jobs 2 x with a 30 min floor; the launcher submits the same limit."""
+    from mor.launch.cost import timed_preset
+
+    monkeypatch.setenv("MOR_SITE", "h100-80gb")
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert launch_main(["plan", "--grid", str(GRIDS / "table10.yaml"), "--mode", "cluster"]) == 0
+    first = out.getvalue().splitlines()[0]
+    assert first.startswith("pricing site h100-80gb: H100-80GB (MOR_SITE=h100-80gb)"), first
+    assert "1.5 train, 2 eval" in first and "at least 30 min" in first
+    presets = load_presets(DEFAULT_PRESETS)
+    grid = load_grid(GRIDS / "table10.yaml", "cluster")
+    jobs = {(j.run_id, j.kind): j for j in plan_grid(grid, presets)}
+    run = next(r.config for r in grid.runs if r.config.model.scale == "135M" and r.config.model.variant != "vanilla")
+    train, ev = jobs[(run.run_id, "train")], jobs[(run.run_id, "eval")]
+    assert 4.0 < train.hours < 4.6 and train.time_min == math.ceil(train.hours * 90 / 15) * 15 == 390  # 6:30
+    assert train.segments == 1 and train.gpu_hours_requested == pytest.approx(6.5 * 2)
+    assert ev.hours < 0.05 and ev.time_min == 30
+    assert re.search(rf"{run.run_id} +train +135M +1 x 2 +6:30 ", out.getvalue())
+    assert re.search(rf"{run.run_id} +eval +135M +1 x 1 +0:30 ", out.getvalue())
+    # what the launcher submits: the same preset, with the plan's limit
+    for kind, job in (("train", train), ("eval", ev)):
+        submitted = timed_preset(run, kind, presets.get("135M", kind))
+        assert submitted.time_min == job.time_min and submitted.submitit_parameters("x")["timeout_min"] == job.time_min
+    # the shipped presets' site is the one the README's cluster command names
+    import yaml
+
+    default = yaml.safe_load(Path(DEFAULT_PRESETS).read_text())["site"]
+    line = next(ln for ln in (REPO / "README.md").read_text().splitlines() if "mor.launch plan" in ln)
+    assert f"site {default}" in line, line

@@ -93,7 +93,7 @@ def job_resources(kind):
     out = {"job_kind": kind}
     if PRESET_TABLE is None:
         return out
-    from mor.launch.resources import INT_RESOURCES, STR_RESOURCES, preset_resources, resource
+    from mor.launch.resources import INT_RESOURCES, STR_RESOURCES, preset_resources, run_resource
 
     key = KINDS[kind].preset
     if key == "data":  # one entry, no run: plain values. A file without it is fine until the
@@ -103,8 +103,9 @@ def job_resources(kind):
     every = [PRESET_TABLE.data_entry, *PRESET_TABLE.entries.values()]
     names = list(INT_RESOURCES) + [n for n in STR_RESOURCES if any(p and n in preset_resources(p) for p in every)]
 
-    def one(name):
-        return lambda wildcards: resource(PRESET_TABLE, run_config(wildcards).model.scale, key, name)
+    def one(name):  # runtime: the job's own limit from its estimate (mor.launch.resources.run_resource)
+        return lambda wildcards: run_resource(PRESET_TABLE, run_config(wildcards), kind, name,
+                                              dict(wildcards.items()).get("analysis", ""), MODE)
 
     out.update({name: one(name) for name in names})
     if kind == "train":  # the plan's micro-batch and GiB per GPU, shown beside the request

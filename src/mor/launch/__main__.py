@@ -143,6 +143,10 @@ def _slurm(a) -> int:
     run = grid.run(a.run_id).config
     spec = KINDS[a.kind]
     preset = load_presets(a.presets).get(run.model.scale, spec.preset)
+    from mor.launch.cost import PLANNED, timed_preset
+
+    if a.kind in PLANNED:  # the job's own time limit, as the plan prints it (mor.launch.cost.time_limit_min)
+        preset = timed_preset(run, a.kind, preset, getattr(a, "analysis", "") or "", grid.mode)
     folder = log_dir(a.log_root, grid.name, a.run_id, a.kind).absolute()
     if a.kind == "analysis":
         folder = folder.with_name(f"analysis-{a.analysis}")
@@ -208,11 +212,12 @@ def _hub(a) -> int:
 def _plan(a) -> int:
     from mor.data.fineweb import DEFAULT_SETTINGS
     from mor.launch.cost import plan_grid
-    from mor.launch.plan import format_data_plan, format_design, format_plan
+    from mor.launch.plan import format_data_plan, format_design, format_plan, format_site
 
     a.fineweb = a.fineweb or DEFAULT_SETTINGS
 
     presets = load_presets(a.presets)
+    print(format_site(presets))  # first: which GPUs the hours are priced on
     data = format_data_plan([load_grid(path, a.mode) for path in a.grid], presets, a.fineweb, a.data_root, a.tags)
     if data:
         print(data)

@@ -29,9 +29,12 @@ Cost of each job (``job_cost``, pure, from ``mor.flops``), in model FLOPs:
                 ``decode_flops_per_token`` of its mean context. Decoding is memory-bound: its
                 FLOPs rate is far below training's, hence the site's own ``throughput`` figure.
 
-Time of one job = FLOPs / (GPUs x the preset's assumed ``tflops_per_gpu`` for that kind). A
-train job longer than its preset's ``time_min`` runs as several Slurm segments (time-out ->
-checkpoint -> requeue), each asking for the full time limit, so
+Time of one job = FLOPs / (GPUs x the preset's assumed ``tflops_per_gpu`` for that kind). Its
+time limit on a GPU preset = that time x the kind's margin (``TIME_MARGIN``: train 1.5x, scoring
+2x; at least 30 min), at most the preset's ``time_min`` (``time_limit_min``); the launcher and
+the workflow's ``runtime`` resource ask for the same (``timed_preset``). A train job longer than
+its limit runs as several Slurm segments (time-out -> checkpoint -> requeue), each asking for the
+full time limit, so
 
     GPU-h estimated = hours x GPUs        GPU-h requested = segments x time_min/60 x GPUs
 
@@ -346,16 +349,46 @@ def memory_fit(run: RunConfig, preset: Preset) -> tuple[int, float, bool]:
     return mb, est.total / GiB, est.total <= usable_bytes(preset.gpu_memory_gib * GiB)
 
 
+# The time limit a GPU job asks Slurm for (``time_limit_min``): its estimated hours times the
+# margin of its kind, rounded up to a quarter hour, at least TIME_FLOOR_MIN, at most the preset's
+# time_min (the site's ceiling; a train job longer than that runs as segments of it). Train
+# resumes after a time-out, so its margin only covers a throughput below the assumed one (1.5x:
+# tflops_per_gpu is an assumption until benchmarks/device_check.py measures it); a scoring job
+# starts again from scratch after one, hence 2x; every job also starts (imports, weights, data),
+# hence the floor. A CPU preset (the test cluster, the local scales) keeps its own time_min.
+TIME_MARGIN = MappingProxyType({"train": 1.5, "eval": 2.0, "lmeval": 2.0, "analysis": 2.0, "throughput": 2.0})
+TIME_FLOOR_MIN = 30
+
+
+def time_limit_min(kind: str, hours: float, preset: Preset) -> int:
+    """The job's Slurm time limit in minutes (see TIME_MARGIN)."""
+    if not preset.gpus_per_node:
+        return preset.time_min
+    wanted = math.ceil(hours * 60 * TIME_MARGIN.get(kind, 2.0) / 15) * 15
+    floor = max(TIME_FLOOR_MIN, math.ceil(preset.signal_delay_s / 60) + 1)
+    return min(preset.time_min, max(floor, wanted))
+
+
+def timed_preset(run: RunConfig, kind: str, preset: Preset, analysis: str = "", mode: str = "cluster") -> Preset:
+    """``preset`` with the job's own time limit (``time_limit_min`` of its estimate): what the
+    launcher submits and the workflow's ``runtime`` resource declares, as the plan prints."""
+    import dataclasses
+
+    protocol = throughput_protocol.load_protocol(mode) if kind == "throughput" else None
+    return dataclasses.replace(preset, time_min=estimate(run, kind, preset, analysis, protocol).time_min)
+
+
 def estimate(run: RunConfig, kind: str, preset: Preset, analysis: str = "", protocol: dict | None = None) -> JobEstimate:
     cost = job_cost(run, kind, analysis, protocol, preset.gpu_memory_gib)
     devices = preset.gpus or preset.world_size  # GPUs, or CPU tasks on a CPU preset
     hours = (preset.start_s + cost.flops / (preset.tflops_per_gpu * 1e12 * devices)) / 3600
-    segments = max(1, math.ceil(hours * 60 / preset.time_min))
+    limit = time_limit_min(kind, hours, preset)
+    segments = max(1, math.ceil(hours * 60 / limit))
     if kind not in RESUMABLE:  # it starts again after each time-out, until submitit gives up
         segments = min(segments, 1 + preset.max_timeouts)
     micro, mem, fits = memory_fit(run, preset) if kind == "train" else (0, 0.0, cost.fits)
     return JobEstimate(run.run_id, kind, run.model.scale, preset.nodes, preset.gpus, preset.world_size,
-                       preset.time_min, cost.flops, hours, segments, tokens=cost.tokens,
+                       limit, cost.flops, hours, segments, tokens=cost.tokens,
                        budget=run.train.budget_flops, paper_scale=run.paper_scale or run.model.scale,
                        variant=run.model.variant, micro_batch=micro, memory_gib=mem, fits=fits, analysis=analysis,
                        note=cost.note, max_segments=1 + preset.max_timeouts)

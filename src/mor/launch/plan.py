@@ -3,8 +3,9 @@ its GPU-hours (estimated and requested), per table, and the run ids, before any 
 
     python -m mor.launch plan --grid grids/table10.yaml --mode cluster --presets slurm/presets.yaml
 
-The numbers are the cost model's (``mor.launch.cost``: which jobs, their FLOPs, hours,
-segments and memory, the data job); this module only lays them out: the totals per kind,
+The numbers are the cost model's (``mor.launch.cost``: which jobs, their FLOPs, hours, time
+limits, segments and memory, the data job); this module only lays them out: the site priced
+(the first line, ``format_site``), the totals per kind,
 the isoFLOP budgets, the warnings, one line per job, the data jobs and what the claims'
 adaptive design could add.
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 from mor.grids import Grid
 from mor.jobs import KINDS
-from mor.launch.cost import RESUMABLE, JobEstimate, block_costs, lm_eval_sizes, plan_data
+from mor.launch.cost import (RESUMABLE, TIME_FLOOR_MIN, TIME_MARGIN, JobEstimate, block_costs, lm_eval_sizes,
+                             plan_data)
 from mor.launch.presets import Presets
 
 
@@ -101,6 +103,26 @@ def format_warnings(jobs: list[JobEstimate]) -> list[str]:
     notes = sorted({j.note for j in jobs if j.note and j.fits})
     out += [f"  NOTE: {n}" for n in notes]
     return out
+
+
+def format_site(presets: Presets) -> str:
+    """The plan's first line: which GPUs it prices and where that choice came from."""
+    import os
+
+    from mor.launch.presets import SITE_ENV, known_sites
+
+    s = presets.site
+    if s is None:
+        return (f"pricing: no site profile ({presets.path} sets no `site:`): the entries' own tflops_per_gpu; "
+                f"{SITE_ENV}=<name> prices one of {known_sites()}")
+    source = f"{SITE_ENV}={os.environ[SITE_ENV]}" if os.environ.get(SITE_ENV) else f"`site:` of {presets.path}"
+    others = [k for k in known_sites() if k != s.name]
+    return (f"pricing site {s.name}: {s.gpu} ({source}); time limits = estimate x {_margins()}, at least "
+            f"{TIME_FLOOR_MIN} min, at most the preset's time_min; {SITE_ENV}=<name> prices another ({', '.join(others)})")
+
+
+def _margins() -> str:
+    return ", ".join(f"{m:g} {k}" for k, m in TIME_MARGIN.items())
 
 
 def _site_line(presets: Presets) -> str:

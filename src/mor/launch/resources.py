@@ -10,9 +10,14 @@ the same ``Presets`` object and the same ``(scale, kind)`` key as the launcher a
 * ``snakemake --profile slurm -n`` prints, for every job, its GPUs, memory and time limit;
 * ``--resources gpu=16`` caps the GPUs in flight (Snakemake counts each job's ``gpu``);
 * the names are the ones Snakemake's own Slurm executor plugin reads (``slurm_partition``,
-  ``slurm_account``, ``runtime`` in minutes, ``mem_mb`` per node, ``cpus_per_task``,
-  ``nodes``, ``tasks``, ``gpu``, ``qos``, ``constraint``), so that executor could submit the
-  same jobs (docs/grids.md says which of the two paths a site should use).
+  ``slurm_account``, ``runtime`` in minutes, ``cpus_per_task``, ``nodes``, ``tasks``, ``gpu``,
+  ``qos``, ``constraint``), but memory: ``node_mem_mib``, the preset's ``mem_gb`` per node in
+  MiB (what Slurm's ``--mem`` gets). Snakemake prints a ``mem_mb`` as three numbers in two
+  conventions (``mem_mb=131072, mem=131.07 GB, mem_mib=125000``: it takes the MiB as decimal
+  MB); under its own name the memory is shown once, in one unit.
+* ``runtime`` is the job's own time limit (``mor.launch.cost.time_limit_min``: its estimate
+  times the kind's margin, at most the preset's ``time_min``), as the plan prints and the
+  launcher submits (``run_resource``).
 
 Pure and torch-free (Snakemake calls it while it builds the DAG, once per job and resource).
 """
@@ -24,7 +29,7 @@ from mor.launch.presets import Preset, PresetError, Presets
 
 # Resource names, in the order the dry run prints them. Integers: Snakemake sums them for
 # --resources; strings: passed through (only where the preset sets them).
-INT_RESOURCES = ("nodes", "tasks", "gpu", "cpus_per_task", "mem_mb", "runtime")
+INT_RESOURCES = ("nodes", "tasks", "gpu", "cpus_per_task", "node_mem_mib", "runtime")
 STR_RESOURCES = ("slurm_partition", "slurm_account", "qos", "constraint")
 NAMES = INT_RESOURCES + STR_RESOURCES
 
@@ -36,7 +41,7 @@ def preset_resources(preset: Preset) -> dict[str, int | str]:
         "tasks": preset.world_size,  # processes of the whole job (one per GPU)
         "gpu": preset.gpus,  # GPUs of the whole job (nodes x gpus_per_node)
         "cpus_per_task": preset.cpus_per_task,
-        "mem_mb": round(preset.mem_gb * 1024),  # per node, like Slurm's --mem (mem_gb is GiB there too)
+        "node_mem_mib": round(preset.mem_gb * 1024),  # per node, like Slurm's --mem (MiB; mem_gb is GiB)
         "runtime": preset.time_min,
     }
     for key, name in (("partition", "slurm_partition"), ("account", "slurm_account"), ("qos", "qos"),
@@ -68,6 +73,26 @@ def resource(presets: Presets, scale: str, preset_key: str, name: str) -> int | 
     if name in INT_RESOURCES:
         return int(values.get(name, 0))
     return values.get(name)
+
+
+_TIMED: dict[tuple, int] = {}  # (presets, run id, kind, analysis, mode) -> the job's time limit
+
+
+def run_resource(presets: Presets, run: RunConfig, kind: str, name: str, analysis: str = "",
+                 mode: str = "cluster") -> int | str | None:
+    """One resource of one run's job of ``kind``: ``resource`` of its preset, but ``runtime``
+    the job's own time limit (``mor.launch.cost.timed_preset``), as the launcher submits it."""
+    from mor.jobs import KINDS
+    from mor.launch.cost import PLANNED, timed_preset
+
+    key = KINDS[kind].preset
+    p = job_preset(presets, run.model.scale, key)
+    if name != "runtime" or p is None or kind not in PLANNED:
+        return resource(presets, run.model.scale, key, name)
+    k = (id(presets), run.run_id, kind, analysis, mode)
+    if k not in _TIMED:
+        _TIMED[k] = timed_preset(run, kind, p, analysis, mode).time_min
+    return _TIMED[k]
 
 
 # What the plan models for a train job on a GPU preset (``mor.launch.cost.memory_fit``): the
