@@ -41,6 +41,7 @@ include: "workflows/rules/analysis.smk"
 include: "workflows/rules/throughput.smk"
 include: "workflows/rules/report.smk"
 include: "workflows/rules/claims.smk"
+include: "workflows/rules/rehearsal.smk"
 
 
 rule all:

@@ -1,0 +1,211 @@
+"""One rehearsal per job kind, each through the function the Slurm job runs (``mor.jobs.KINDS``).
+
+A rehearsal calls the kind's job function with the preset's settings on fake tensors
+(``mor.rehearsal.fake``) and returns a row for the table: run id, job, world size,
+micro-batch, status, and for a train job the peak per GPU by category, measured
+(``mor.rehearsal.measure``) and modelled (``mor.memory``).
+
+The train job is the job function up to its training loop: ``train_job`` loads the grid, finds
+the data, builds the model, optimizer and sampler, resolves the micro-batch and wraps the model
+for DDP / FSDP (over a fake process group of the preset's world size) exactly as on the cluster;
+its loop (``Trainer.fit``) is replaced by one ``Trainer.train_step`` (forward, backward, AdamW,
+every micro-batch of the rank's share of the global batch) under the memory tracker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+from mor.config import model_shape
+from mor.grids import load_grid
+from mor.jobs import KINDS
+from mor.rehearsal import measure
+from mor.rehearsal.data import ensure_data
+from mor.rehearsal.fake import GiB, RehearsalError, fake_device
+
+CLUSTER_VOCAB = 49152  # the cluster tokenizer's (HuggingFaceTB/SmolLM-135M), where a scale has none
+
+
+@dataclass
+class Row:
+    """One line of the rehearsal table."""
+
+    run_id: str
+    job: str
+    world_size: int
+    micro_batch: int
+    status: str  # "ok" or "FAILED: <why>"
+    gpu_gib: float
+    route: str = ""  # how it was measured (docs/rehearsal.md)
+    measured: dict = field(default_factory=dict)  # bytes by measure.CATEGORIES
+    modelled: dict = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def fake_process_group(world: int):
+    """torch.distributed initialised as rank 0 of ``world`` over a process group that moves no data."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if world <= 1:
+        yield None
+        return
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    # DDP's constructor compares and broadcasts parameter bytes in C++, which fake tensors have
+    # none of; the ranks of a rehearsal hold the same model by construction
+    ddp = "torch.nn.parallel.distributed."
+    # FSDP makes its device mesh at the first fully_shard; made under the fake mode it fails
+    # (the mesh's rank table is built with data-dependent ops), so it is made here, outside it
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (world,))
+    try:
+        with mock.patch(ddp + "_verify_param_shape_across_processes", lambda *a, **k: None), \
+                mock.patch(ddp + "_sync_module_states", lambda *a, **k: None), \
+                mock.patch("torch.distributed.fsdp._fully_shard._fully_shard._init_default_mesh", lambda *a, **k: mesh):
+            yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def cpu_autocast(device: str):
+    """Off CUDA, bf16 autocast on the CPU where the run asks for bf16 (the job refuses it there):
+    the same casts of the weights and matmul inputs as the GPU's autocast."""
+    import torch
+
+    from mor.train import trainer
+
+    if device == "cuda":
+        yield
+        return
+    pick = lambda precision, dev: None if precision == "fp32" else torch.bfloat16  # noqa: E731
+    with mock.patch.object(trainer, "autocast_dtype", pick):
+        yield
+
+
+def _create_moments(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """AdamW's moments as they are from the second step on (it makes them lazily, at its first
+    step): one step on zero gradients, outside the measurement."""
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _kept_bucket(state, bucket):
+    """A DDP communication hook that keeps the bucket as it is (what an all-reduce of equal
+    gradients would give), where the fake process group's future carries no tensor."""
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+@contextlib.contextmanager
+def one_step(backward: bool = True):
+    """``Trainer.fit`` (and its DDP / FSDP overrides) replaced by one measured training step.
+
+    ``backward=False``: ``Tensor.backward`` does nothing (on fake CUDA the autograd engine asks
+    for a CUDA context, PyTorch issue #92627); the rest of the step runs on no gradients."""
+    from mor.train.parallel import DDPTrainer, FSDPTrainer
+    from mor.train.trainer import Trainer
+
+    def fit(self):
+        model = self.ddp_model or self.model
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model.register_comm_hook(None, _kept_bucket)  # the fake group's all-reduce returns nothing
+        _create_moments(self.model, self.optimizer)
+        with measure.StorageTracker(model, self.optimizer) as mt:
+            self.train_step()
+        return {"micro_batch": self.micro, "accumulation": self.accum, "memory": mt.peak}
+
+    with contextlib.ExitStack() as stack:
+        for cls in (Trainer, DDPTrainer, FSDPTrainer):
+            stack.enter_context(mock.patch.object(cls, "fit", fit))
+        if not backward:
+            stack.enter_context(mock.patch.object(torch.Tensor, "backward", lambda self, *a, **k: None))
+        yield
+
+
+def run_vocab(run, data_root: Path) -> int:
+    """The model's vocabulary: the scale's, else the tokenizer's (a local one is a file; a hub
+    one is the cluster's, whose size the token manifest records)."""
+    from mor.data.paths import data_paths
+    from mor.data.tokenizer import vocab_size
+
+    if model_shape(run.model).vocab:
+        return model_shape(run.model).vocab
+    paths = data_paths(run.data, Path(data_root))
+    return vocab_size(paths) if str(paths.tokenizer).endswith(".json") else CLUSTER_VOCAB
+
+
+def _train_pass(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path, backward: bool) -> dict:
+    """The train job on fake ``device`` with its loop cut to one step (``one_step``)."""
+    from mor.launch.cost import memory_fit
+    from mor.train.trainer import DistInfo
+
+    run = load_grid(grid, mode).run(run_id).config
+    # On fake CUDA one rank without a wrapper: DDP's reducer and FSDP time their work with CUDA
+    # events, which need a real device; the wrappers run in the CPU pass at the preset's world size
+    world = preset.world_size if device != "cuda" else 1
+    execution = dict(preset.execution)
+    if execution.get("micro_batch") == "auto":
+        # the plan's micro-batch, from the memory model on the preset's GPU (what the job's 'auto'
+        # asks on CUDA; off CUDA it would take the draw size)
+        execution["micro_batch"] = memory_fit(run, preset)[0]
+    job = "train" if backward else "train (forward)"
+    with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp, one_step(backward), cpu_autocast(device), \
+            fake_process_group(world), fake_device(run_id, job, device, preset.gpu_memory_gib or 80.0, devices=world):
+        dist = DistInfo(rank=0, world_size=world) if world > 1 else None
+        return KINDS["train"].run(grid=grid, run_id=run_id, mode=mode, run_dir=tmp, data_root=str(data_root),
+                                  device=device, dist=dist, parallel=preset.parallel, execution=execution)
+
+
+def rehearse_train(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path) -> Row:
+    """One optimizer step of the train job at the preset's world size, micro-batch and execution.
+
+    ``device`` 'cuda' (a CUDA build of torch): the job runs on fake CUDA up to the end of its
+    forward passes (device, dtype and kernel checks of every CUDA-only path; the micro-batch the
+    job's own 'auto' picks), then the whole step (forward, backward, AdamW) runs on fake CPU
+    tensors under bf16 autocast for the memory. 'cpu': the second part only."""
+    from mor.memory import training_memory
+
+    run = load_grid(grid, mode).run(run_id).config
+    vocab = run_vocab(run, data_root)
+    ensure_data(run, data_root, vocab)
+    world = preset.world_size
+    route = "fake cpu step"
+    if device == "cuda":
+        fwd = _train_pass(grid, run_id, mode, preset, "cuda", data_root, backward=False)
+        route = "fake cuda forward + fake cpu step"
+    out = _train_pass(grid, run_id, mode, preset, "cpu", data_root, backward=True)
+    row = Row(run_id, "train", world, out["micro_batch"], "ok", preset.gpu_memory_gib, route=route)
+    row.measured = out["memory"]
+    t, ex = run.train, preset.exec_config
+    dtype = "fp32" if t.precision == "fp32" else "bf16"
+    est = training_memory(run.model, model_shape(run.model), vocab, t.seq_len, row.micro_batch, dtype, world,
+                          preset.parallel, ex.activation_checkpointing, ex.loss_chunk)
+    row.modelled = measure.modelled(est)
+    if preset.gpu_memory_gib and row.measured["total"] > preset.gpu_memory_gib * GiB:
+        row.status = f"FAILED: measured peak {row.measured['total'] / GiB:.1f} GiB > {preset.gpu_memory_gib} GiB GPU"
+    return row
+
+
+def rehearse(kind: str, grid: str, run_id: str, mode: str, preset, device: str, data_root: Path) -> Row:
+    """The rehearsal of one job; a failure becomes a row whose status says why."""
+    fn = {"train": rehearse_train}.get(kind)
+    if fn is None:
+        return Row(run_id, kind, preset.world_size, 0, "not rehearsed", preset.gpu_memory_gib)
+    try:
+        return fn(grid, run_id, mode, preset, device, data_root)
+    except RehearsalError as e:
+        return Row(run_id, kind, preset.world_size, 0, f"FAILED: {e}", preset.gpu_memory_gib, route=f"fake {device}")
+
+
+__all__ = ["GiB", "Row", "rehearse", "rehearse_train"]

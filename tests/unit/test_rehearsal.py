@@ -1,0 +1,138 @@
+"""The rehearsal's pieces with the CPU torch (fake CPU tensors): failure naming, the memory
+counter, synthetic data, the table, and one DDP train step through the train job."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+from mor.data.paths import DataPaths
+from mor.data.sampler import load_tokens
+from mor.data.tokenizer import vocab_size
+from mor.launch.presets import Preset
+from mor.rehearsal import jobs
+from mor.rehearsal.data import write_split
+from mor.rehearsal.fake import RehearsalError, fake_device
+from mor.rehearsal.jobs import Row, rehearse
+from mor.rehearsal.measure import GiB, StorageTracker
+from mor.rehearsal.table import COLUMNS, to_csv, to_markdown
+
+GRID = """
+name: rehearse_ci
+description: two variants for the rehearsal's test
+runs:
+  - name: vanilla
+    set: {model.variant: vanilla}
+    axes: {model.scale: [135M]}
+  - name: recursive
+    set: {model.variant: recursive, model.num_recursions: 2, model.tying: cycle}
+    axes: {model.scale: [135M]}
+modes:
+  local: {scale_map: {135M: tiny}, set: {train.tokens: 4096, train.global_batch: 8, train.micro_batch: 4}}
+"""
+
+
+def test_a_failure_names_the_run_the_job_and_the_op():
+    with pytest.raises(RehearsalError) as e:
+        with fake_device("run-1", "train", "cpu"):
+            torch.ones(2, 3) + torch.ones(2, 3, device="meta")  # two devices in one op
+    assert (e.value.run_id, e.value.job, e.value.op) == ("run-1", "train", "aten.add.Tensor")
+    assert str(e.value).startswith("run-1 / train: failed in aten.add.Tensor: ")
+
+
+def test_tensors_are_fake_and_a_scalar_read_is_a_stand_in():
+    with fake_device("r", "train", "cpu"):
+        big = torch.ones(1 << 20, 1 << 20)  # 4 TiB: nothing is allocated
+        assert isinstance(big, FakeTensor) and big.shape == (1 << 20, 1 << 20)
+        assert float(big.sum()) == 1.0 and big.sum().item() == 1.0
+
+
+def test_storage_tracker_counts_parameters_gradients_and_moments():
+    with fake_device("r", "train", "cpu"):
+        model = torch.nn.Linear(64, 32)
+        opt = torch.optim.AdamW(model.parameters())
+        p_bytes = (64 * 32 + 32) * 4
+        jobs._create_moments(model, opt)  # moments exist before the tracker starts, as from step 2 on
+        with StorageTracker(model, opt) as mt:
+            model(torch.ones(8, 64)).sum().backward()
+            opt.step()
+        peak = mt.peak
+    assert peak["params"] == p_bytes
+    assert peak["grads"] == p_bytes  # both gradients alive while AdamW steps
+    assert 2 * p_bytes <= peak["optimizer"] <= 2 * p_bytes + 2 * 64 + 4 * p_bytes  # moments (+ step counts, temporaries)
+    assert peak["total"] == sum(peak[k] for k in ("params", "grads", "optimizer", "transient"))
+
+
+def test_synthetic_tokens_read_back_through_the_jobs_loader(tmp_path):
+    manifest = write_split(tmp_path / "train", "HuggingFaceTB/SmolLM-135M", 49152, tokens=10_000)
+    tokens = load_tokens(manifest)  # checks each shard's size and sha256
+    assert len(tokens) == 10_000 and int(tokens[:].max()) < 49152
+    assert vocab_size(DataPaths("HuggingFaceTB/SmolLM-135M", manifest, manifest)) == 49152
+
+
+def test_table_counts_and_columns():
+    ok = Row("a", "train", 2, 8, "ok", 80.0, measured={"params": GiB, "grads": GiB, "optimizer": 2 * GiB,
+                                                        "transient": 3 * GiB, "total": 7 * GiB},
+             modelled={"params": GiB, "grads": GiB, "optimizer": 2 * GiB, "transient": 4 * GiB, "total": 8 * GiB})
+    bad = Row("b", "train", 2, 0, "FAILED: b / train: failed in aten.mm.default: boom", 80.0)
+    rows = list(csv.DictReader(io.StringIO(to_csv([ok, bad]))))
+    assert list(rows[0]) == COLUMNS
+    assert (rows[0]["measured_transient_gib"], rows[0]["modelled_transient_gib"]) == ("3.00", "4.00")
+    assert rows[1]["status"].startswith("FAILED") and rows[1]["measured_total_gib"] == ""
+    md = to_markdown([ok, bad], "t")
+    assert "2 job(s): 1 passed, 1 failed, 0 not rehearsed" in md and "| 7.00 / 8.00 |" in md
+
+
+@pytest.fixture
+def grid(tmp_path):
+    path = tmp_path / "rehearse_ci.yaml"
+    path.write_text(GRID)
+    return str(path)
+
+
+def _runs(grid):
+    from mor.grids import load_grid
+
+    return [r.config for r in load_grid(grid, "local").runs]
+
+
+PRESET = Preset(gpus_per_node=2, gpu_memory_gib=1.0, execution={"micro_batch": 2})  # DDP over 2 fake ranks
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "recursive"])
+def test_one_ddp_train_step_through_the_train_job(grid, data_root, variant):
+    from mor.flops import param_count
+    from mor.config import model_shape
+
+    run = next(r for r in _runs(grid) if r.model.variant == variant)
+    row = rehearse("train", grid, run.run_id, "local", PRESET, "cpu", data_root)
+    assert row.status == "ok", row.status
+    assert (row.world_size, row.micro_batch) == (2, 2)
+    P = param_count(run.model, model_shape(run.model), vocab_size_of(data_root, run))
+    assert row.measured["grads"] == 4 * P == row.modelled["grads"]  # every parameter's fp32 gradient, once
+    assert row.measured["optimizer"] >= 8 * P  # AdamW's two fp32 moments
+    assert row.measured["params"] >= 4 * P
+    assert row.measured["transient"] > 0
+
+
+def vocab_size_of(data_root, run):
+    from mor.data.paths import data_paths
+
+    return vocab_size(data_paths(run.data, data_root))
+
+
+def test_a_failure_inside_the_train_job_is_a_row_naming_it(grid, data_root, monkeypatch):
+    from mor.train.trainer import Trainer
+
+    def as_floats(self):  # token ids of the wrong dtype, as a path only one device takes could make them
+        x = torch.zeros(self.micro, self.run.train.seq_len)
+        yield x, x.long()
+
+    monkeypatch.setattr(Trainer, "micro_batches", as_floats)
+    run = _runs(grid)[0]
+    row = rehearse("train", grid, run.run_id, "local", PRESET, "cpu", data_root)
+    assert row.status.startswith(f"FAILED: {run.run_id} / train: failed in aten.embedding.default: ")
