@@ -296,15 +296,17 @@ def stamp(fig, note: str) -> None:
              gid="mor-note")
 
 
-def save_figure(fig, out: Path, name: str, drawn: pd.DataFrame | None = None, dpi: int = 150,
-                note: str | None = None) -> list[Path]:
+def save_figure(fig, out: Path, name: str, drawn: pd.DataFrame | None = None, dpi: int = 150, *,
+                note: str) -> list[Path]:
     """A figure folder: <name>.png, <name>.pdf and (the numbers drawn) <name>.csv, written
-    atomically (OutputDir); the matplotlib figure is closed. ``note`` (``figure_note``): the
-    evidence level and seeds, stamped in the image under the laid-out figure."""
+    atomically (OutputDir); the matplotlib figure is closed. ``note`` (``figure_note``; required,
+    so no figure leaves without it): the evidence level and seeds, stamped in the image under
+    the laid-out figure."""
     import matplotlib.pyplot as plt
 
-    if note:
-        stamp(fig, note)
+    if not note:
+        raise ValueError(f"{out}: a figure states its evidence level and seeds (figure_note)")
+    stamp(fig, note)
     od = OutputDir(out)
     try:
         with od as d:

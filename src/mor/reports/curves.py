@@ -148,7 +148,10 @@ def render_curves(results: Path, runs_root: Path, grid: str, out: Path) -> list[
     legend_rows = -(-len(labels) // 4)
     fig.tight_layout(rect=(0, min(0.4, 0.035 * legend_rows + 0.02), 1, 1))
     drawn = pd.concat([curves, val.assign(metric="val_nll", step=np.nan)], ignore_index=True)
-    return save_figure(fig, Path(out), NAME, drawn=drawn)
+    note = (f"Evidence: the training logs of grid {grid} (stars: each run's validation NLL, lower is better); "
+            + (f"n = {n_seeds} seeds per curve; band and error bars: min..max over seeds." if n_seeds > 1
+               else "n = 1 seed per curve: no band, no error bars."))
+    return save_figure(fig, Path(out), NAME, drawn=drawn, note=note)
 
 
 def caption(grid: str, root: Path = Path(".")) -> str:
