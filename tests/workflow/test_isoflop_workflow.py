@@ -29,7 +29,7 @@ modes:
   local:
     scale_map: {135M: tiny, 360M: xxs, 730M: xs}
     set:
-      train: {tokens: 512, seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 8}
+      train: {seq_len: 64, global_batch: 8, micro_batch: 8, checkpoint_every: 8}  # tokens: from the budget
       eval: {nll_tokens: 1024, batch: 8}
     axes:
       train.budget_flops: [8.0e9, 1.6e10]
