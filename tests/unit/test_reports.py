@@ -67,6 +67,9 @@ def test_table10_puts_paper_numbers_beside_reproduced(tmp_path, monkeypatch, dra
     assert ax.get_ylabel() == "validation NLL (lower is better)" and ax.get_title() == "135M (run at small, mode local)"
     lo, hi = ax.get_ylim()
     assert lo < 5.0 and hi > 5.4  # every series inside the axes
+    # one seed: the axis is at least 5 x the stated local seed spread (0.10) tall, so the Cycle /
+    # Middle-Cycle gap of 0.1 (inside that spread) fills at most a fifth of it
+    assert hi - lo >= 5 * 0.10 and 0.1 / (hi - lo) <= 0.2
     assert overlapping_texts(fig) == []
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert set(legend) == {"Nr=2", "Vanilla", "Vanilla reduced Nr=2"}
