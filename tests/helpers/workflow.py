@@ -66,13 +66,10 @@ def reference_nll(workdir: Path, row: dict, data_root: Path) -> float:
     import torch
 
     from mor.config import run_config_from_dict
-    from mor.train.checkpoint import load_model_weights
-    from mor.train.trainer import make_model
+    from mor.trained import open_run
 
     cfg = run_config_from_dict(json.loads(row["config_json"]))
-    model = make_model(cfg, 4096, torch.device("cpu"), load_init=False)
-    load_model_weights(workdir / "runs" / row["grid"] / row["run_id"] / "final" / "model.safetensors", model)
-    model.eval()
+    model = open_run(workdir / "runs" / row["grid"] / row["run_id"], cfg, "cpu", vocab_size=4096).model
     t = cfg.train.seq_len
     val = np.load(data_root / "tokens" / "val-bpe-4096.npy")
     n = min(len(val) // (t + 1), cfg.eval.nll_tokens // t)

@@ -1,6 +1,10 @@
 """The layers of ``src/mor``, held against its imports (read with ``ast``; nothing is imported).
 
-    model / data  ->  train / eval / engine / lm_eval / analysis  ->  jobs  ->  launch  ->  cli
+    model / data  ->  trained  ->  eval / engine / lm_eval / analysis / export_hf  ->  jobs  ->  launch  ->  cli
+    model / data  ->  train  ->  launch
+
+A job that only reads a trained run opens it with ``mor.trained`` (the model layer builds and
+loads it) and never imports training.
 
 Every import counts, at module level or inside a function, and so does the package
 ``__init__`` an import runs (``tests/helpers/import_graph.py`` builds the graph; run it to print it).
@@ -18,8 +22,11 @@ from helpers.import_graph import SRC, find_cycle, graph, modules
 DOMAIN = ("mor.model", "mor.data", "mor.train", "mor.eval", "mor.engine", "mor.lm_eval", "mor.analysis",
           "mor.metrics")
 JOB_MODULES = ("mor.jobs", "mor.train", "mor.launch", "mor.cli")  # what reports and claims must never reach
-# job functions of the domain packages: they load weights through the trainer
+# job functions of the domain packages: they run a model or fetch data
 JOB_FILES = ("mor.eval.job", "mor.lm_eval.job", "mor.analysis.job", "mor.engine.job", "mor.data.fineweb")
+# everything that reads a trained run without training it
+READERS = ("mor.model", "mor.data", "mor.trained", "mor.eval", "mor.engine", "mor.lm_eval", "mor.analysis",
+           "mor.export_hf", "mor.metrics")
 
 
 def _under(mod: str, prefixes) -> bool:
@@ -46,6 +53,11 @@ def test_no_import_cycle(g):
 def test_domain_packages_know_no_launcher(g):
     bad = _offences(g, DOMAIN, ("mor.launch", "mor.jobs", "mor.cli"))
     assert not bad, "a domain package imports the launcher layer:\n" + "\n".join(bad)
+
+
+def test_readers_of_a_trained_run_import_no_training(g):
+    bad = _offences(g, READERS, ("mor.train",))
+    assert not bad, "a reader of trained runs imports training (open it with mor.trained):\n" + "\n".join(bad)
 
 
 def test_reports_and_claims_read_results_only(g):

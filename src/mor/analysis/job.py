@@ -18,7 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from mor.analysis.sidecar import ANALYSES, VERSION, applies, settings, write_sidecar
-from mor.layout import RunPaths
 
 
 def analysis_job(analysis: str, grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
@@ -32,10 +31,8 @@ def analysis_job(analysis: str, grid: str, run_id: str, mode: str, run_dir: str,
     from mor.cpu_allocator import tune_cpu_allocator
     from mor.data.paths import data_paths
     from mor.data.sampler import load_tokens
-    from mor.data.tokenizer import vocab_size
     from mor.grids import load_grid
-    from mor.train.checkpoint import CheckpointError, load_model_weights
-    from mor.train.trainer import make_model, pick_device
+    from mor.trained import open_run
 
     if analysis not in ANALYSES:
         raise ValueError(f"unknown analysis {analysis!r}; known: {list(ANALYSES)}")
@@ -45,19 +42,9 @@ def analysis_job(analysis: str, grid: str, run_id: str, mode: str, run_dir: str,
     run = load_grid(grid, mode).run(run_id).config
     if not applies(analysis, run):
         raise ValueError(f"run {run_id} ({run.model.variant}, kv={run.model.kv}): analysis {analysis!r} does not apply")
-    files = RunPaths.of(run_dir)
-    final = files.weights
-    if not files.summary.exists():
-        raise FileNotFoundError(f"{files.summary} missing: run {run_id} has not finished training")
+    opened = open_run(run_dir, run, device, data_root)  # checked as the eval job checks it
+    model, dev, final = opened.model, opened.device, opened.files.weights
     paths = data_paths(run.data, Path(data_root))
-    dev = pick_device(device)
-    model = make_model(run, vocab_size(paths), dev, load_init=False)
-    try:
-        load_model_weights(final, model)
-    except CheckpointError as e:
-        raise CheckpointError(f"run {run_id}: {e}; delete {files.summary} and re-run the "
-                              "workflow: training resumes from its last checkpoint and writes the final weights again") from None
-    model.eval()
     s = settings(analysis, run)
     t0 = time.time()
     from mor.analysis.depth_cap import capped_nll, validation_windows

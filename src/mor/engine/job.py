@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 
 # the protocol's definition lives without torch, for the planner and the Snakefile
-from mor.layout import RunPaths
 from mor.throughput_protocol import PROTOCOL_FILE, VERSION, baseline, load_protocol, sequence_len
 
 
@@ -105,11 +104,9 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     from mor.cpu_allocator import tune_cpu_allocator
     from mor.data.paths import data_paths
     from mor.data.sampler import load_tokens
-    from mor.data.tokenizer import vocab_size
     from mor.flops import decode_flops_per_token, max_batch, relative_max_batch_exact
     from mor.grids import load_grid
-    from mor.train.checkpoint import load_model_weights
-    from mor.train.trainer import make_model, pick_device
+    from mor.trained import open_run
 
     if threads:
         torch.set_num_threads(threads)
@@ -117,9 +114,8 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     p = load_protocol(mode, protocol_file)
     run = load_grid(grid, mode).run(run_id).config
     paths = data_paths(run.data, Path(data_root))
-    dev = pick_device(device)
-    model = make_model(run, vocab_size(paths), dev, load_init=False)
-    load_model_weights(RunPaths.of(run_dir).weights, model)
+    opened = open_run(run_dir, run, device, data_root)
+    model, dev = opened.model, opened.device
     dtype = getattr(torch, p["dtype"])
     elem = torch.tensor([], dtype=dtype).element_size()
     memory = (torch.cuda.get_device_properties(dev).total_memory if p["memory_gib"] == "device"

@@ -14,22 +14,18 @@ import math
 import time
 from pathlib import Path
 
-from mor.atomic import sha256_file
 from mor.config import model_shape
 from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
 from mor.data.sampler import load_tokens
-from mor.data.tokenizer import vocab_size
 from mor.engine.job import throughput_columns
 from mor.flops import plan_for, train_flops
 from mor.grids import load_grid
-from mor.layout import RunPaths
 from mor.eval.nll import evaluate
 from mor.lm_eval.job import accuracy_columns, read_result
 from mor.provenance import git_commit
 from mor.results import write_rows
-from mor.train.checkpoint import CheckpointError, load_model_weights
-from mor.train.trainer import make_model, pick_device
+from mor.trained import open_run
 
 
 def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
@@ -43,30 +39,9 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
 
     g = load_grid(grid, mode)
     run = g.run(run_id).config
-    files = RunPaths.of(run_dir)
-    summary_file = files.summary
-    if not summary_file.exists():
-        raise FileNotFoundError(f"{summary_file} missing: run {run_id} has not finished training")
-    redo = (f"delete {summary_file} and re-run the workflow: training resumes from its last checkpoint "
-            "and writes the final weights again")
-    try:
-        summary = json.loads(summary_file.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"run {run_id}: {summary_file} is unreadable ({e}); {redo}") from None
-    final = files.weights
-    if summary.get("config_hash") not in (None, run.config_hash):
-        raise CheckpointError(f"run {run_id}: {summary_file} was written by training config {summary['config_hash']}, "
-                              f"not {run.config_hash}; {redo}")
-    if "final_sha256" in summary and (not final.exists() or sha256_file(final) != summary["final_sha256"]):
-        raise CheckpointError(f"run {run_id}: {final} is missing or corrupt (its sha256 differs from the one in "
-                              f"{summary_file}); {redo}")
+    opened = open_run(run_dir, run, device, data_root)
+    model, dev, files, summary, final = opened.model, opened.device, opened.files, opened.summary, opened.files.weights
     paths = data_paths(run.data, Path(data_root))
-    dev = pick_device(device)
-    model = make_model(run, vocab_size(paths), dev, load_init=False)  # final weights follow
-    try:
-        load_model_weights(final, model)
-    except CheckpointError as e:
-        raise CheckpointError(f"run {run_id}: {e}; {redo}") from None
     metrics = evaluate(model, load_tokens(paths.val_tokens), run.train.seq_len, run.eval.nll_tokens, run.eval.batch, dev)
     for key in ("val_nll", "val_nll_causal"):
         if not math.isfinite(metrics[key]):

@@ -28,10 +28,9 @@ import shutil
 from pathlib import Path
 
 from mor.atomic import replace_dir, temp_sibling
-from mor.config import capacities, model_shape, run_config_from_dict
+from mor.config import capacities, run_config_from_dict
 from mor.data.paths import data_paths
 from mor.layout import RunPaths, row_file
-from mor.model.transformer import build_model
 from mor.model.tying import kv_producers, model_plan
 
 MODELING_FILE = Path(__file__).with_name("modeling_mor.py")
@@ -215,7 +214,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, data_root: str | Path =
     non-empty ``out_dir`` (an earlier export, anything else) is refused unless ``force``."""
     from safetensors.torch import save_file
 
-    from mor.train.checkpoint import load_model_weights
+    from mor.trained import open_run
 
     if routing not in ROUTINGS:
         raise ExportError(f"routing={routing!r}; choose one of {list(ROUTINGS)}")
@@ -232,10 +231,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, data_root: str | Path =
     if why:
         raise ExportError(f"{run_dir}: cannot export run {run.run_id}: {why}")
     summary = _read_json(files.summary, "training summary (the run has not finished)")
-    final = files.weights
-    shape = model_shape(run.model)
-    model = build_model(run.model, shape, shape.vocab or meta["vocab_size"])
-    load_model_weights(final, model)
+    model = open_run(run_dir, run, "cpu", data_root).model  # checked as the eval job checks it
     tensors = {hf_tensor_name(n): p.detach().contiguous().clone() for n, p in model.named_parameters()}
     nll = val_nll(run_dir, run.grid, run.run_id, Path(results))
     tmp = temp_sibling(out_dir)

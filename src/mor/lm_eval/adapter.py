@@ -95,19 +95,17 @@ class MoRLM(TemplateLM):
         from mor.config import run_config_from_dict
         from mor.data.paths import data_paths
         from mor.data.tokenizer import load_tokenizer
-        from mor.train.checkpoint import load_model_weights
-        from mor.train.trainer import make_model, pick_device
+        from mor.model.build import pick_device
+        from mor.trained import open_run
 
         if threads:
             torch.set_num_threads(int(threads))
         from mor.layout import RunPaths
 
         files = RunPaths.of(run_dir)
-        cfg_file, final = files.config, files.weights
-        for f in (cfg_file, final):
-            if not f.is_file():
-                raise FileNotFoundError(f"mor adapter: {f} missing: {run_dir} is not a finished run")
-        meta = json.loads(cfg_file.read_text())
+        if not files.config.is_file():
+            raise FileNotFoundError(f"mor adapter: {files.config} missing: {run_dir} is not a finished run")
+        meta = json.loads(files.config.read_text())
         run = run_config_from_dict(meta["config"])
         tok_spec = tokenizer or _find_tokenizer(data_paths(run.data, Path("data")).tokenizer, data_root, files.dir)
         tok = load_tokenizer(tok_spec)
@@ -115,9 +113,9 @@ class MoRLM(TemplateLM):
         if dev.type == "cuda" and not torch.cuda.is_available():  # lm-eval's CLI asks for cuda by default
             log.warning("mor adapter: device %s requested but CUDA is not available; running on the CPU", device)
             dev = torch.device("cpu")
-        model = make_model(run, meta.get("vocab_size") or tok.vocab_size, dev, load_init=False)
-        load_model_weights(final, model)
-        self._setup(model, tok, dev, max_length or run.train.seq_len, batch_size, max_batch_size, name=str(tok_spec))
+        opened = open_run(files.dir, run, dev, vocab_size=meta.get("vocab_size") or tok.vocab_size)
+        self._setup(opened.model, tok, dev, max_length or run.train.seq_len, batch_size, max_batch_size,
+                    name=str(tok_spec))
         self.run = run
 
     @classmethod

@@ -17,6 +17,9 @@ Crash safety: a checkpoint is written into a hidden temporary folder and renamed
 unreadable or whose tensor files do not match the sizes and digests recorded in its state,
 so a torn or corrupt file is never loaded and a kill at any moment costs at most the steps
 since the previous good checkpoint.
+
+Reading a model's weights alone (``load_model_weights``) and ``CheckpointError`` live with the
+network in ``mor.model.build``, so readers of a trained run do not import training.
 """
 
 from __future__ import annotations
@@ -26,22 +29,19 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from mor.atomic import remove_stale, replace_dir, sha256_file, temp_sibling, write_json_atomic
+from mor.model.build import CheckpointError, check_names, load_model_weights
+from mor.model.build import read_tensors as _read_tensors
 
 TENSOR_FILES = ("model.safetensors", "optimizer.safetensors")
 
 __all__ = ["CheckpointError", "CheckpointMismatch", "save_checkpoint", "load_latest", "apply_checkpoint",
            "load_model_weights"]
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint on disk is missing, corrupt, or belongs to another config."""
 
 
 class CheckpointMismatch(CheckpointError):
@@ -126,13 +126,6 @@ def _none_good(ckpt_dir: Path, problems: list[str]) -> str:
             f". Delete {ckpt_dir} to train this run from scratch")
 
 
-def _read_tensors(file: Path) -> dict[str, torch.Tensor]:
-    try:
-        return load_file(str(file))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"{file} is corrupt or unreadable: {e}") from None
-
-
 def load_latest(ckpt_dir: Path, config_hash: str, warn: Callable[[str], None] | None = None
                 ) -> tuple[Path, dict, dict[str, torch.Tensor], dict[str, torch.Tensor]] | None:
     """(path, state, model tensors, optimizer tensors) of the newest intact checkpoint, or None.
@@ -162,27 +155,6 @@ def load_latest(ckpt_dir: Path, config_hash: str, warn: Callable[[str], None] | 
 
 def _warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr, flush=True)
-
-
-def check_names(file: Path | str, tensors: dict[str, Any], model: torch.nn.Module) -> None:
-    expected = {n for n, _ in model.named_parameters()}
-    missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
-    if missing or unexpected:
-        raise CheckpointError(f"{file} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
-
-
-def load_model_weights(path: Path, model: torch.nn.Module) -> None:
-    """Load model.safetensors (a checkpoint folder or the file) into model, strictly."""
-    file = path / "model.safetensors" if path.is_dir() else path
-    tensors = _read_tensors(file)
-    check_names(file, tensors, model)
-    expected = dict(model.named_parameters())
-    with torch.no_grad():
-        for n, p in expected.items():
-            if tensors[n].shape != p.shape:
-                raise CheckpointError(f"{file}: {n} has shape {tuple(tensors[n].shape)}, model expects {tuple(p.shape)}")
-        for n, p in expected.items():
-            p.copy_(tensors[n])
 
 
 def apply_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path, state: dict,

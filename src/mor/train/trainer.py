@@ -33,11 +33,12 @@ import torch
 from tqdm.auto import tqdm
 
 from mor.atomic import atomic_path, sha256_file, write_json_atomic
-from mor.config import ExecConfig, RunConfig, model_shape
+from mor.config import ExecConfig, RunConfig
 from mor.flops import train_flops
 from mor.layout import RunPaths
 from mor.data.sampler import TokenSampler, load_tokens
-from mor.model.transformer import MoRTransformer, build_model
+from mor.model.build import make_model, pick_device
+from mor.model.transformer import MoRTransformer
 from mor.provenance import git_commit
 from mor.train.checkpoint import apply_checkpoint, load_latest, save_checkpoint
 from mor.train.execution import apply_execution
@@ -91,12 +92,6 @@ def grad_sync(model: torch.nn.Module, sync: bool):
         yield
 
 
-def pick_device(requested: str = "auto") -> torch.device:
-    if requested != "auto":
-        return torch.device(requested)
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-
-
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """bf16 autocast where the device supports it; fp32 elsewhere (and on CPU by default)."""
     if precision == "fp32":
@@ -106,21 +101,6 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if precision == "bf16":
         raise RuntimeError(f"train.precision='bf16' but device {device} does not support bf16")
     return None
-
-
-def make_model(run: RunConfig, vocab_size: int, device: torch.device, load_init: bool = True) -> MoRTransformer:
-    """The run's model; ``model.init_checkpoint`` (up-training) is loaded unless ``load_init``
-    is False (eval, which overwrites every weight with the run's final ones anyway)."""
-    shape = model_shape(run.model)
-    vocab = shape.vocab or vocab_size
-    if shape.vocab and shape.vocab < vocab_size:
-        raise ValueError(f"scale {shape.name} has vocab {shape.vocab} < tokenizer's {vocab_size}")
-    model = build_model(run.model, shape, vocab, device=device, init_seed=run.train.seed)  # CRN keyed by the run's seed
-    if load_init and run.model.init_checkpoint:
-        from mor.model.init_from_hf import init_from_checkpoint
-
-        init_from_checkpoint(model, run.model.init_checkpoint, run.model.tied_init)
-    return model
 
 
 def compile_layers(model: MoRTransformer) -> None:
