@@ -72,6 +72,10 @@ class Flight:
 
 
 class Executor(RemoteExecutor):
+    # RemoteExecutor starts its watching thread before __post_init__ runs: these must exist by then
+    ready = False
+    steps, state_poll_s, poll_s, unknown_s, next_ask, queries = 4, 30.0, 2.0, 300.0, 0.0, 0
+
     def __post_init__(self):
         launch_args = str(self.workflow.globals.get("LAUNCH_ARGS", ""))
         for rule in self.workflow.rules:  # what is not a Slurm launcher runs here, as with the local executor
@@ -85,6 +89,7 @@ class Executor(RemoteExecutor):
         self.handoffs = Path(self.tmpdir)
         self.queries = 0  # batched Slurm queries made (each: one sacct + one squeue)
         self.next_seconds_between_status_checks = 0.5
+        self.ready = True
 
     # ------------------------------------------------------------------ submit
     def run_job(self, job: JobExecutorInterface):
@@ -123,6 +128,10 @@ class Executor(RemoteExecutor):
     # ------------------------------------------------------------------ watch
     async def check_active_jobs(self, active_jobs: List[SubmittedJobInfo]
                                 ) -> AsyncGenerator[SubmittedJobInfo, None]:
+        if not self.ready:
+            for info in active_jobs:
+                yield info
+            return
         now = time.monotonic()
         done: set[int] = set()
         for i, info in enumerate(active_jobs):  # launcher steps that ended

@@ -32,7 +32,9 @@ from submitit.core.utils import JobPaths, cloudpickle_dump
 
 from mor.grids import load_grid
 from mor.launch.presets import Preset
-from mor.launch.slurm import LaunchError, slurm_state, submit_and_wait
+from mor.launch.slurm import (
+    HANDOFF_ENV, LaunchError, run_or_hand_off, slurm_state, slurm_states, submit_and_wait,
+)
 
 DB_DOWN = "sacct: error: Problem talking to the database: Connection refused"
 NO_CTLD = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
@@ -254,6 +256,92 @@ def test_all_ranks_results_are_returned_in_rank_order(fake, tmp_path):
     for task in (1, 0):
         write_result(folder, {"rank": task}, task=task)
     assert run(folder, tasks=2) == [{"rank": 0}, {"rank": 1}]
+
+
+# ------------------------------------------------------------------ the workflow's one watcher (executor mor-slurm)
+def test_the_states_of_many_jobs_come_from_one_sacct_and_one_squeue_call(fake):
+    fake.answer("sacct", out="101|COMPLETED\n102|RUNNING\n103|FAILED\n104|CANCELLED by 0\n")
+    fake.answer("squeue", out="102 RUNNING\n103 PENDING\n")
+    ids = [str(i) for i in range(101, 106)]
+    st = slurm_states(ids + ["101"])
+    assert fake.calls("sacct") == ["sacct -n -X -P -j 101,102,103,104,105 -o JobID,State"]
+    assert fake.calls("squeue") == ["squeue -h -t all -j 101,102,103,104,105 -o %i %T"]
+    # per job, the rule of slurm_state: the controller's live answer wins, else the database's
+    assert {j: s.state for j, s in st.items()} == {"101": "COMPLETED", "102": "RUNNING", "103": "PENDING",
+                                                   "104": "CANCELLED", "105": ""}
+    assert [j for j, s in st.items() if s.finished] == ["101", "104"]
+    assert st["105"].queue_answered and "sacct has no record of it; squeue does not know it" in st["105"].detail
+
+
+def test_batched_states_fall_back_to_squeue_when_sacct_fails(fake):
+    fake.answer("sacct", err=DB_DOWN, rc=1)
+    fake.answer("squeue", out="7 RUNNING\n")
+    st = slurm_states(["7", "8"])
+    assert (st["7"].state, st["8"].state) == ("RUNNING", "")
+    assert st["8"].queue_answered and f"sacct failed: {DB_DOWN}" in st["8"].detail
+    fake.answer("squeue", err=NO_CTLD, rc=1)  # neither answers: unknown, and not "gone"
+    st = slurm_states(["7"])
+    assert st["7"].state == "" and not st["7"].queue_answered
+
+
+def test_a_job_that_ended_unwatched_with_its_results_is_collected_once_not_resubmitted(fake, tmp_path, capsys):
+    """Snakemake killed, the job finished meanwhile: the next launch adopts it without asking
+    Slurm; once its outcome has been read, a later launch (changed params) submits anew."""
+    folder = tmp_path / "logs"
+    record(folder, "77")
+    write_result(folder, {"steps": 8}, job_id="77")
+    fake.answer("sacct", out="COMPLETED\n")
+    assert run(folder) == [{"steps": 8}]
+    assert fake.calls("sbatch") == [] and fake.calls("sacct") == []
+    assert json.loads((folder / "job.json").read_text())["collected"] == "77"
+    assert "re-attached to Slurm job 77" in capsys.readouterr().out
+    write_result(folder, 5050)  # the new job's result
+    assert run(folder) == [5050]
+    assert len(fake.calls("sbatch")) == 1 and json.loads((folder / "job.json").read_text())["job_id"] == NEW_ID
+
+
+def test_a_job_whose_failure_was_read_is_not_adopted_again(fake, tmp_path):
+    folder = tmp_path / "logs"
+    record(folder, "77")
+    write_result(folder, "Traceback\nValueError: boom\n", job_id="77", outcome="error")
+    with pytest.raises(LaunchError, match="Slurm job 77 .* failed: ValueError: boom"):
+        run(folder)
+    fake.answer("sacct", out="FAILED\n")
+    write_result(folder, 1)
+    assert run(folder) == [1] and len(fake.calls("sbatch")) == 1  # the re-run submits a new job
+
+
+def test_handed_off_launch_submits_and_returns_then_collects_on_the_verdict(fake, tmp_path, monkeypatch, capsys):
+    """Under the watcher the launcher never waits: step 1 submits and names the job in the
+    hand-off file; step 2 (the watcher's verdict written there) collects it."""
+    handoff = tmp_path / "h.json"
+    monkeypatch.setenv(HANDOFF_ENV, str(handoff))
+    folder = tmp_path / "logs"
+    preset = Preset(partition="debug")
+    assert run_or_hand_off(sum, preset, folder, name="mor-train-r1", what="train of g/r1") is None
+    h = json.loads(handoff.read_text())
+    assert h == {"job_id": NEW_ID, "folder": str(folder), "what": "train of g/r1", "tasks": 1}
+    assert fake.calls("sacct") == fake.calls("squeue") == [] and len(fake.calls("sbatch")) == 1
+    write_result(folder, 42)
+    handoff.write_text(json.dumps({**h, "verdict": {"state": "COMPLETED", "detail": "sacct: COMPLETED"}}))
+    assert run_or_hand_off(sum, preset, folder, name="mor-train-r1", what="train of g/r1") == [42]
+    assert f"Slurm job {NEW_ID} (train of g/r1) ended (COMPLETED)" in capsys.readouterr().out
+    assert len(fake.calls("sbatch")) == 1 and fake.calls("sacct") == []
+
+
+def test_handed_off_job_that_vanished_fails_with_the_waiting_launchers_message(fake, tmp_path, monkeypatch):
+    handoff = tmp_path / "h.json"
+    monkeypatch.setenv(HANDOFF_ENV, str(handoff))
+    folder = tmp_path / "logs"
+    record(folder, NEW_ID)
+    handoff.write_text(json.dumps({"job_id": NEW_ID, "folder": str(folder), "what": "train of g/r1", "tasks": 1,
+                                   "verdict": {"state": "", "detail": "sacct has no record of it; squeue does not "
+                                               "know it", "queue_answered": True, "vanished_s": 301}}))
+    with pytest.raises(LaunchError) as err:
+        run_or_hand_off(sum, Preset(partition="debug"), folder, name="mor-train-r1", what="train of g/r1")
+    msg = str(err.value)
+    assert msg.startswith(f"Slurm job {NEW_ID} (train of g/r1) vanished: neither sacct nor squeue has known it for 301s")
+    assert f"Slurm log: {paths(folder).stderr}" in msg and fake.calls("sbatch") == []
 
 
 # ------------------------------------------------------------------ the opt-in

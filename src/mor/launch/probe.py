@@ -22,6 +22,32 @@ def nap(seconds: float, tag: str) -> dict:
     return {"tag": tag, "slept_s": seconds}
 
 
+SNAKEFILE = """\
+# N probe jobs (mor.launch.probe) through the Slurm launcher: written by mor.launch.probe.write_workflow
+PY = {python!r}
+LAUNCH_ARGS = "--launcher slurm"
+N, SLEEP, PARTITION = {n}, {sleep}, {partition!r}
+
+rule all:
+    input: expand("out/{{i}}.json", i=range(N))
+
+rule probe:
+    output: "out/{{i}}.json"
+    log: "logs/{{i}}.log"
+    shell: "{{PY}} -m mor.launch.probe --tag {{wildcards.i}} --sleep {{SLEEP}} --folder slurm/{{wildcards.i}}"
+           " --out {{output}} --partition {{PARTITION}} {{LAUNCH_ARGS}} > {{log}} 2>&1"
+"""
+
+
+def write_workflow(folder: Path, n: int, sleep: float, partition: str = "debug") -> Path:
+    """A Snakefile of ``n`` probe jobs in ``folder`` (run it with ``--executor mor-slurm`` or
+    ``--executor local``); each writes ``out/<i>.json`` = ``{"tag": "<i>", "slept_s": sleep}``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "Snakefile"
+    path.write_text(SNAKEFILE.format(python=sys.executable, n=int(n), sleep=float(sleep), partition=partition))
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mor.launch.probe", description=__doc__)
     ap.add_argument("--sleep", type=float, default=1.0)
