@@ -81,7 +81,7 @@ def records(workdir: Path) -> dict[str, str]:
     return {p.parent.name: json.loads(p.read_text())["job_id"] for p in (workdir / "slurm").glob("*/job.json")}
 
 
-def run_workflow(workdir: Path, executor: list[str], kill_at: int | None = None) -> dict:
+def run_workflow(workdir: Path, executor: list[str], kill_at: int | None = None, window_s: float | None = None) -> dict:
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(workdir / "Snakefile"), "--directory", str(workdir),
            "--rerun-incomplete", "--latency-wait", "30", *executor]
     log = open(workdir / "snakemake.log", "a")
@@ -103,27 +103,37 @@ def run_workflow(workdir: Path, executor: list[str], kill_at: int | None = None)
             time.sleep(0.2)
         killed = records(workdir)
         os.kill(proc.pid, signal.SIGKILL)  # the Snakemake process only, as a lost login session would
+    if window_s is not None:
+        try:
+            proc.wait(timeout=window_s)
+        except subprocess.TimeoutExpired:  # stopped as a user would (Ctrl-C): its jobs are cancelled
+            os.kill(proc.pid, signal.SIGINT)
     rc = proc.wait()
     stop.set()
     return dict(rc=rc, wall_s=time.monotonic() - t0, peak_rss_mib=peak / 1024, killed=killed)
 
 
-def one_way(name: str, executor: list[str], n: int, sleep: float, kill_at: int | None) -> dict:
+def one_way(name: str, executor: list[str], n: int, sleep: float, kill_at: int | None,
+            window_s: float | None = None) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-slurm-{name}-", dir="/tmp"))
     write_workflow(workdir, n, sleep)
     subprocess.run(["sdiag", "--reset"], check=True, capture_output=True)
     t0 = time.monotonic()
-    first = run_workflow(workdir, executor, kill_at)
+    first = run_workflow(workdir, executor, kill_at, window_s)
+    window = time.monotonic() - t0
     runs = [first]
     if kill_at is not None:
         runs.append(run_workflow(workdir, executor))
     wall = time.monotonic() - t0
     by_type, by_user = sdiag()
+    if window_s is not None:  # rates over the window; the drain was not waited for
+        wall = window
     recs = records(workdir)
     outs = {p.stem: json.loads(p.read_text()) for p in (workdir / "out").glob("*.json")}
     ok = sorted(outs) == sorted(map(str, range(n))) and all(
         o == {"tag": k, "slept_s": sleep} for k, o in outs.items())
-    res = dict(way=name, jobs=n, rc=[r["rc"] for r in runs], results_ok=ok, wall_s=round(wall, 1),
+    res = dict(way=name, jobs=n, rc=[r["rc"] for r in runs], results_ok=ok, done=len(outs),
+               drained=len(outs) == n, wall_s=round(wall, 1),
                peak_rss_mib=round(max(r["peak_rss_mib"] for r in runs), 1),
                rpc_per_min={k: round(v / (wall / 60), 1) for k, v in sorted(by_type.items(), key=lambda kv: -kv[1])},
                rpc_by_user_per_min={k: round(v / (wall / 60), 1) for k, v in by_user.items()},
@@ -141,11 +151,13 @@ def main() -> int:
     ap.add_argument("--sleep", type=float, default=1.0)
     ap.add_argument("--ways", default="before,after", help="before (a launcher per job), after (the watcher)")
     ap.add_argument("--kill-at", type=int, default=None, help="after: SIGKILL Snakemake once this many jobs ended")
+    ap.add_argument("--window-s", type=float, default=None,
+                    help="stop each way after this many seconds (Ctrl-C) and report rates over it, not the drain")
     a = ap.parse_args()
     ways = {"before": ["--executor", "local", "--cores", "64"],
             "after": ["--executor", "mor-slurm", "--jobs", "1000"]}
     for name in a.ways.split(","):
-        res = one_way(name, ways[name], a.jobs, a.sleep, a.kill_at if name == "after" else None)
+        res = one_way(name, ways[name], a.jobs, a.sleep, a.kill_at if name == "after" else None, a.window_s)
         print(json.dumps(res), flush=True)
     return 0
 
