@@ -15,6 +15,7 @@ every micro-batch of the rank's share of the global batch) under the memory trac
 from __future__ import annotations
 
 import contextlib
+import itertools
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,7 +113,8 @@ def one_step(backward: bool = True):
     """``Trainer.fit`` (and its DDP / FSDP overrides) replaced by one measured training step.
 
     ``backward=False``: ``Tensor.backward`` does nothing (on fake CUDA the autograd engine asks
-    for a CUDA context, PyTorch issue #92627); the rest of the step runs on no gradients."""
+    for a CUDA context, PyTorch issue #92627); the rest of the step runs on no gradients, for
+    the first micro-batch only."""
     from mor.train.parallel import DDPTrainer, FSDPTrainer
     from mor.train.trainer import Trainer
 
@@ -130,6 +132,13 @@ def one_step(backward: bool = True):
             stack.enter_context(mock.patch.object(cls, "fit", fit))
         if not backward:
             stack.enter_context(mock.patch.object(torch.Tensor, "backward", lambda self, *a, **k: None))
+            # every micro-batch takes the same path: the first one checks it
+            first = Trainer.micro_batches
+            stack.enter_context(mock.patch.object(Trainer, "micro_batches",
+                                                  lambda self: itertools.islice(first(self), 1)))
+        # the router statistics the step logs after the update select rows by a mask (a shape
+        # that depends on the data, which fake tensors do not have); the step itself is done then
+        stack.enter_context(mock.patch("mor.train.trainer.router_stats", lambda model, trace: {}))
         yield
 
 

@@ -12,7 +12,9 @@ called more than once per step, and a recursive model calls every shared layer `
     transient  everything else: activations saved for backward, the logits, weight casts,
                DDP's buckets / FSDP's gathered layers, backward's temporaries
 
-and the snapshot of the four at the moment their total peaks. The memory model's parts map
+and the snapshot of the four at the moment their total peaks. Like torch's tracker it follows
+``UntypedStorage.resize_``, which bypasses the dispatcher: FSDP frees a gathered layer by resizing
+its storage to 0 (counted as still held, FSDP at 1.7B would read 6.4 GiB more). The memory model's parts map
 onto them: ``transient`` <- weight casts + activations + logits + recompute + buffers.
 """
 
@@ -45,6 +47,7 @@ class StorageTracker(TorchDispatchMode):
         self.now = dict.fromkeys(CATEGORIES, 0.0)
         self.peak = dict(self.now)
         self.in_optimizer = False
+        self.peak_phase = "start"
         self._hooks = []
         for p in model.parameters():
             self._add(p, "params")
@@ -79,12 +82,33 @@ class StorageTracker(TorchDispatchMode):
         self.now["total"] += n
         if self.now["total"] > self.peak["total"]:
             self.peak = dict(self.now)
+            # where the step is at its peak: backward runs inside an autograd graph task
+            self.peak_phase = ("optimizer" if self.in_optimizer else
+                               "backward" if torch._C._current_graph_task_id() >= 0 else "forward")
 
     def _free(self, key: int) -> None:
         entry = self.live.pop(key, None)
         if entry is not None:
             self.now[entry[0]] -= entry[1]
             self.now["total"] -= entry[1]
+
+    def _resized(self, st, size: int) -> None:
+        """``UntypedStorage.resize_`` bypasses the dispatcher; FSDP frees a gathered layer so
+        (its storage resized to 0) and gathers into the same storage again (resized back)."""
+        self._resize(st, size)
+        entry = self.live.get(st._cdata)
+        if entry is not None:
+            n = self._bytes(st)
+            self.now[entry[0]] -= entry[1]
+            self.now["total"] -= entry[1]
+            entry[1] = n
+            self._count(entry[0], n)
+
+    def __enter__(self):
+        self._resize = torch.UntypedStorage.resize_
+        tracker = self
+        torch.UntypedStorage.resize_ = lambda st, size: tracker._resized(st, size)
+        return super().__enter__()
 
     def _grad(self, p: torch.Tensor) -> None:
         """A parameter's gradient: counted as ``grads`` from here on."""
@@ -108,6 +132,7 @@ class StorageTracker(TorchDispatchMode):
         return out
 
     def __exit__(self, *args):
+        torch.UntypedStorage.resize_ = self._resize
         for h in self._hooks:
             h.remove()
         return super().__exit__(*args)
