@@ -35,7 +35,8 @@ from scipy import stats as st
 from helpers.paths import REPO
 from mor.claims import CLAIMS, evaluate, load_frames, load_specs
 from mor.claims.registry import load_family
-from mor.claims.seeding import Budget, load_budget, next_round, round_grid, runs_per_seed
+from mor.claims.rounds import load_budget, round_grid
+from mor.claims.seeding import Budget, next_round, runs_per_seed
 
 GRIDS = ("deciding", "fig5c")
 DESIGN, SPECS = load_specs()  # the first design: the cluster's, and any caller's that names no mode

@@ -328,7 +328,7 @@ def test_the_designs_cluster_costs_are_the_plans_and_the_plan_prints_them():
     cluster mode; those prices stay within 15 % of what this plan computes for the shipped
     presets, and the plan prints each claim's cost to its last look beside the budget."""
     from mor.claims import load_specs
-    from mor.claims.seeding import load_budget
+    from mor.claims.rounds import load_budget
     from mor.launch.cost import block_costs, plan_grid
     from mor.launch.plan import format_design
     from mor.launch.presets import load_presets

@@ -1,6 +1,7 @@
 """The adaptive design's allocation rule (mor.claims.seeding): seeds go to undecided claims
 only, up to their next pre-registered look, for the blocks that decide them, within the
-CPU budget; blocks shared by claims are paid once."""
+CPU budget; blocks shared by claims are paid once. The round's files and command
+(mor.claims.rounds) plan from results on disk."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 from helpers.paths import REPO
 from mor.claims import load_specs
-from mor.claims.seeding import Budget, load_budget, next_look, plan, round_grid, runs_per_seed
+from mor.claims.rounds import load_budget, own_seeds, round_grid
+from mor.claims.seeding import Budget, next_look, own_seeds_held, plan, runs_per_seed, seed_offsets
 from mor.grids import load_grid
 from mor.stats import Design
 
@@ -148,7 +150,8 @@ def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
 
     import numpy as np
 
-    from mor.claims.seeding import main, seeds_built
+    from mor.claims.rounds import main
+    from mor.claims.seeding import seeds_built
     from mor.results import write_rows
 
     grid = load_grid(REPO / "grids" / "deciding.yaml", "local")
@@ -197,3 +200,27 @@ def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
     assert seeds_built(again, pd.DataFrame(rows_again))[("deciding", "balancing")] == n
     own_only = [{"run_id": r.run_id} for r in again.runs if r.config.train.seed < 3]
     assert seeds_built(again, pd.DataFrame(own_only))[("deciding", "balancing")] == 3
+
+
+
+@pytest.mark.parametrize("mode", ["local", "cluster"])
+def test_the_rule_reads_a_grids_own_seeds_off_the_grid_as_its_file_gives_them(mode):
+    """next_round reads no file: each block's own seeds come off the grid as loaded
+    (own_seeds_held) and must price a raise as the grid file's count (rounds.own_seeds) does,
+    for every claim grid: unraised; raised past a pilot (first_seed above the own seeds: the
+    offsets break at the own count); raised without one (first_seed 0: unbroken offsets)."""
+    _, specs = load_specs(mode=mode)
+    for name in sorted({s.decided_by["grid"] for s in specs.values() if s.decided_by}):
+        path = REPO / "grids" / f"{name}.yaml"
+        own = own_seeds(str(path), mode)
+        grid = load_grid(path, mode)
+        assert own_seeds_held(grid) == {(name, b): own for b in grid.blocks}, name
+        first, rest = grid.blocks[0], grid.blocks[1:]
+        for first_seed in (own + 3, 0):
+            reach = first_seed + own + 2
+            held = own_seeds_held(round_grid(path, mode, {first: reach}, first_seed))
+            assert all(held[(name, b)] == own for b in rest), name
+            assert held[(name, first)] == (own if first_seed > own else reach), (name, first_seed)
+            raise_cost = {len(set(seed_offsets(o, reach + 4, first_seed)) - set(seed_offsets(o, reach, first_seed)))
+                          for o in (own, held[(name, first)])}
+            assert raise_cost == {4}, (name, first_seed, raise_cost)

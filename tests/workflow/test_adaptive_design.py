@@ -15,7 +15,8 @@ import yaml
 from helpers.workflow import TINY_LOCAL_MODE, snakemake
 
 from mor.claims import SPEC_FILE, load_specs
-from mor.claims.seeding import load_budget, next_look, round_grid
+from mor.claims.rounds import load_budget, round_grid
+from mor.claims.seeding import next_look
 from mor.grids import load_grid
 from mor.layout import run_dir
 

@@ -36,7 +36,7 @@ checkpoint seeding:
     log:
         "logs/claims/round{round}/seeding.log",
     shell:
-        "{PY}.claims.seeding --results results/claims/round{wildcards.round} --analyses results --grids {GRIDS_DIR:q}"
+        "{PY}.claims.rounds --results results/claims/round{wildcards.round} --analyses results --grids {GRIDS_DIR:q}"
         " --mode {params.mode} {params.previous} --spec {input.design:q} --out {output:q} > {log:q} 2>&1"
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mor.claims import CLAIMS
 from mor.claims.registry import load_specs, spec_for
-from mor.claims.seeding import round_grid
+from mor.claims.rounds import round_grid
 from mor.data.paths import data_paths, local_tokenizer
 from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS  # what each job kind runs and writes (the rules' outputs)
@@ -283,7 +283,7 @@ def round_seeds(r):
     return json.loads(Path(checkpoints.seeding.get(round=r - 1).output[0]).read_text())["seeds"]
 
 
-# The design's first fresh seed: a raised block skips the pilot's seeds below it (mor.claims.seeding.round_grid).
+# The design's first fresh seed: a raised block skips the pilot's seeds below it (mor.claims.rounds.round_grid).
 FIRST_SEED = checked(load_specs, CLAIMS_SPEC, mode=MODE)[0].first_seed
 
 

@@ -20,6 +20,8 @@ it imports nothing from ``mor.reports`` (the reports import it).
     select      picking runs by column or config key
     predicates  each claim's comparisons in one seed
     verdict     evaluate(): the table's rows
+    seeding     the adaptive design's rule: where the next round's seeds go (pure)
+    rounds      one round from the files: results/claims/round<r>/plan.json (python -m mor.claims.rounds)
     render      load_frames(), render_claims(): tables/claims/
 """
 

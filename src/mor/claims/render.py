@@ -84,7 +84,7 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
     """claims.md (the table, how verdicts are reached, each claim's paper sentence and the
     runs that decide it), claims.csv (every column) and claims.html (the report shows HTML in
     place), swapped in whole (``mor.atomic.replace_dir``). ``rounds``: the adaptive design's
-    round files (``mor.claims.seeding.run_round``), summarised under the table. ``spec``: the
+    round files (``mor.claims.rounds.run_round``), summarised under the table. ``spec``: the
     pre-registered design file (default: the shipped one)."""
     spec = Path(spec) if spec else SPEC_FILE
     design, specs = load_specs(spec, mode=mode)

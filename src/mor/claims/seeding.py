@@ -1,5 +1,9 @@
 """Where the next seeds go: the adaptive design's stopping and allocation rule, pure.
 
+Decisions only: this module reads no file and has no command. ``mor.claims.rounds`` reads a
+round's results, grids and pre-registered budget, calls ``next_round`` and writes the round's
+plan.json (the Snakemake checkpoint ``seeding``: ``python -m mor.claims.rounds``).
+
 After each round of runs the claims table says which claims are decided. This module plans
 the next round. An undecided claim whose seeds have not reached the design's last look gets
 seeds up to its next look, for the run blocks that decide it (``decided_by`` in
@@ -20,15 +24,12 @@ family-wise error (tests/unit/test_stats.py simulates exactly this).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
-import yaml
 
-from mor.claims.registry import SPEC_FILE, Spec
+from mor.claims.registry import Spec
 from mor.stats import Design
 
 
@@ -44,22 +45,6 @@ class Budget:
     def per_run(self, grid: str, block: str) -> float:
         m = self.cost_per_run
         return float(m.get(f"{grid}/{block}", m.get(grid, m["default"])))
-
-
-BUDGET_KEYS = {"local": ("local_cpu_minutes", "minutes_per_run", "CPU min"),
-               "cluster": ("cluster_gpu_hours", "gpu_hours_per_run", "GPU-h")}
-
-
-def load_budget(path: Path = SPEC_FILE, mode: str = "local") -> Budget:
-    """The mode's budget; a missing key is an error naming the file and the key."""
-    total_key, per_key, unit = BUDGET_KEYS[mode]
-    b = yaml.safe_load(Path(path).read_text())["design"]["budget"]
-    for key in (total_key, per_key):
-        if key not in b:
-            raise ValueError(f"{path}: design.budget.{key} is missing (the {mode} mode's budget)")
-    if "default" not in b[per_key]:
-        raise ValueError(f"{path}: design.budget.{per_key} needs a 'default'")
-    return Budget(float(b[total_key]), {k: float(v) for k, v in b[per_key].items()}, unit)
 
 
 @dataclass(frozen=True)
@@ -84,26 +69,6 @@ def seed_offsets(own: int, reach: int, first_seed: int = 0) -> list[int]:
     (``Design.first_seed``): never read, so never trained (a fresh clone would otherwise
     train seeds 3-8 again for nothing). Without a pilot (first_seed <= own) it is 0..reach-1."""
     return list(range(min(own, reach))) + list(range(max(own, first_seed), reach))
-
-
-@functools.lru_cache(maxsize=None)
-def own_seeds(path: str, mode: str) -> int:
-    """The seeds a grid's mode gives every block (``modes.<mode>.seeds``), from the file alone."""
-    from mor.grids import mode_settings
-
-    return int(mode_settings(path, mode).get("seeds", 1))
-
-
-def round_grid(path: Path, mode: str, reach: dict[str, int] | None, first_seed: int = 0):
-    """A grid as a round of the design loads it: each block named in ``reach`` (a plan.json's
-    ``seeds`` of the grid) at ``seed_offsets``, every other block at the mode's own seeds. The
-    one conversion the workflow (common.smk), ``run_round`` and the null simulations share."""
-    from mor.grids import load_grid
-
-    if not reach:
-        return load_grid(path, mode)
-    own = own_seeds(str(path), mode)
-    return load_grid(path, mode, seeds={b: seed_offsets(own, int(n), first_seed) for b, n in reach.items()})
 
 
 def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Budget,
@@ -212,6 +177,25 @@ def seeds_built(grid, frame: pd.DataFrame) -> dict[tuple[str, str], int]:
     return out
 
 
+def own_seeds_held(grid) -> dict[tuple[str, str], int]:
+    """(grid, block) -> the block's own seeds (the grid mode's ``seeds``) as read off a grid
+    loaded at ``seed_offsets``: its seed offsets 0, 1, ... up to the first gap. Where the design
+    has a pilot above the grid's own seeds (first_seed > own) a raised block skips it, so the gap
+    is at the own count; where it has none (first_seed <= own) the offsets run on unbroken and
+    this reads the block's reach, which prices a raise as ``own`` would (``seed_offsets`` is
+    0..reach-1 for any own >= first_seed)."""
+    held: dict[str, set[int]] = {}
+    for r in grid.runs:
+        held.setdefault(r.block, set()).add(r.config.train.seed)
+    out = {}
+    for b, seeds in held.items():
+        base, n = min(seeds), 0
+        while base + n in seeds:
+            n += 1
+        out[(grid.name, b)] = n
+    return out
+
+
 def round_grids(specs: dict[str, Spec], previous: dict | None = None) -> list[str]:
     """The grids a round reads: every claim's deciding grid, and any grid an earlier round
     raised."""
@@ -221,7 +205,7 @@ def round_grids(specs: dict[str, Spec], previous: dict | None = None) -> list[st
 
 def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, specs: dict[str, Spec],
                budget: Budget, previous: dict | None = None, family: tuple[str, ...] | None = None) -> dict:
-    """One round of the adaptive design, pure: the record ``run_round`` writes, from the
+    """One round of the adaptive design, pure: the record ``mor.claims.rounds.run_round`` writes, from the
     round's results frames (grid -> frame, as ``mor.claims.render.load_frames`` returns them)
     and the grids as this round loads them (grid -> ``mor.grids.Grid`` at the seeds
     ``previous`` asked for; a grid missing here has no runs to raise).
@@ -240,7 +224,7 @@ def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, spe
             frames[g] = frames[g][frames[g]["run_id"].isin({r.run_id for r in grid.runs})].reset_index(drop=True)
         rps.update(runs_per_seed(grid))
         now.update(seeds_built(grid, frames.get(g)))
-        own.update({(g, b): own_seeds(str(grid.path), grid.mode) for b in grid.blocks})
+        own.update(own_seeds_held(grid))
     spent = float((previous or {}).get("spent", 0.0))
     table = evaluate(frames, CLAIMS, design, specs, family)
     ranking: list[dict] = []
@@ -273,84 +257,3 @@ def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, spe
         "verdicts": {r["claim"]: {"verdict": r["verdict"], "n": int(r.get("n seeds", 0) or 0)}
                      for _, r in table.iterrows()},
     }
-
-
-def run_round(results_dir: Path, grids_dir: Path, mode: str, previous: dict | None = None,
-              analyses_dir: Path | None = None, budget: Budget | None = None, spec: Path = SPEC_FILE) -> dict:
-    """One round of the adaptive design, as a JSON-able record (the Snakemake checkpoint
-    ``seeding`` writes it as ``results/claims/round<r>/plan.json``).
-
-    ``results_dir`` holds the round's ``<grid>.parquet`` (the grids' runs, with the seeds
-    ``previous`` asked for); ``previous`` is the last round's record (None for round 0, the
-    grids' own seeds). The record says which claims are decided, the reach each raised block
-    should have next (cumulative over rounds; ``seeds``: grid -> block -> reach, whose seeds
-    ``seed_offsets`` lists: a pilot's gap is skipped), the budget planned so far, and whether
-    the design stops here, and why (``next_round``; this reads the files it needs).
-    ``spec``: the pre-registered design file (design, budget, family)."""
-    from mor.claims.registry import load_family, load_specs
-    from mor.claims.render import load_frames
-
-    design, specs = load_specs(spec, mode=mode)
-    budget = budget or load_budget(spec, mode=mode)
-    so_far: dict[str, dict[str, int]] = (previous or {}).get("seeds", {})
-    names = round_grids(specs, previous)
-    frames = load_frames(Path(results_dir), set(names), analyses_dir)
-    grids = {g: round_grid(Path(grids_dir) / f"{g}.yaml", mode, so_far.get(g), design.first_seed)
-             for g in names if (Path(grids_dir) / f"{g}.yaml").exists()}
-    return next_round(frames, grids, design, specs, budget, previous, load_family(mode, spec))
-
-
-def _spans(offsets: list[int]) -> str:
-    """[0, 1, 2, 9, 10, 11] -> '0-2, 9-11'."""
-    spans: list[list[int]] = []
-    for k in offsets:
-        if spans and k == spans[-1][1] + 1:
-            spans[-1][1] = k
-        else:
-            spans.append([k, k])
-    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m mor.claims.seeding --results DIR --out plan.json [--previous plan.json]``:
-    one round of the adaptive design for the results at hand (the Snakemake checkpoint
-    ``seeding``, workflows/rules/claims.smk, runs it; by hand it shows what the next round adds)."""
-    import argparse
-    import json
-
-    from mor.atomic import write_json_atomic
-
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--results", default="results", help="folder of the round's <grid>.parquet")
-    ap.add_argument("--analyses", default=None, help="folder of runs/<grid>/<run>.depth_cap.npz (default: --results)")
-    ap.add_argument("--grids", default=str(SPEC_FILE.parents[1]))
-    ap.add_argument("--mode", default="local")
-    ap.add_argument("--previous", default=None, help="the last round's plan.json (none: this is round 0)")
-    ap.add_argument("--spec", default=str(SPEC_FILE), help="the pre-registered design (default: the shipped one)")
-    ap.add_argument("--out", default=None, help="write the round's record here (JSON)")
-    a = ap.parse_args(argv)
-    previous = json.loads(Path(a.previous).read_text()) if a.previous else None
-    record = run_round(Path(a.results), Path(a.grids), a.mode, previous, Path(a.analyses) if a.analyses else None,
-                       spec=Path(a.spec))
-    for x in record["ranking"]:
-        print(f"rank {x['claim']}: {x['seeds_from']} -> {x['seeds_to']} seeds, {x['cost']:g} {record['unit']} / chance "
-              + (f"{x['chance']:.3f}" if x["chance"] is not None else "(no estimate: 1)")
-              + f" = {x['cost_per_decision']:g} a decision" + ("" if x["funded"] else ", not funded"))
-    for s in record["steps"]:
-        print(f"{s['claim']}: {s['grid']} [{', '.join(s['blocks'])}] {s['seeds_from']} -> {s['seeds_to']} seeds, "
-              f"+{s['cost']:.1f} {record['unit']}")
-    from mor.claims.registry import load_specs
-
-    first_seed = load_specs(Path(a.spec), mode=a.mode)[0].first_seed
-    for g, blocks in sorted(record["seeds"].items()):
-        own = own_seeds(str(Path(a.grids) / f"{g}.yaml"), a.mode)
-        for b, n in sorted(blocks.items()):
-            offsets = seed_offsets(own, n, first_seed)
-            print(f"{g} block {b}: {len(offsets)} seeds (offsets {_spans(offsets)})")
-    print(f"round {record['round']}: " + ("stop: " + record["why"] if record["stop"] else "another round follows"))
-    if a.out:
-        write_json_atomic(a.out, record)
-
-
-if __name__ == "__main__":
-    main()

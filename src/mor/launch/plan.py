@@ -178,7 +178,7 @@ def format_design(planned: dict[str, tuple[Grid, list[JobEstimate]]]) -> str:
     to the last pre-registered look, priced by this plan, beside the design's GPU-hour budget
     (the design stops adding seeds when the budget is spent)."""
     from mor.claims.registry import load_specs
-    from mor.claims.seeding import load_budget
+    from mor.claims.rounds import load_budget
 
     design, specs = load_specs(mode="cluster")
     budget = load_budget(mode="cluster")

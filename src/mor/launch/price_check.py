@@ -89,7 +89,7 @@ def with_full_look(grids: list, mode: str) -> list:
     the pilot's seeds skipped as ``mor.claims.seeding.seed_offsets`` skips them). What ``paper``
     trains when every look is taken, so its price is known before round 0."""
     from mor.claims.registry import load_family, load_specs, spec_for
-    from mor.claims.seeding import round_grid
+    from mor.claims.rounds import round_grid
 
     out = []
     for g in grids:

@@ -87,7 +87,7 @@ def with_design_seeds(grids: list[Grid], results: Path) -> list[Grid]:
     except (OSError, ValueError, KeyError) as e:
         raise GridError(f"{plans[-1]}: not a round plan of the claims' design ({e})") from None
     from mor.claims.registry import load_specs, spec_for
-    from mor.claims.seeding import round_grid
+    from mor.claims.rounds import round_grid
 
     out = []
     for g in grids:  # as the round loads it: the pilot's seeds below the design's first fresh one skipped
