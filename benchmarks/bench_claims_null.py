@@ -67,7 +67,7 @@ PLANT = {
     "depth_cap": dict(zip((2, 3, 4), (d * ROOT2 * T.NLL_SD for d in _d("deeper-recursion")))),
     "max_vio": _d("balancing-maxvio")[0] * ROOT2 * T.ROUTER_SD,
     "entropy": _d("balancing-entropy")[0] * ROOT2 * T.ROUTER_SD,
-    "nll_free": _d("balancing-maxvio")[1] * ROOT2 * T.NLL_SD - NI_MARGIN,
+    "nll_free": _d("balancing-nll")[0] * ROOT2 * T.NLL_SD - NI_MARGIN,
 }
 EXPECT = {"aux-separates": "contradicted", "deeper-recursion": "holds", "balancing-maxvio": "holds",
           "balancing-entropy": "holds"}
