@@ -77,7 +77,7 @@ def test_engine_equals_each_request_generated_alone(cfg):
     reqs = requests(7)
     for seed in range(10):  # the first seed whose routing sends a token out early in the engine
         model = make(cfg, seed)
-        res = Engine(model, capacity=3, max_len=MAX_LEN).run(reqs)
+        res = Engine(model, batch=3, max_len=MAX_LEN).run(reqs)
         if cfg.variant != "mor" or early_exits(res):
             break
     else:
@@ -98,7 +98,7 @@ def test_a_router_that_keeps_every_token_still_weighs_them(graphs):
                       router=RouterConfig(capacity=(1.0, 1.0, 0.5), gating="additive"))
     model = make(cfg, 0)
     reqs = requests(7)
-    res = Engine(model, capacity=3, max_len=MAX_LEN, graphs=graphs).run(reqs)
+    res = Engine(model, batch=3, max_len=MAX_LEN, graphs=graphs).run(reqs)
     assert early_exits(res)
     for r in reqs:
         assert res.outputs[r.id] == solo(model, r), f"request {r.id}"
@@ -119,7 +119,7 @@ def test_live_sequences_stay_at_the_limit_while_the_queue_is_not_empty():
 def test_no_request_lost_or_duplicated_and_fifo_admission():
     model = make(ModelConfig(scale="tiny", variant="mor", tying="cycle", num_recursions=2, kv="shared"))
     reqs = requests(11, seed=2) + [Request(11, [3], 0)]  # one with nothing to generate
-    res = Engine(model, capacity=4, max_len=MAX_LEN).run(reqs)
+    res = Engine(model, batch=4, max_len=MAX_LEN).run(reqs)
     assert sorted(res.outputs) == list(range(12)) and not res.rejected and not res.preempted
     assert [len(res.outputs[r.id]) for r in reqs] == [r.max_new_tokens for r in reqs]
     assert res.admitted == list(range(11))  # FIFO, each once (the empty request takes no slot)
@@ -128,7 +128,7 @@ def test_no_request_lost_or_duplicated_and_fifo_admission():
 
 def test_static_cache_is_never_reallocated_and_misuse_fails():
     model = make(ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=3, kv="shared_dagger"))
-    eng = Engine(model, capacity=2, max_len=MAX_LEN)
+    eng = Engine(model, batch=2, max_len=MAX_LEN)
     ptrs = (eng.cache.k.data_ptr(), eng.cache.v.data_ptr())
     eng.run(requests(5))
     assert ptrs == (eng.cache.k.data_ptr(), eng.cache.v.data_ptr())
@@ -173,7 +173,7 @@ def test_engine_cache_rows_equal_the_decode_cache(kv):
     model = make(ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=3, kv=kv,
                              router=RouterConfig(aux="aux_router")))
     req = Request(0, [3, 1, 4, 1, 5], 10)
-    eng = Engine(model, capacity=1, max_len=MAX_LEN, block_size=4)
+    eng = Engine(model, batch=1, max_len=MAX_LEN, block_size=4)
     got = {}
     out = eng.run([req], on_finish=lambda rid, slot: got.update(eng.sequence_kv(slot))).outputs[0]
     lengths = assert_kv_equal(got, reference_kv(model, req.prompt, out), "request 0")
