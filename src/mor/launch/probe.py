@@ -24,6 +24,9 @@ def nap(seconds: float, tag: str) -> dict:
 
 SNAKEFILE = """\
 # N probe jobs (mor.launch.probe) through the Slurm launcher: written by mor.launch.probe.write_workflow
+from mor.workflow_guard import clear_stale_locks
+
+clear_stale_locks()  # a workflow killed hard leaves its lock: the same command simply runs again
 PY = {python!r}
 LAUNCH_ARGS = "--launcher slurm"
 N, SLEEP, PARTITION = {n}, {sleep}, {partition!r}
