@@ -30,6 +30,7 @@ from mor.rehearsal import measure
 from mor.rehearsal.data import ensure_data
 from mor.rehearsal.fake import GiB, RehearsalError, fake_device
 
+STATES = 3  # micro-batches of a step that the memory pass runs (``one_step``)
 CLUSTER_VOCAB = 49152  # the cluster tokenizer's (HuggingFaceTB/SmolLM-135M), where a scale has none
 
 
@@ -118,14 +119,20 @@ def one_step(backward: bool = True):
     from mor.train.parallel import DDPTrainer, FSDPTrainer
     from mor.train.trainer import Trainer
 
+    micro_batches = Trainer.micro_batches
+
     def fit(self):
         model = self.ddp_model or self.model
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             model.register_comm_hook(None, _kept_bucket)  # the fake group's all-reduce returns nothing
         _create_moments(self.model, self.optimizer)
+        # Micro-batches 3 .. accum-1 repeat micro-batch 2 (gradients held, no synchronisation):
+        # the first (gradients made), the second and the last (synchronised) are every state
+        # the step's memory goes through
+        accumulation, self.accum = self.accum, min(self.accum, STATES)
         with measure.StorageTracker(model, self.optimizer) as mt:
             self.train_step()
-        return {"micro_batch": self.micro, "accumulation": self.accum, "memory": mt.peak}
+        return {"micro_batch": self.micro, "accumulation": accumulation, "memory": mt.peak, "phase": mt.peak_phase}
 
     with contextlib.ExitStack() as stack:
         for cls in (Trainer, DDPTrainer, FSDPTrainer):
@@ -133,9 +140,11 @@ def one_step(backward: bool = True):
         if not backward:
             stack.enter_context(mock.patch.object(torch.Tensor, "backward", lambda self, *a, **k: None))
             # every micro-batch takes the same path: the first one checks it
-            first = Trainer.micro_batches
             stack.enter_context(mock.patch.object(Trainer, "micro_batches",
-                                                  lambda self: itertools.islice(first(self), 1)))
+                                                  lambda self: itertools.islice(micro_batches(self), 1)))
+        else:
+            stack.enter_context(mock.patch.object(Trainer, "micro_batches",
+                                                  lambda self: itertools.islice(micro_batches(self), self.accum)))
         # the router statistics the step logs after the update select rows by a mask (a shape
         # that depends on the data, which fake tensors do not have); the step itself is done then
         stack.enter_context(mock.patch("mor.train.trainer.router_stats", lambda model, trace: {}))
