@@ -30,11 +30,15 @@ padded rows reading and writing the trash block, and block tables to power-of-tw
 so the device part of a pass (``_enter`` / ``_block`` / ``_head``: tensors in, tensors out)
 can be compiled once per shape (``compile``: torch.compile of the device part).
 
-``graphs`` (the engine's default on a GPU): every pass of one shape (kind, row bucket) runs
-over the same static buffers (``StaticPass``: block tables at full width, the widest write
-plan, the head's enter part over all of the head's rows, so the shape depends on the row
-bucket alone), captured once as a CUDA graph on a GPU and replayed; on a CPU the same path
-runs eagerly over the static buffers (tested: equal outputs, the same storage every pass).
+``graphs`` (the engine's default on a GPU): every pass of one shape (kind, row bucket, table
+width; the head's also continuation and sampling: ``shapes``) runs over the same static
+buffers (``StaticPass``: block tables at the narrowest of ``table_widths`` that holds the
+pass's longest row, so attention reads about the rows' context, not ``max_len``; the widest
+write plan; the head's enter part over all of the head's rows), captured once as a CUDA graph
+on a GPU (``CudaGraphs``, one shared pool) and replayed; ``warmup`` captures every shape
+first, largest first, over padding rows only. On a CPU the same path runs eagerly over the
+static buffers (tested: equal outputs, the same storage every pass; with a CPU double of the
+graph, the state after every pass equals the eager path's).
 Sequence tying's block passes (rows split by unique layer) get one fixed-length row-index
 vector per unique layer a block layer can be, padded with an extra padding row
 (``_tying_static``), so their shape is the row bucket's too.
@@ -189,7 +193,7 @@ class Stepper:
         self.same_layers = all(len(set(col)) == 1 for col in zip(*plan.recursions))  # Cycle family
         # which recursions a router may drop tokens at (capacity 1 keeps all: the host knows)
         if self.expert_choice:
-            from mor.config import capacities
+            from mor.capacity import capacities
 
             self.drops = [c < 1 for c in capacities(model.cfg.num_recursions, model.cfg.router.capacity)]
         else:
