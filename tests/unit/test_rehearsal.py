@@ -87,6 +87,17 @@ def test_table_counts_and_columns():
     assert "2 job(s): 1 passed, 1 failed, 0 not rehearsed" in md and "| 7.00 / 8.00 |" in md
 
 
+def test_the_target_fails_on_a_failed_row_and_passes_without(tmp_path, capsys):
+    from mor.rehearsal.table import check, write
+
+    ok = Row("a", "train", 2, 8, "ok", 80.0)
+    bad = Row("b", "train", 2, 0, "FAILED: b / train: failed in aten.mm.default: boom", 80.0)
+    csv_path, md_path = write([ok, bad], tmp_path / "g", "g")
+    assert md_path.read_text().startswith("# Rehearsal: g")
+    assert check(csv_path) == 1 and "b train: FAILED" in capsys.readouterr().out
+    assert check(write([ok], tmp_path / "h", "h")[0]) == 0
+
+
 @pytest.fixture
 def grid(tmp_path):
     path = tmp_path / "rehearse_ci.yaml"

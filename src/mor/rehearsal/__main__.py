@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="auto: fake CUDA where this torch is a CUDA build, else fake CPU only")
     ap.add_argument("--data-root", default="rehearsal/data", help="real token files are used where present")
     ap.add_argument("--out", required=True, help="output stem: writes <out>.csv and <out>.md")
+    ap.add_argument("--exit-zero", action="store_true", help="exit 0 even when a job failed (the table says so)")
     args = ap.parse_args(argv)
     device = args.device if args.device != "auto" else ("cuda" if torch.version.cuda else "cpu")
     grid = load_grid(args.grid, args.mode)
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{run.run_id} {kind}: {row.status} ({time.perf_counter() - start:.0f} s)", flush=True)
     csv_path, md_path = write(rows, Path(args.out), f"{grid.name} ({args.mode}), {device} rehearsal")
     print(f"wrote {csv_path} and {md_path} in {time.perf_counter() - t0:.0f} s")
-    return 1 if any(r.status.startswith("FAILED") for r in rows) else 0
+    return 1 if any(r.status.startswith("FAILED") for r in rows) and not args.exit_zero else 0
 
 
 if __name__ == "__main__":

@@ -63,3 +63,19 @@ def write(rows, out_stem: Path, title: str) -> tuple[Path, Path]:
         with atomic_path(path) as tmp:
             Path(tmp).write_text(text)
     return paths
+
+
+def check(csv_path: Path) -> int:
+    """``python -m mor.rehearsal.table rehearsal/<grid>.csv``: exit 1 naming each failed row."""
+    with open(csv_path, newline="") as f:
+        failed = [r for r in csv.DictReader(f) if r["status"].startswith("FAILED")]
+    for r in failed:
+        print(f"{r['run_id']} {r['job']}: {r['status']}")
+    print(f"{csv_path}: {len(failed)} failed job(s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(check(Path(sys.argv[1])))
