@@ -34,7 +34,8 @@ from snakemake_interface_executor_plugins.settings import CommonSettings
 
 from mor.atomic import write_json_atomic
 from mor.launch.slurm import (
-    HANDOFF_ENV, env_poll_s, env_state_poll_s, env_unknown_s, read_handoff, results_ready, slurm_states,
+    HANDOFF_ENV, env_poll_s, env_state_poll_s, env_unknown_s, mark_reported, read_handoff, results_ready,
+    slurm_states,
 )
 
 common_settings = CommonSettings(
@@ -139,16 +140,20 @@ class Executor(RemoteExecutor):
             if f.proc is None or f.proc.poll() is None:
                 continue
             rc, f.proc = f.proc.returncode, None
+            if f.step == "collecting":  # Snakemake is told now: a later run of this rule submits anew
+                if rc == 0:
+                    self.report_job_success(info)
+                else:
+                    self.report_job_error(info, msg=self._failure(f, rc))
+                mark_reported(Path(f.folder), f.job_id)
+                done.add(i)
+                continue
             if f.step == "submitting":
                 h = read_handoff(f.handoff)
                 if rc == 0 and h.get("job_id"):
                     f.step, f.job_id, f.folder, f.tasks = "in flight", str(h["job_id"]), h["folder"], int(h["tasks"])
                     info.external_jobid = f.job_id
                     continue
-            elif rc == 0:
-                self.report_job_success(info)
-                done.add(i)
-                continue
             self.report_job_error(info, msg=self._failure(f, rc))
             done.add(i)
 

@@ -33,7 +33,7 @@ from submitit.core.utils import JobPaths, cloudpickle_dump
 from mor.grids import load_grid
 from mor.launch.presets import Preset
 from mor.launch.slurm import (
-    HANDOFF_ENV, LaunchError, run_or_hand_off, slurm_state, slurm_states, submit_and_wait,
+    HANDOFF_ENV, LaunchError, mark_reported, run_or_hand_off, slurm_state, slurm_states, submit_and_wait,
 )
 
 DB_DOWN = "sacct: error: Problem talking to the database: Connection refused"
@@ -293,7 +293,8 @@ def test_a_job_that_ended_unwatched_with_its_results_is_collected_once_not_resub
     fake.answer("sacct", out="COMPLETED\n")
     assert run(folder) == [{"steps": 8}]
     assert fake.calls("sbatch") == [] and fake.calls("sacct") == []
-    assert json.loads((folder / "job.json").read_text())["collected"] == "77"
+    rec = json.loads((folder / "job.json").read_text())
+    assert rec["collected"] == rec["reported"] == "77"  # this launcher waited: it reports what it collects
     assert "re-attached to Slurm job 77" in capsys.readouterr().out
     write_result(folder, 5050)  # the new job's result
     assert run(folder) == [5050]
@@ -327,6 +328,29 @@ def test_handed_off_launch_submits_and_returns_then_collects_on_the_verdict(fake
     assert run_or_hand_off(sum, preset, folder, name="mor-train-r1", what="train of g/r1") == [42]
     assert f"Slurm job {NEW_ID} (train of g/r1) ended (COMPLETED)" in capsys.readouterr().out
     assert len(fake.calls("sbatch")) == 1 and fake.calls("sacct") == []
+
+
+def test_a_collected_outcome_snakemake_never_got_is_collected_again_not_resubmitted(fake, tmp_path, monkeypatch):
+    """Snakemake killed between the watcher's collect step and its report: the re-run collects
+    the same job again; once the watcher has reported it, a re-run (forced) submits anew."""
+    handoff = tmp_path / "h.json"
+    monkeypatch.setenv(HANDOFF_ENV, str(handoff))
+    folder = tmp_path / "logs"
+    record(folder, "77")
+    write_result(folder, 8, job_id="77")
+    handoff.write_text(json.dumps({"job_id": "77", "folder": str(folder), "what": "w", "tasks": 1,
+                                   "verdict": {"state": "COMPLETED"}}))
+    assert run_or_hand_off(sum, Preset(partition="debug"), folder, name="n", what="w") == [8]
+    rec = json.loads((folder / "job.json").read_text())
+    assert rec["collected"] == "77" and "reported" not in rec
+    handoff.unlink()  # the restarted workflow's first step
+    assert run_or_hand_off(sum, Preset(partition="debug"), folder, name="n", what="w") is None
+    assert json.loads(handoff.read_text())["job_id"] == "77" and fake.calls("sbatch") == []
+    mark_reported(folder, "77")
+    handoff.unlink()
+    fake.answer("sacct", out="COMPLETED\n")
+    assert run_or_hand_off(sum, Preset(partition="debug"), folder, name="n", what="w") is None
+    assert json.loads(handoff.read_text())["job_id"] == NEW_ID and len(fake.calls("sbatch")) == 1
 
 
 def test_handed_off_job_that_vanished_fails_with_the_waiting_launchers_message(fake, tmp_path, monkeypatch):

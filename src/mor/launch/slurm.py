@@ -202,26 +202,37 @@ def _recorded_job_id(folder: Path) -> str | None:
         return None
 
 
-def _collected(folder: Path, job_id: str) -> bool:
-    """The result of job ``job_id`` was already read (``job.json``'s ``collected``; a record from
-    before that field: ``result.json`` written after ``job.json``)."""
+def _reported(folder: Path, job_id: str) -> bool:
+    """The outcome of job ``job_id`` reached whoever asked for it (``job.json``'s ``reported``: the
+    waiting launcher that collected it, or the workflow's watcher once Snakemake has it). A
+    record from before these fields: ``result.json`` written after ``job.json``."""
     try:
         rec = json.loads(_job_record(folder).read_text())
-        if "collected" in rec:
-            return str(rec["collected"]) == str(job_id)
+        if "collected" in rec or "reported" in rec:
+            return str(rec.get("reported")) == str(job_id)
         return (folder / "result.json").stat().st_mtime >= _job_record(folder).stat().st_mtime
     except (OSError, ValueError, TypeError):
         return False
 
 
-def _mark_collected(folder: Path, job_id: str) -> None:
-    """Record that job ``job_id``'s outcome was read, so a re-run submits anew instead of re-reading it."""
+def _mark(folder: Path, job_id: str, **fields: bool) -> None:
+    """Add ``collected`` / ``reported``: ``job_id`` to ``job.json`` if it still records that job."""
     try:
         rec = json.loads(_job_record(folder).read_text())
     except (OSError, ValueError):
         return
     if str(rec.get("job_id")) == str(job_id):
-        write_json_atomic(_job_record(folder), {**rec, "collected": str(job_id)})
+        write_json_atomic(_job_record(folder), {**rec, **{k: str(job_id) for k, v in fields.items() if v}})
+
+
+def _mark_collected(folder: Path, job_id: str, reported: bool = True) -> None:
+    """Job ``job_id``'s outcome was read (and, by a waiting launcher, reported): a re-run submits anew."""
+    _mark(folder, job_id, collected=True, reported=reported)
+
+
+def mark_reported(folder: Path, job_id: str) -> None:
+    """The watcher told Snakemake job ``job_id``'s outcome: a later run submits anew instead of re-collecting."""
+    _mark(folder, job_id, reported=True)
 
 
 def _reattach(folder: Path, tasks: int, what: str = "job"):
@@ -230,7 +241,8 @@ def _reattach(folder: Path, tasks: int, what: str = "job"):
     A launcher killed without a chance to cancel (login node reboot, SIGKILL) leaves its job
     running; re-running the workflow waits for that job instead of starting a second one
     that would write the same run directory. A job that ended with its results while nobody
-    watched is adopted too (its outcome is collected, not computed again), once. When neither
+    watched, or whose outcome was collected but never reached Snakemake (killed in between),
+    is adopted too (collected, not computed again) until its outcome is reported. When neither
     sacct nor squeue can say whether that job still runs, this raises ``LaunchError`` rather
     than risk a duplicate.
     """
@@ -240,7 +252,7 @@ def _reattach(folder: Path, tasks: int, what: str = "job"):
     if job_id is None:
         return None
     job = submitit.SlurmJob(folder=folder, job_id=job_id, tasks=tuple(range(tasks)))
-    if not _collected(folder, job_id) and _results_ready(job):  # it ended while no workflow watched it
+    if not _reported(folder, job_id) and _results_ready(job):  # it ended while no workflow watched it
         return job
     st = slurm_state(job_id)
     if st.known and not st.finished:
@@ -390,11 +402,12 @@ def _submit_or_reattach(fn: Callable[[], Any], preset: Preset, folder: Path, nam
     return job
 
 
-def _collect_once(job, folder: Path, what: str, st: SlurmState | None, result_wait_s: float) -> list:
+def _collect_once(job, folder: Path, what: str, st: SlurmState | None, result_wait_s: float,
+                  reported: bool = True) -> list:
     try:
         return _collect(job, what, st, result_wait_s)
     finally:
-        _mark_collected(folder, job.job_id)
+        _mark_collected(folder, job.job_id, reported)
 
 
 def submit_and_wait(fn: Callable[[], Any], preset: Preset, folder: Path, name: str, what: str,
@@ -492,9 +505,10 @@ def run_or_hand_off(fn: Callable[[], Any], preset: Preset, folder: Path, name: s
     how = f"ended ({st.state})" if st.finished else "left its results"
     print(f"Slurm job {job_id} ({what}) {how}; logs in {folder}", flush=True)
     if verdict.get("vanished_s") is not None and not _results_ready(job):
-        _mark_collected(folder, job_id)
+        _mark_collected(folder, job_id, reported=False)
         raise LaunchError(_vanished_message(job, what, st, float(verdict["vanished_s"])))
-    return _collect_once(job, folder, what, st if st.known else None, env_result_wait_s())
+    # the watcher marks it reported once Snakemake has the outcome (mark_reported)
+    return _collect_once(job, folder, what, st if st.known else None, env_result_wait_s(), reported=False)
 
 
 def pythonpath_setup() -> list[str]:
