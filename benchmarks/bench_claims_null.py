@@ -12,6 +12,17 @@ the benchmark and the suite's test cannot drift apart); only the noise differs:
     log-normal      skewed noise: sd x (exp(Z) - e^0.5) / sqrt((e - 1) e), mean 0, same sd
     seed-offsets    a per-seed offset shared by the runs of a seed with loadings 0.5-1.5 per
                     block, so it only partly cancels in a paired difference
+    t3              Student t with 3 df (heavy, symmetric tails), unit variance
+    log-normal-<s>-mixed   centred log-normal sigma s (0.4: skewness 1.3; 0.8: 3.7), its skew sign
+                    drawn per kind of run and quantity, once a family: a paired difference of two
+                    opposite signs is skewed (issue 47)
+    log-normal-<s>-right   the same, always right-skewed, each kind of run and quantity with its own
+                    sd (0.5x-2x): same-law differences would be symmetric, unequal ones are not
+
+``--skew SIGMA`` replaces the design's skew bound (grids/claims/claims.yaml design.skew; 0: the
+Student t test of before issue 47), so the same draws show both tests:
+
+    .venv/bin/python benchmarks/bench_claims_null.py --reps 2000 --models log-normal-0.8-right --skew 0
 
     .venv/bin/python benchmarks/bench_claims_null.py --reps 2000 --models homoscedastic
 
@@ -26,6 +37,7 @@ planted effect implies, beside the design simulation's power at the same d:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
@@ -43,7 +55,8 @@ import test_null_adaptive as T  # noqa: E402
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_claims_design import PILOT  # noqa: E402
 
-MODELS = ("homoscedastic", "per-variant", "log-normal", "seed-offsets")
+MODELS = ("homoscedastic", "per-variant", "log-normal", "seed-offsets", "t3", "log-normal-0.4-mixed",
+          "log-normal-0.8-mixed", "log-normal-0.4-right", "log-normal-0.8-right")
 
 
 def _d(claim: str) -> list[float]:
@@ -52,83 +65,138 @@ def _d(claim: str) -> list[float]:
     return [m / s for m, s in zip(means, sds)]
 
 
+def _entropy(a: float) -> float:
+    """The assignment entropy of the fixture's depth shares (1/3 + a, 1/3, 1/3 - a)."""
+    q = np.array([1 / 3 + a, 1 / 3, 1 / 3 - a])
+    return float(-(q * np.log(q)).sum())
+
+
+def _entropy_shift(target: float, a: float = 0.15) -> float:
+    """The rise in a that lowers the entropy by ``target`` (bisection)."""
+    lo, hi = 0.0, 1 / 3 - a - 1e-6
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _entropy(a) - _entropy(a + mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
 # What --planted adds to the simulated runs, in the simulation's own units, so that each
 # comparison's mean / per-seed sd equals the pilot's d (homoscedastic: a difference of two runs
 # has sd sqrt(2) x the per-run sd; the seed offset cancels):
 #   aux-separates     selected tokens lower, every (run, recursion) cell at the pilot's weakest
 #                     cell, d = -1.75 (its 6 cells: -1.75 .. -3.92): "contradicted"
-#   deeper-recursion  NLL at depth cap 1 above full depth by the pilot's d per Nr (0.79, 1.79, 0.89)
-#   balancing-*       MaxVio(loss-free) above, entropy(loss-free) below the balancing loss's by the
-#                     pilot's d (1.79, 1.64); NLL(loss-free) - NLL(loss) + margin at the pilot's d (1.00)
+#   deeper-recursion  NLL falls by the pilot's cap-1-vs-full d per Nr (0.79, 1.79, 0.89), spread
+#                     evenly over the Nr - 1 steps of its curve (issue 48 reads every step)
+#   balancing-*       MaxVio(loss-free) above the balancing loss's by the pilot's d (1.79);
+#                     assignment entropy(loss-free) below by the pilot's entropy d (1.64, at the
+#                     fixture's entropy sd, |dH/da| x the share's sd); NLL(loss-free) - NLL(loss)
+#                     + margin at the pilot's d (1.00)
 ROOT2 = math.sqrt(2.0)
 NI_MARGIN = T.SPECS["balancing-nll"].ni_margin  # grids/claims/claims.yaml, read, not copied (issue 48: its own claim)
+_H_SD = abs(math.log((1 / 3 - 0.15) / (1 / 3 + 0.15))) * T.ROUTER_SD  # one run's entropy sd at the fixture's a
 PLANT = {
     "separation": min(_d("aux-separates"), key=abs) * ROOT2 * T.HIST_SD,
-    "depth_cap": dict(zip((2, 3, 4), (d * ROOT2 * T.NLL_SD for d in _d("deeper-recursion")))),
+    "depth_cap": {nr: d * ROOT2 * T.NLL_SD / (nr - 1) for nr, d in zip((2, 3, 4), _d("deeper-recursion"))},  # a step
     "max_vio": _d("balancing-maxvio")[0] * ROOT2 * T.ROUTER_SD,
-    "entropy": _d("balancing-entropy")[0] * ROOT2 * T.ROUTER_SD,
+    "assign": _entropy_shift(_d("balancing-entropy")[0] * ROOT2 * _H_SD),
     "nll_free": _d("balancing-nll")[0] * ROOT2 * T.NLL_SD - NI_MARGIN,
 }
 EXPECT = {"aux-separates": "contradicted", "deeper-recursion": "holds", "balancing-maxvio": "holds",
-          "balancing-entropy": "holds"}
+          "balancing-entropy": "holds", "balancing-nll": "holds"}
 
 
-def _noise(rng, model: str, size: int = 1) -> np.ndarray:
-    z = rng.standard_normal(size)
-    if model == "log-normal":
-        return (np.exp(z) - math.exp(0.5)) / math.sqrt((math.e - 1) * math.e)
-    return z
+class Noise:
+    """One family's noise: a law per kind of run and quantity (its sd scale and skew sign, drawn
+    once), unit variance and mean 0 at scale 1."""
+
+    def __init__(self, rng, model: str):
+        self.rng, self.model, self.laws = rng, model, {}
+        self.sigma = float(model.split("-")[2]) if model.startswith("log-normal-") else None
+
+    def law(self, key) -> tuple[float, float, float]:
+        """(sd scale, seed-offset loading, skew sign) of one kind of run and quantity."""
+        if key not in self.laws:
+            m, rng = self.model, self.rng
+            scale = float(np.exp(rng.uniform(math.log(0.5), math.log(2.0)))) if m in ("per-variant",) or \
+                m.endswith("-right") else 1.0
+            loading = float(rng.uniform(0.5, 1.5)) if m == "seed-offsets" else 1.0
+            sign = float(rng.choice([-1.0, 1.0])) if m.endswith("-mixed") else 1.0
+            self.laws[key] = (scale, loading, sign)
+        return self.laws[key]
+
+    def __call__(self, key) -> float:
+        scale, _, sign = self.law(key)
+        z = float(self.rng.standard_normal())
+        if self.model == "t3":
+            return scale * float(self.rng.standard_t(3)) / math.sqrt(3.0)
+        if self.model == "log-normal":  # sigma 1, always right, one sd: same-law differences are symmetric
+            return scale * (math.exp(z) - math.exp(0.5)) / math.sqrt((math.e - 1) * math.e)
+        if self.sigma:
+            s = self.sigma
+            return scale * sign * (math.exp(s * z) - math.exp(s * s / 2)) / math.sqrt((math.exp(s * s) - 1) * math.exp(s * s))
+        return scale * z
 
 
 def draw(rng, model: str, planted: bool = False) -> dict[str, pd.DataFrame]:
-    """Every run of deciding and fig5c at the last look, every comparison's true mean 0 (or,
-    ``planted``, at the pilot's d: ``PLANT``)."""
-    frames = {}
-    scale, loading = {}, {}
+    """Every run of deciding and fig5c at the last look in tests/unit/test_null_adaptive.py's
+    columns (every depth cap, the depth assignments), every comparison's true mean 0 (or,
+    ``planted``, at the pilot's d: ``PLANT``), with ``model``'s noise."""
+    frames, noise = {}, Noise(rng, model)
     for g in T.GRIDS:
         static = T._static(g, "local")
         seeds = sorted({row["seed"] for row, _ in static})
         common = {s: (T.SEED_SD * rng.standard_normal() if model == "seed-offsets" else 0.0) for s in seeds}
         rows = []
         for fixed, m in static:
-            key = (g, m.variant, m.router.type if m.variant == "mor" else None)  # one law per kind of run
-            if key not in scale:
-                scale[key] = float(np.exp(rng.uniform(math.log(0.5), math.log(2.0)))) if model == "per-variant" else 1.0
-                loading[key] = float(rng.uniform(0.5, 1.5)) if model == "seed-offsets" else 1.0
-            sd, off = scale[key], loading[key] * common[fixed["seed"]]
-            row = {**fixed, "val_nll": T.NLL + off + sd * T.NLL_SD * float(_noise(rng, model)[0]), "max_vio": None,
+            kind = (g, m.variant, m.router.type if m.variant == "mor" else None, m.num_recursions)  # one law per kind
+            off = noise.law(kind + ("offset",))[1] * common[fixed["seed"]]
+            row = {**fixed, "val_nll": T.NLL + off + T.NLL_SD * noise(kind + ("nll",)), "max_vio": None,
                    "entropy": None, "router_output_hist": None}
             if m.variant == "mor" and m.router.type == "token_choice":
                 free = planted and m.router.balancing == "loss_free"
-                row["max_vio"] = T.MAX_VIO[0] + sd * T.ROUTER_SD * float(_noise(rng, model)[0]) + free * PLANT["max_vio"]
-                row["entropy"] = T.ENTROPY[0] + sd * T.ROUTER_SD * float(_noise(rng, model)[0]) - free * PLANT["entropy"]
-                row["val_nll"] += free * PLANT["nll_free"]
+                kb = kind + (m.router.balancing,)
+                row["max_vio"] = T.MAX_VIO[0] + T.ROUTER_SD * noise(kb + ("max_vio",)) + free * PLANT["max_vio"]
+                row["entropy"] = T.ENTROPY[0] + T.ROUTER_SD * noise(kb + ("entropy",))
+                a = min(max(0.15 + T.ROUTER_SD * noise(kb + ("assign",)) + free * PLANT["assign"], -0.33), 0.33)
+                row["depth_histogram"] = [round(1000 * (1 / 3 + a)), round(1000 / 3), round(1000 * (1 / 3 - a))]
+                # balancing-nll's null is its boundary: loss-free's NLL lower by the margin (planted: PLANT)
+                shift = (PLANT["nll_free"] if planted else -NI_MARGIN) if m.router.balancing == "loss_free" else 0.0
+                row["val_nll"] = T.NLL + off + T.NLL_SD * noise(kb + ("nll",)) + shift
             if g == "fig5c":
-                row["router_output_hist"] = _hist(rng, model, sd, m.num_recursions, m.router.alpha,
+                row["router_output_hist"] = _hist(noise, kind, m.num_recursions, m.router.alpha,
                                                   PLANT["separation"] if planted else 0.0)
-                row["depth_cap_nll_1"] = (T.NLL + off + sd * T.NLL_SD * float(_noise(rng, model)[0])
-                                          + (PLANT["depth_cap"][m.num_recursions] if planted else 0.0))
+                nr = m.num_recursions
+                for d in range(1, nr):  # cap d's NLL (cap Nr: val_nll): planted, each step down by PLANT
+                    row[f"depth_cap_nll_{d}"] = (T.NLL + off + T.NLL_SD * noise(kind + (f"cap{d}",))
+                                                 + (PLANT["depth_cap"][nr] * (nr - d) if planted else 0.0))
             rows.append(row)
         df = pd.DataFrame(rows)
         frames[g] = df.astype({c: object for c in df.columns if isinstance(df[c].dtype, pd.StringDtype)})
     return frames
 
 
-def _hist(rng, model: str, sd: float, nr: int, alpha: float, shift: float = 0.0) -> str:
+def _hist(noise: Noise, kind, nr: int, alpha: float, shift: float = 0.0) -> str:
     import json
 
     edges = np.linspace(0.0, alpha, T.BINS + 1)
     out = []
-    for _ in range(nr):
+    for r in range(nr):
         group = {}
         for name, mean in (("selected", T.SELECTED + shift), ("unselected", T.UNSELECTED)):
-            x = (mean + sd * T.HIST_SD * float(_noise(rng, model)[0])) * T.BINS - 0.5
+            x = (mean + T.HIST_SD * noise(kind + (name, r))) * T.BINS - 0.5
             i = min(max(int(math.floor(x)), 0), T.BINS - 2)
+            x = min(max(x, i), i + 1)
             h = np.zeros(T.BINS)
             h[i], h[i + 1] = 1 - (x - i), x - i
             group[name] = h.tolist()
         out.append({"bin_edges": edges.tolist(), **group, "n_selected": 100, "n_unselected": 100})
     return json.dumps(out)
+
+
+def _set_skew(skew: float | None) -> None:
+    """Run the rounds under another skew bound than the shipped design's (the same draws)."""
+    if skew is not None:
+        T.DESIGNS["local"] = dataclasses.replace(T.DESIGNS["local"], skew=skew)
 
 
 def main() -> None:
@@ -138,7 +206,11 @@ def main() -> None:
     ap.add_argument("--rng", type=int, default=0)
     ap.add_argument("--every", type=int, default=100, help="print the running rates every this many families")
     ap.add_argument("--planted", action="store_true", help="every claim at its pilot's d: power per claim")
+    ap.add_argument("--skew", type=float, default=None, help="the design's skew bound instead of the shipped one "
+                    "(log-normal sigma; 0: Student's t)")
     a = ap.parse_args()
+    _set_skew(a.skew)
+    print(f"skew bound (log-normal sigma) {T.DESIGNS['local'].skew}", flush=True)
     if a.planted:
         return planted(a)
     budget = T.load_budget(mode="local")

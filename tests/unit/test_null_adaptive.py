@@ -56,6 +56,9 @@ MAX_VIO, ENTROPY, ROUTER_SD = (0.5, 0.05), (1.0, 0.05), 0.05
 SELECTED, UNSELECTED, HIST_SD, BINS = 0.9, 0.1, 0.01, 50
 # planted: aux-separates contradicted, selected tokens 0.1 lower (a separation of 0.7 against the
 # 0.8 threshold: 7 sd of one seed's separation)
+# balancing-nll: NLL(loss-free) - NLL(loss) + margin > 0; at its null's boundary loss-free's NLL is
+# lower by the margin (the same NLL gives "holds" in every replication)
+NI_MARGIN = SPECS["balancing-nll"].ni_margin
 PLANTED = "aux-separates"
 PLANTED_SHIFT = -0.1
 
@@ -127,6 +130,8 @@ def _draw(rng, mode: str, planted: bool = False) -> dict[str, pd.DataFrame]:
             nll = NLL + common[s] + NLL_SD * rng.normal()
             row = {**fixed, "val_nll": nll, "max_vio": None, "entropy": None, "router_output_hist": None}
             if m.variant == "mor" and m.router.type == "token_choice":  # the balancing pair
+                if m.router.balancing == "loss_free":  # balancing-nll's null is its boundary: lower by the margin
+                    row["val_nll"] -= NI_MARGIN
                 row["max_vio"] = MAX_VIO[0] + ROUTER_SD * rng.normal()
                 row["entropy"] = ENTROPY[0] + ROUTER_SD * rng.normal()
                 # the depth assignments (balancing-entropy reads their entropy): one depth's share
@@ -338,12 +343,18 @@ def test_null_rate_of_the_stand_in_is_bounded_tightly_enough_to_fail():
     bench = _stand_in()
     null = {c: ([0.0] * len(m), s, b) for c, (m, s, b) in bench.OBSERVED.items()}
     assert set(null) == set(FAMILY)  # balancing-nll one member, required by both balancing claims
-    _, code, seeds, spent = bench._run(np.random.default_rng(40), DESIGN, null, STAND_IN_REPS)
+    # Student's t (skew 0): this checks Holm's bound on normal draws, where design.skew's bound makes every
+    # test so conservative at n = 9 that nothing is decided with Holm or without it (0 of 1,000 and of 250);
+    # the skew bound has its own test, test_local_family_null_under_skewed_noise_matches_its_arrays
+    import dataclasses
+
+    design = dataclasses.replace(DESIGN, skew=0.0)
+    _, code, seeds, spent = bench._run(np.random.default_rng(40), design, null, STAND_IN_REPS)
     rate = float((code != 0).any(axis=1).mean())
     print(f"\nstand-in: null family-wise rate {rate:.4f} over {STAND_IN_REPS} families; CPU-min added {spent.mean():.1f}")
     assert rate <= _bound(STAND_IN_REPS), rate
     assert _bound(STAND_IN_REPS) < 2 * DESIGN.alpha - 3 * math.sqrt(0.1 * 0.9 / STAND_IN_REPS)  # the bound could fail at 2x
-    _, broken, _, _ = bench._run(np.random.default_rng(40), DESIGN, null, STAND_IN_REPS, holm=False)  # the same families
+    _, broken, _, _ = bench._run(np.random.default_rng(40), design, null, STAND_IN_REPS, holm=False)  # the same families
     assert float((broken != 0).any(axis=1).mean()) > rate  # Holm is what holds it down
 
 
@@ -361,3 +372,178 @@ def test_null_rate_of_the_local_design_stand_in_is_bounded_tightly_enough_to_fai
     print(f"\nlocal stand-in: null family-wise rate {rate:.4f} over {STAND_IN_REPS} families; CPU-min {spent.mean():.1f}")
     assert (seeds == design.looks[0]).all() and spent.mean() == pytest.approx(design.looks[0] * 4.5)  # the look was funded
     assert rate <= _bound(STAND_IN_REPS), rate
+
+
+# --------------------------------------------------------------------------------------
+# The local family alone, skewed noise, checked family by family against its own arrays (issues 47, 48)
+# --------------------------------------------------------------------------------------
+# Each comparison of the local family is one draw of skewed noise against a fixed partner: the
+# loss-free run's MaxVio, depth-1 share and NLL against the balancing loss's fixed values, the
+# selected group's router output against the unselected group's, each depth cap's NLL below the
+# trained depth its own draw (full depth fixed). So most differences have the design's least
+# favourable shape (centred log-normal at sigma design.skew), right-skewed in even families,
+# left in odd ones. The generator records every comparison's true per-seed value; the test
+# decides each family again from those arrays alone (mor.stats.claim_p, which
+# tests/unit/test_stats.py checks against nominal rates on skewed arrays, then Holm and the
+# requires rule written out here), and the real rounds (predicates on the frames, evaluate,
+# next_round) must reach the same verdict for every claim of every family. A machinery that
+# decides more often than Holm allows, by any factor, differs in every family whose smallest
+# adjusted p falls between alpha and that factor x alpha.
+SKEW_ALPHA = 0.2  # the level the machinery runs at here: Holm holds at every alpha, and at 0.2 the
+# window (alpha, 2 alpha] of the smallest adjusted p holds ~8 % of families (measured: docs/claims.md)
+SKEW_REPS = 60  # families; ~0.5-1.5 s each (two rounds, evaluate() in each)
+SKEW_SD = {"nll": 0.02, "router": 0.05, "hist": 0.03}  # the hist's 0.03 is 3x its sd floor: the floor rarely binds
+
+
+def _lognormal(rng, sigma: float, sign: float) -> float:
+    z = math.exp(sigma * rng.standard_normal())
+    return sign * (z - math.exp(sigma ** 2 / 2)) / math.sqrt((math.exp(sigma ** 2) - 1) * math.exp(sigma ** 2))
+
+
+def _shares(a: float) -> list[int]:
+    """The eval's depth_histogram of a token-choice run whose depth-1 share is 1/3 + a (of 1e5 tokens;
+    a kept within +-1/3, so no share is negative)."""
+    a = min(max(a, -1 / 3), 1 / 3)
+    return [round(1e5 * (1 / 3 + a)), round(1e5 / 3), round(1e5 * (1 / 3 - a))]
+
+
+def _entropy(loads) -> float:
+    q = np.asarray(loads, dtype=np.float64) / np.sum(loads)
+    q = q[q > 0]  # 0 log 0 = 0
+    return float(-(q * np.log(q)).sum())
+
+
+def _draw_skewed(rng, sigma: float, sign: float, truth: dict) -> dict[str, pd.DataFrame]:
+    """The local mode's runs of both grids, every true effect at its null boundary, the noise of
+    the layout above; ``truth`` receives each comparison's per-seed value, keyed (claim, label, seed)."""
+    frames = {}
+    for g in GRIDS:
+        rows = []
+        for fixed, m in _static(g, "local"):
+            s = fixed["seed"]
+            row = {**fixed, "val_nll": NLL, "max_vio": None, "entropy": None, "router_output_hist": None}
+            if m.variant == "mor" and m.router.type == "token_choice":
+                free = m.router.balancing == "loss_free"
+                e = [SKEW_SD[k] * _lognormal(rng, sigma, sign) if free else 0.0 for k in ("nll", "router", "router")]
+                row["val_nll"] = NLL - free * NI_MARGIN + e[0]
+                row["max_vio"], row["entropy"] = MAX_VIO[0] + e[1], ENTROPY[0]
+                row["depth_histogram"] = _shares(0.15 - e[2])  # a smaller depth-1 share: more even, higher entropy
+                if free:
+                    truth[("balancing-nll", "nll", s)] = e[0]
+                    truth[("balancing-maxvio", "max_vio", s)] = e[1]
+                    truth[("balancing-entropy", "entropy", s)] = _entropy(_shares(0.15)) - _entropy(row["depth_histogram"])
+            if g == "fig5c":
+                nr, edges, out = m.num_recursions, np.linspace(0.0, m.router.alpha, BINS + 1), []
+                for r in range(nr):
+                    x = SKEW_SD["hist"] * _lognormal(rng, sigma, sign)
+                    truth[("aux-separates", (nr, r), s)] = x  # separation - threshold: (0.9 + x - 0.1) - 0.8
+                    group = {}
+                    for name, mean in (("selected", SELECTED + x), ("unselected", UNSELECTED)):
+                        b = mean * BINS - 0.5  # the mass split between two bins puts the mean at `mean` exactly
+                        i = min(max(int(math.floor(b)), 0), BINS - 2)
+                        h = np.zeros(BINS)
+                        h[i], h[i + 1] = 1 - (b - i), b - i
+                        group[name] = h.tolist()
+                    out.append({"bin_edges": edges.tolist(), **group, "n_selected": 100, "n_unselected": 100})
+                row["router_output_hist"] = json.dumps(out)
+                caps = {nr: 0.0}
+                for d in range(1, nr):
+                    caps[d] = SKEW_SD["nll"] * _lognormal(rng, sigma, -sign)
+                    row[f"depth_cap_nll_{d}"] = NLL + caps[d]
+                for d in range(1, nr):  # a step: NLL(cap d) - NLL(cap d + 1), > 0 when a step helps
+                    truth[("deeper-recursion", (nr, d), s)] = caps[d] - caps[d + 1]
+            rows.append(row)
+        df = pd.DataFrame(rows)
+        frames[g] = df.astype({c: object for c in df.columns if isinstance(df[c].dtype, pd.StringDtype)})
+    return frames
+
+
+REQUIRES = {"balancing-maxvio": ("balancing-nll",), "balancing-entropy": ("balancing-nll",)}
+METRIC = {"aux-separates": "router_separation", "deeper-recursion": "val_nll", "balancing-nll": "val_nll",
+          "balancing-maxvio": "max_vio", "balancing-entropy": "assignment_entropy"}
+
+
+def _reference(truth: dict, design, family) -> dict[str, str]:
+    """The family's verdicts from the recorded comparisons alone: each claim's (K, n) array of the
+    design's fresh seeds, mor.stats.claim_p with its metric's sd floor, Holm step-down, and the
+    requires rule (a balancing claim holds only if balancing-nll holds, is contradicted if it is)."""
+    from mor import stats
+
+    p_hold, p_contra = [], []
+    for c in family:
+        labels = sorted({k[1] for k in truth if k[0] == c}, key=str)
+        seeds = sorted({k[2] for k in truth if k[0] == c and k[2] >= design.first_seed})
+        x = np.array([[truth[(c, lab, s)] for s in seeds] for lab in labels])  # (K, n)
+        h, k = stats.claim_p(x, design, None, design.floors.get(METRIC[c], 0.0))
+        p_hold.append(float(h))
+        p_contra.append(float(k))
+    p = np.minimum(p_hold, p_contra)
+    order, m, verdict, running = np.argsort(p), len(p), {}, 0.0
+    for rank, j in enumerate(order):  # Holm: the (rank+1)-th smallest p against alpha / (m - rank), stopping at the first miss
+        running = max(running, p[j] * (m - rank))
+        ok = running <= design.alpha and p_hold[j] != p_contra[j]
+        verdict[family[j]] = ("holds" if p_hold[j] < p_contra[j] else "contradicted") if ok else "inconclusive"
+    for c, needs in REQUIRES.items():
+        theirs = [verdict[x] for x in needs]
+        if verdict[c] == "contradicted" or "contradicted" in theirs:
+            verdict[c] = "contradicted"
+        elif not (verdict[c] == "holds" and all(v == "holds" for v in theirs)):
+            verdict[c] = "inconclusive"
+    return verdict
+
+
+def skewed_local_null(reps: int, alpha: float, seed: int = 47, holm_factor: float = 1.0, skew: float | None = None):
+    """``reps`` null families of the local family through the real rounds at level ``alpha``
+    (the design's skew bound, or ``skew``; all else shipped), noise as in ``_draw_skewed``;
+    ``holm_factor`` > 1 loosens the machinery's Holm by that factor (its adjusted p divided by
+    it: a miscalibration, for measuring this test's power). Returns, per family, the rounds'
+    verdicts, the reference's, and the smallest Holm-adjusted p (unloosened)."""
+    import dataclasses
+
+    from mor import stats
+
+    design = dataclasses.replace(DESIGNS["local"], alpha=alpha, skew=DESIGNS["local"].skew if skew is None else skew)
+    family, budget = tuple(load_family("local")), load_budget(mode="local")
+    assert set(family) == set(METRIC)
+    holm, last, out = stats.holm, [1.0], []
+
+    def loosened(p):
+        adjusted = holm(p)
+        last[0] = float(np.min(adjusted))
+        return adjusted / holm_factor
+
+    stats.holm = loosened
+    try:
+        rng = np.random.default_rng(seed)
+        for rep in range(reps):
+            truth: dict = {}
+            full, previous = _draw_skewed(rng, design.skew, 1.0 if rep % 2 == 0 else -1.0, truth), None
+            for _ in range(3 * len(family)):
+                record = next_round(full, _grids("local", previous), design, SPECS, budget, previous, family)
+                if record["stop"]:
+                    break
+                previous = record
+            assert all(record["verdicts"][c]["n"] == design.looks[-1] for c in family), record["verdicts"]
+            out.append(({c: record["verdicts"][c]["verdict"] for c in family}, _reference(truth, design, family), last[0]))
+    finally:
+        stats.holm = holm
+    return out
+
+
+@pytest.mark.slow
+def test_local_family_null_under_skewed_noise_matches_its_arrays():
+    """The real rounds (predicates on the frames, evaluate, next_round, Holm over the local family
+    alone) on 60 null families with skewed noise, at level 0.2, reach for every claim of every
+    family the verdict the recorded comparisons give through mor.stats and the Holm and requires
+    rules written out above; and the family-wise decisive rate is at most alpha + 2.33 se. With
+    the machinery's Holm loosened 2x (4x) a family disagrees with probability 0.080 (0.253) each
+    (measured over 150 families: docs/claims.md, "Skewed seed noise"), so 60 families fail this
+    test with chance 0.993 (~1)."""
+    rows = skewed_local_null(SKEW_REPS, SKEW_ALPHA)
+    differ = [(i, got, want) for i, (got, want, _) in enumerate(rows) if got != want]
+    decisive = sum(any(v != "inconclusive" for v in got.values()) for got, _, _ in rows)
+    smallest = np.array([x for _, _, x in rows])
+    print(f"\nskewed local null: {decisive} of {SKEW_REPS} families decisive at alpha {SKEW_ALPHA}; smallest Holm p in "
+          f"(alpha, 2 alpha] in {np.mean((smallest > SKEW_ALPHA) & (smallest <= 2 * SKEW_ALPHA)):.3f} of them")
+    assert not differ, differ[:3]
+    assert decisive / SKEW_REPS <= SKEW_ALPHA + 2.33 * math.sqrt(SKEW_ALPHA * (1 - SKEW_ALPHA) / SKEW_REPS)
