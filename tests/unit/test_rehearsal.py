@@ -111,7 +111,7 @@ def _runs(grid):
     return [r.config for r in load_grid(grid, "local").runs]
 
 
-PRESET = Preset(gpus_per_node=2, gpu_memory_gib=1.0, execution={"micro_batch": 2})  # DDP over 2 fake ranks
+PRESET = Preset(gpus_per_node=2, gpu_memory_gib=80.0, execution={"micro_batch": 2})  # DDP over 2 fake ranks
 
 
 @pytest.mark.parametrize("variant", ["vanilla", "recursive"])
@@ -147,3 +147,14 @@ def test_a_failure_inside_the_train_job_is_a_row_naming_it(grid, data_root, monk
     run = _runs(grid)[0]
     row = rehearse("train", grid, run.run_id, "local", PRESET, "cpu", data_root)
     assert row.status.startswith(f"FAILED: {run.run_id} / train: failed in aten.embedding.default: ")
+
+
+def test_a_peak_over_the_usable_memory_fails_the_row(grid, data_root):
+    small = Preset(gpus_per_node=2, gpu_memory_gib=2.0, execution={"micro_batch": 2})  # 0.3 GiB usable
+    run = _runs(grid)[0]
+    row = rehearse("train", grid, run.run_id, "local", small, "cpu", data_root)
+    if row.measured["total"] > 0.3 * GiB:
+        pytest.fail("the tiny model should fit 0.3 GiB; pick a smaller GPU for this test")
+    tiny = Preset(gpus_per_node=2, gpu_memory_gib=1.668, execution={"micro_batch": 2})  # 0.0012 GiB usable
+    row = rehearse("train", grid, run.run_id, "local", tiny, "cpu", data_root)
+    assert row.status.startswith("FAILED: measured peak") and "usable of the 1.668 GiB GPU at micro-batch 2" in row.status

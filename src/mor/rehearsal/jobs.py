@@ -8,8 +8,10 @@ micro-batch, status, and for a train job the peak per GPU by category, measured
 The train job is the job function up to its training loop: ``train_job`` loads the grid, finds
 the data, builds the model, optimizer and sampler, resolves the micro-batch and wraps the model
 for DDP / FSDP (over a fake process group of the preset's world size) exactly as on the cluster;
-its loop (``Trainer.fit``) is replaced by one ``Trainer.train_step`` (forward, backward, AdamW,
-every micro-batch of the rank's share of the global batch) under the memory tracker.
+its loop (``Trainer.fit``) is replaced by one ``Trainer.train_step`` (forward, backward, AdamW;
+the first, second and last micro-batch of the rank's share of the global batch) under the memory
+tracker. A measured peak above what the plan may use of the GPU (``mor.memory.usable_bytes``:
+90 % less 1.5 GiB for the CUDA context, NCCL and fragmentation) fails the row.
 """
 
 from __future__ import annotations
@@ -188,11 +190,11 @@ def _train_pass(grid: str, run_id: str, mode: str, preset, device: str, data_roo
 def rehearse_train(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path) -> Row:
     """One optimizer step of the train job at the preset's world size, micro-batch and execution.
 
-    ``device`` 'cuda' (a CUDA build of torch): the job runs on fake CUDA up to the end of its
-    forward passes (device, dtype and kernel checks of every CUDA-only path; the micro-batch the
-    job's own 'auto' picks), then the whole step (forward, backward, AdamW) runs on fake CPU
+    ``device`` 'cuda' (a CUDA build of torch): the job runs on fake CUDA, one rank, through its
+    first forward pass (device, dtype and kernel checks of the CUDA paths: bf16 autocast, the
+    fused AdamW on zero gradients), then the whole step (forward, backward, AdamW) runs on fake CPU
     tensors under bf16 autocast for the memory. 'cpu': the second part only."""
-    from mor.memory import training_memory
+    from mor.memory import training_memory, usable_bytes
 
     run = load_grid(grid, mode).run(run_id).config
     vocab = run_vocab(run, data_root)
@@ -210,8 +212,10 @@ def rehearse_train(grid: str, run_id: str, mode: str, preset, device: str, data_
     est = training_memory(run.model, model_shape(run.model), vocab, t.seq_len, row.micro_batch, dtype, world,
                           preset.parallel, ex.activation_checkpointing, ex.loss_chunk)
     row.modelled = measure.modelled(est)
-    if preset.gpu_memory_gib and row.measured["total"] > preset.gpu_memory_gib * GiB:
-        row.status = f"FAILED: measured peak {row.measured['total'] / GiB:.1f} GiB > {preset.gpu_memory_gib} GiB GPU"
+    usable = usable_bytes(preset.gpu_memory_gib * GiB)
+    if preset.gpu_memory_gib and row.measured["total"] > usable:
+        row.status = (f"FAILED: measured peak {row.measured['total'] / GiB:.1f} GiB > {usable / GiB:.1f} GiB "
+                      f"usable of the {preset.gpu_memory_gib:g} GiB GPU at micro-batch {row.micro_batch}")
     return row
 
 
