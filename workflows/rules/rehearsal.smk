@@ -13,10 +13,12 @@ REHEARSAL_GRIDS = sorted(p.stem for p in all_grids(GRIDS_DIR)
 rule rehearsal_env:
     output:
         str(REHEARSAL_VENV / ".mor-installed"),
+    params:
+        script=str(Path(workflow.basedir) / "scripts" / "setup_rehearsal.sh"),
     log:
         "logs/rehearsal/env.log",
     shell:
-        "bash {workflow.basedir}/scripts/setup_rehearsal.sh > {log:q} 2>&1"
+        "bash {params.script:q} > {log:q} 2>&1"
 
 
 rule rehearsal_table:
