@@ -73,7 +73,8 @@ import time
 
 import torch
 
-from mor.config import ModelConfig, RouterConfig, capacities, load_scales
+from mor.capacity import capacities
+from mor.config import ModelConfig, RouterConfig, load_scales
 from mor.cpu_allocator import tune_cpu_allocator
 from mor.engine import Engine, Request
 from mor.throughput_protocol import baseline, load_protocol, sequence_len

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-from mor.yaml_io import YamlError, key_line, load_derived, load_yaml, where
+from mor.identity import RETIRED_FIELDS, digest, eval_fields, training_fields
+from mor.yaml_io import YamlError, key_line, load_derived, where
 
 SCALES_FILE = Path(__file__).resolve().parents[2] / "grids" / "scales.yaml"
 
@@ -90,23 +88,6 @@ class ScaleShape:
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
-
-
-def read_yaml_mapping(path: Path, error: type[Exception], what: str, missing_hint: str = "") -> dict:
-    """Parse a YAML file whose top level must be a mapping; errors start with the file (and
-    the line of a syntax error). Through the one cached reader (mor.yaml_io): read once per
-    process, the caller gets its own copy."""
-    try:
-        raw = load_yaml(path)
-    except FileNotFoundError:
-        raise error(f"{path}: {what} not found{missing_hint}") from None
-    except YamlError as e:
-        raise error(str(e)) from None
-    if raw is None:
-        raise error(f"{path}: the {what} is empty; it must be a mapping at the top level")
-    if not isinstance(raw, dict):
-        raise error(f"{path}: a {what} must be a mapping at the top level")
-    return raw
 
 
 def load_scales(path: Path = SCALES_FILE) -> dict[str, ScaleShape]:
@@ -433,43 +414,10 @@ def exec_config(raw: dict[str, Any] | None, where: str = "execution") -> ExecCon
     return from_dict(ExecConfig, data, where=where)
 
 
-# The run-identity rule. Fields that change what training computes make the run id; fields
-# that only change what the eval job measures re-run that job alone; presentation fields
-# (label, paper_scale's wording in tables, reference rows, artifacts) change neither. The
-# grid name is not hashed: it is the run's folder (runs/<grid>/<run_id>/).
-TRAINING_FIELDS = ("model", "train", "data")
-EVAL_FIELDS = ("eval",)
-# Fields added after runs existed: hashed only when set, so adding a field with a default
-# that keeps the old behaviour never renames (and retrains) an existing run.
-# (model.weight_init: its default "crn" is hashed, so every run got a new id when common
-# random numbers became the default; "global_rng" gives back the ids of the runs before.
-# train.data_order likewise: its default "sequence" renamed every run, "rank" gives back
-# the ids, and the data, of the runs before.)
-LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0, ("model", "weight_init"): "global_rng",
-                ("train", "data_order"): "rank"}
-# Fields that left the identity for ExecConfig: a stored config (config.json, a results row)
-# may still carry them and parses (the value is dropped), and the hash keeps them at the one
-# value every shipped grid had, so no existing run id changes. A run that had set another
-# value (none of the shipped grids did) now shares the id of its "auto" twin: it trains the same.
-RETIRED_FIELDS = {("model", "attention"): "auto"}
-# Fields that decide nothing about what is trained under one data order, hashed there at the
-# one value every shipped grid has, so no existing id moves and a change of them renames
-# nothing. train.micro_batch under data_order "sequence": sequence j of step s is keyed by
-# (seed, s, j) whatever the draw size, and the passes the step is cut into are a memory
-# setting (like execution.micro_batch); under "rank" it keys the draws, and stays hashed.
-# (docs/grids.md, "Run identity", lists what is and is not in the id, and why.)
-ORDER_NEUTRAL_FIELDS = {"sequence": {("train", "micro_batch"): 16}}
-
-
-def _digest(obj: Any) -> str:
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=list)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that defines one run. Only the training fields are its identity
-    (``config_hash``, ``run_id``); see TRAINING_FIELDS."""
+    (``config_hash``, ``run_id``); see ``mor.identity``."""
 
     grid: str
     model: ModelConfig
@@ -483,32 +431,24 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def training_dict(self) -> dict[str, Any]:
-        """The fields that decide the trained weights (model, train, data)."""
-        out = {k: dataclasses.asdict(getattr(self, k)) for k in TRAINING_FIELDS}  # == to_dict()[k], cheaper
-        for (section, name), default in LATER_FIELDS.items():
-            if out[section].get(name) == default:
-                out[section] = {k: v for k, v in out[section].items() if k != name}
-        for (section, name), value in RETIRED_FIELDS.items():
-            out[section] = {**out[section], name: value}
-        for (section, name), value in ORDER_NEUTRAL_FIELDS.get(self.train.data_order, {}).items():
-            out[section] = {**out[section], name: value}
-        return out
+        """The fields that decide the trained weights (model, train, data), as hashed (mor.identity)."""
+        return training_fields(self)
 
     def eval_dict(self) -> dict[str, Any]:
         """The fields that decide what the eval job measures of those weights."""
-        return {k: dataclasses.asdict(getattr(self, k)) for k in EVAL_FIELDS}  # == to_dict()[k], cheaper
+        return eval_fields(self)
 
     # Cached: the config is frozen, and Snakemake's input functions and the plan ask a run for
     # its id many times per run (computing it is an asdict, a JSON dump and a sha256).
     @functools.cached_property
     def config_hash(self) -> str:
         """Hash of the training fields: the run's identity, also guarding resume."""
-        return _digest(self.training_dict())
+        return digest(self.training_dict())
 
     @functools.cached_property
     def eval_hash(self) -> str:
         """Hash of the eval fields: when it changes, only the eval job re-runs."""
-        return _digest(self.eval_dict())
+        return digest(self.eval_dict())
 
     @functools.cached_property
     def run_id(self) -> str:
@@ -608,19 +548,3 @@ def model_shape(model: ModelConfig, scales: dict[str, ScaleShape] | None = None)
     depth when set. Every path that sizes a model (build, FLOPs, plan) goes through it."""
     shape = (scales or load_scales())[model.scale]
     return dataclasses.replace(shape, layers=model.layers) if model.layers else shape
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def capacities(num_recursions: int, explicit: tuple[float, ...] = ()) -> list[float]:
-    """Fraction of tokens kept at each recursion: hierarchical Nr/Nr, (Nr-1)/Nr, ..., 1/Nr."""
-    if explicit:
-        return list(explicit)
-    return [(num_recursions - r) / num_recursions for r in range(num_recursions)]
-
-
-def tokens_kept(seq_len: int, fraction: float) -> int:
-    """Top-k size for one sequence: at least one token, never more than the sequence."""
-    return max(1, min(seq_len, math.ceil(seq_len * fraction - 1e-9)))

@@ -27,7 +27,8 @@ Relaxations (Table 16) add their per-token work to every recursion-layer call
 
 from __future__ import annotations
 
-from mor.config import ModelConfig, ScaleShape, capacities
+from mor.capacity import capacities
+from mor.config import ModelConfig, ScaleShape
 from mor.model.kv_layout import cache_layout, entries_per_sequence
 from mor.model.tying import TyingPlan, kv_producers, kv_unused, model_plan
 

@@ -39,8 +39,8 @@ import yaml
 
 from mor.budget import resolve_budget
 from mor.layout import RunPaths
-from mor.config import ConfigError, RunConfig, load_scales, read_yaml_mapping, run_config_from_dict
-from mor.yaml_io import YamlError, display_path, key_line, load_derived, where
+from mor.config import ConfigError, RunConfig, load_scales, run_config_from_dict
+from mor.yaml_io import YamlError, display_path, key_line, load_derived, read_yaml_mapping, where
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO / "workflows" / "schemas" / "grid.schema.yaml"

@@ -46,7 +46,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mor.config import ModelConfig, RunConfig, ScaleShape, capacities, model_shape
+from mor.capacity import capacities
+from mor.config import ModelConfig, RunConfig, ScaleShape, model_shape
 from mor.flops import layer_params, param_count, plan_for
 
 GiB = 1024**3

@@ -137,3 +137,20 @@ def key_line(path: str | Path, keys: list) -> int | None:
         else:
             break
     return line
+
+
+def read_yaml_mapping(path: Path, error: type[Exception], what: str, missing_hint: str = "") -> dict:
+    """Parse a YAML file whose top level must be a mapping; errors start with the file (and
+    the line of a syntax error). Through the one cached reader (mor.yaml_io): read once per
+    process, the caller gets its own copy."""
+    try:
+        raw = load_yaml(path)
+    except FileNotFoundError:
+        raise error(f"{path}: {what} not found{missing_hint}") from None
+    except YamlError as e:
+        raise error(str(e)) from None
+    if raw is None:
+        raise error(f"{path}: the {what} is empty; it must be a mapping at the top level")
+    if not isinstance(raw, dict):
+        raise error(f"{path}: a {what} must be a mapping at the top level")
+    return raw

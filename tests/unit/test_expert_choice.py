@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mor.config import ModelConfig, RouterConfig, capacities, load_scales, tokens_kept
+from mor.capacity import capacities, tokens_kept
+from mor.config import ModelConfig, RouterConfig, load_scales
 from mor.model.expert_choice import run_expert_choice
 from mor.model.kv_sharing import run_kv_layer
 from mor.model.router import (

@@ -128,7 +128,7 @@ def test_admitting_max_live_at_app_e_lengths_never_preempts(block_size):
 
     import torch
 
-    from mor.config import capacities
+    from mor.capacity import capacities
     from mor.engine import Engine, Request
     from mor.flops import model_bytes
     from mor.model.transformer import build_model

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from helpers.paths import REPO
-from mor.config import ModelConfig, RouterConfig, capacities, load_scales, model_shape
+from mor.capacity import capacities
+from mor.config import ModelConfig, RouterConfig, load_scales, model_shape
 from mor.flops import (capped_forward_flops_per_token, decode_flops_per_token, forward_flops_per_token, layer_params,
                        plan_for, recursion_flops_per_token, router_params)
 from mor.grids import load_grid

@@ -95,9 +95,9 @@ def test_changing_train_micro_batch_in_paper_10b_renames_no_run(tmp_path, monkey
         assert _ids(got) == _ids(ref), mb
     assert len(_ids(ref)) >= 20
     # before this rule every one of them was renamed (the test can fail)
-    import mor.config
+    import mor.identity
 
-    monkeypatch.setattr(mor.config, "ORDER_NEUTRAL_FIELDS", {})
+    monkeypatch.setattr(mor.identity, "ORDER_NEUTRAL_FIELDS", {})
     assert not set(_ids(load_grid(grids / "table10.yaml", "cluster"))) & set(_ids(ref))
 
 

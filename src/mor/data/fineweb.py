@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from mor.atomic import remove_stale, write_json_atomic
-from mor.config import read_yaml_mapping
+from mor.yaml_io import read_yaml_mapping
 from mor.data.encode_pool import available_cpus, encode_batches
 from mor.data.shards import FORMAT, MANIFEST, Position, ShardError, check_shard, token_dtype, write_shards
 from mor.data.source import ResolvedSource, SourceSpec, file_label, read_batches, resolve

@@ -28,7 +28,8 @@ import shutil
 from pathlib import Path
 
 from mor.atomic import replace_dir, temp_sibling
-from mor.config import capacities, run_config_from_dict
+from mor.capacity import capacities
+from mor.config import run_config_from_dict
 from mor.data.paths import data_paths
 from mor.layout import RunPaths, row_file
 from mor.model.tying import kv_producers, model_plan

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from mor.config import ConfigError, ExecConfig, exec_config, load_scales, read_yaml_mapping
+from mor.config import ConfigError, ExecConfig, exec_config, load_scales
+from mor.yaml_io import read_yaml_mapping
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_PRESETS = REPO / "slurm" / "presets.yaml"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from mor.config import capacities, tokens_kept
+from mor.capacity import capacities, tokens_kept
 from mor.model.kv_sharing import run_kv_layer
 from mor.model.router import add_rows, flat_rows, take_rows
 from mor.model.router_losses import expert_choice_aux_bce, router_z_loss

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mor.config import capacities, tokens_kept
+from mor.capacity import capacities, tokens_kept
 
 SlotKind = Literal["own", "shared", "dagger"]
 SIZINGS = ("full", "capacity")

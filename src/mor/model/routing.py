@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mor.config import capacities
+from mor.capacity import capacities
 from mor.model.router import select_topk
 
 

@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mor.config import ModelConfig, ScaleShape, capacities
+from mor.capacity import capacities
+from mor.config import ModelConfig, ScaleShape
 from mor.model.init import init_common
 from mor.model.layers import Block, RMSNorm, RotaryEmbedding, init_weights
 from mor.model.expert_choice import run_expert_choice
