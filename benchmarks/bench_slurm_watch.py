@@ -101,8 +101,8 @@ def run_workflow(workdir: Path, executor: list[str], kill_at: int | None = None,
     if kill_at is not None:
         while proc.poll() is None and len(list((workdir / "out").glob("*.json"))) < kill_at:
             time.sleep(0.2)
-        killed = records(workdir)
         os.kill(proc.pid, signal.SIGKILL)  # the Snakemake process only, as a lost login session would
+        killed = dict(records=records(workdir), done=len(list((workdir / "out").glob("*.json"))))
     if window_s is not None:
         try:
             proc.wait(timeout=window_s)
@@ -139,8 +139,8 @@ def one_way(name: str, executor: list[str], n: int, sleep: float, kill_at: int |
                rpc_by_user_per_min={k: round(v / (wall / 60), 1) for k, v in by_user.items()},
                rpc_total=sum(by_type.values()), workdir=str(workdir))
     if kill_at is not None:
-        before = first["killed"]
-        res["killed_with"] = dict(recorded=len(before), collected=sum(1 for k in before if k in outs))
+        before = first["killed"]["records"]
+        res["killed_with"] = dict(submitted=len(before), done=first["killed"]["done"])
         res["resubmitted"] = sum(1 for k, j in before.items() if recs.get(k) != j)
     return res
 
