@@ -38,7 +38,6 @@ TRAINED = {
                              router=RouterConfig(type="token_choice", balancing="loss_free", arch="mlp")),
 }
 PROMPT, NEW = 16, 24
-PARITY: dict[str, dict] = {}  # variant -> figures, printed by the last test (pytest -s)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +72,9 @@ def max_diff(a, b) -> float:
 
 
 @pytest.mark.parametrize("name", list(TRAINED))
-def test_trained_run_exports_with_equal_logits_and_tokens(trained, data_root, name):
+def test_trained_run_exports_with_equal_logits_and_tokens(trained, data_root, name, record_property):
+    """Max |logit diff| teacher-forced / causal (reference) / causal (cached decode) under 1e-5, and
+    generate() equal token for token; the figures are recorded as properties (``--junitxml``)."""
     run, run_dir, folder = trained[name]
     model, hf = ours(run, run_dir), load_hf(folder)
     assert type(hf).__name__ == "MoRForCausalLM"
@@ -92,10 +93,12 @@ def test_trained_run_exports_with_equal_logits_and_tokens(trained, data_root, na
     want = decode.generate(model, prompt, NEW)
     got = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW, do_sample=False)
     agree = float((got[:, PROMPT:] == want[:, PROMPT:]).float().mean())
-    PARITY[name] = {"teacher_forced": teacher, "causal": causal, "causal_cached": causal_cached,
-                    "generate_agreement": agree, "generated": int(want[:, PROMPT:].numel())}
-    assert teacher < 1e-5 and causal < 1e-5 and causal_cached < 1e-5, PARITY[name]
-    assert torch.equal(got, want)
+    figures = {"teacher_forced": teacher, "causal": causal, "causal_cached": causal_cached,
+               "generate_agreement": agree, "generated": int(want[:, PROMPT:].numel())}
+    for key, value in figures.items():
+        record_property(key, value)
+    assert teacher < 1e-5 and causal < 1e-5 and causal_cached < 1e-5, figures
+    assert agree == 1.0 and torch.equal(got, want), figures
 
 
 def test_config_card_and_files(trained):
@@ -247,17 +250,6 @@ def test_relaxed_models_export_with_equal_logits(tmp_path, data_root, relaxation
         torch.testing.assert_close(hf(x, routing="topk").logits, model(x).logits, rtol=1e-5, atol=1e-5)
     assert torch.equal(hf.generate(x[:, :4], attention_mask=torch.ones_like(x[:, :4]), max_new_tokens=6,
                                    do_sample=False), decode.generate(model, x[:, :4], 6))
-
-
-def test_zz_parity_figures(trained):
-    """The figures of the trained exports (run with -s to see them)."""
-    if not PARITY:
-        pytest.skip("the parity tests did not run")
-    print("\nexport-hf parity: max |logit diff| teacher-forced / causal (reference) / causal (cached decode); "
-          "generate() agreement")
-    for name, f in PARITY.items():
-        print(f"  {name:20s} {f['teacher_forced']:.2e} / {f['causal']:.2e} / {f['causal_cached']:.2e}; "
-              f"{f['generate_agreement']:.0%} of {f['generated']} tokens")
 
 
 def test_cli_exports_and_refuses(trained, data_root, tmp_path, capsys):
