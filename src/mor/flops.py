@@ -27,6 +27,8 @@ Relaxations (Table 16) add their per-token work to every recursion-layer call
 
 from __future__ import annotations
 
+import functools
+
 from mor.capacity import capacities
 from mor.config import ModelConfig, ScaleShape
 from mor.model.kv_layout import cache_layout, entries_per_sequence
@@ -63,8 +65,15 @@ def _router_bias_params(cfg: ModelConfig) -> int:
 
 
 def plan_for(cfg: ModelConfig, s: ScaleShape) -> TyingPlan:
-    """The model's tying plan (``mor.model.tying.model_plan``; ``model.layers`` honoured)."""
-    return model_plan(cfg, s.layers)
+    """The model's tying plan (``mor.model.tying.model_plan``; ``model.layers`` honoured), the
+    one the built model holds as ``model.plan``. Computed once per (config, depth): every count
+    below asks for it, a grid's planning asks for thousands of runs, and a TyingPlan is frozen."""
+    return _plan(cfg, s.layers)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(cfg: ModelConfig, layers: int) -> TyingPlan:
+    return model_plan(cfg, layers)
 
 
 def param_count(cfg: ModelConfig, s: ScaleShape, vocab: int) -> int:

@@ -83,3 +83,23 @@ def test_relaxation_flops_match_what_torch_counts(relaxation, rank, kv):
     added = counted[relaxation] - counted["none"]
     assert added > 0
     assert flops[relaxation] - flops["none"] == pytest.approx(added)
+
+
+def test_counts_use_the_model_s_own_plan_computed_once():
+    """FLOPs and KV sizing ask for the tying plan the built model holds (``model.plan``), and
+    planning a grid does not rebuild it for every count (one plan per config and depth)."""
+    import dataclasses
+
+    from mor.config import RouterConfig
+    from mor.flops import plan_for
+    from mor.model.transformer import build_model
+
+    scales = load_scales()
+    cfg = ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=3,
+                      router=RouterConfig(type="token_choice"))
+    s = scales["tiny"]
+    plan = plan_for(cfg, s)
+    assert plan == build_model(cfg, s, 50, device="meta").plan
+    assert plan_for(dataclasses.replace(cfg), dataclasses.replace(s)) is plan  # an equal config: the same plan
+    deeper = plan_for(cfg, dataclasses.replace(s, layers=s.layers + 3))
+    assert len(deeper.order) > len(plan.order)  # the depth is part of the key

@@ -19,7 +19,7 @@ from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
 from mor.data.sampler import load_tokens
 from mor.engine.job import throughput_columns
-from mor.flops import plan_for, train_flops
+from mor.flops import train_flops
 from mor.grids import load_grid
 from mor.eval.nll import evaluate
 from mor.lm_eval.job import accuracy_columns, read_result
@@ -53,7 +53,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
     # written by this run's throughput job (workflows/rules/throughput.smk) when its grid draws fig4a
     throughput = throughput_columns(files.throughput, run_id)
     shape = model_shape(run.model)
-    plan = plan_for(run.model, shape)
+    plan = model.plan  # the built model's tying plan, not a second one
     m = run.model
     spent = train_flops(m, shape, model.vocab_size, run.train.seq_len, summary["tokens_seen"])
     row = {
