@@ -9,10 +9,10 @@ from safetensors.torch import load_file, save_file
 from mor.config import ConfigError, ModelConfig, ScaleShape
 from mor.model.init_from_hf import (
     InitCheckpointError,
-    export_hf,
     init_from_checkpoint,
     resolve_checkpoint,
     vanilla_layer_sources,
+    write_llama_checkpoint,
 )
 from mor.model.transformer import build_model
 from mor.model.tying import tying_plan, vanilla_plan
@@ -92,7 +92,7 @@ def test_mapping_errors():
 @pytest.mark.parametrize("shard_bytes, lm_head", [(0, False), (40_000, True)])
 def test_round_trip_gives_identical_logits(tmp_path, shard_bytes, lm_head):
     src = vanilla(seed=0)
-    folder = export_hf(src, tmp_path / "ckpt", max_shard_bytes=shard_bytes, lm_head=lm_head)
+    folder = write_llama_checkpoint(src, tmp_path / "ckpt", max_shard_bytes=shard_bytes, lm_head=lm_head)
     shards = sorted(p.name for p in folder.glob("*.safetensors"))
     if shard_bytes:
         assert len(shards) > 2 and (folder / "model.safetensors.index.json").exists()
@@ -108,7 +108,7 @@ def test_round_trip_gives_identical_logits(tmp_path, shard_bytes, lm_head):
 
 def test_stepwise_and_average_load_the_mapped_layers(tmp_path):
     src = vanilla(seed=0)
-    folder = export_hf(src, tmp_path / "ckpt")
+    folder = write_llama_checkpoint(src, tmp_path / "ckpt")
     step = model_of(tying="cycle")
     assert init_from_checkpoint(step, str(folder), "stepwise") == {0: [0], 1: [2], 2: [5], 3: [7]}
     assert torch.equal(step.unique_layers[2].mlp.up_proj.weight, src.unique_layers[5].mlp.up_proj.weight)
@@ -121,7 +121,7 @@ def test_stepwise_and_average_load_the_mapped_layers(tmp_path):
 
 
 def test_dora_model_starts_equal_to_the_tied_model_after_loading(tmp_path):
-    folder = export_hf(vanilla(seed=0), tmp_path / "ckpt")
+    folder = write_llama_checkpoint(vanilla(seed=0), tmp_path / "ckpt")
     dora = model_of(tying="middle_cycle", relaxation="dora", relaxation_rank=2)
     plain = model_of(tying="middle_cycle", seed=5)
     init_from_checkpoint(dora, str(folder), "average")
@@ -153,7 +153,7 @@ def test_make_model_applies_the_init(tmp_path):
     # run's own seed starts from the same embedding, so "untouched" below could not tell
     src = build_model(ModelConfig(scale="tiny"), tiny, 64, init_seed=1)
     torch.manual_seed(0)  # the run's models below draw from seed 0, as the trainer seeds them
-    folder = export_hf(src, tmp_path / "ckpt")
+    folder = write_llama_checkpoint(src, tmp_path / "ckpt")
     run = tiny_run("recursive", tying="cycle", nr=2, tied_init="stepwise", init_checkpoint=str(folder))
     model = make_model(run, 64, torch.device("cpu"))
     # tiny: 4 layers, Cycle Nr=2 -> unique 0, 1 <- round(linspace(0, 3, 2)) = 0, 3
@@ -164,7 +164,7 @@ def test_make_model_applies_the_init(tmp_path):
 
 # --------------------------------------------------------------------------------- errors
 def test_missing_key_names_file_and_key(tmp_path):
-    folder = export_hf(vanilla(), tmp_path / "ckpt")
+    folder = write_llama_checkpoint(vanilla(), tmp_path / "ckpt")
     tensors = load_file(folder / "model.safetensors")
     del tensors["model.layers.3.mlp.down_proj.weight"]
     save_file(tensors, str(folder / "model.safetensors"))
@@ -174,7 +174,7 @@ def test_missing_key_names_file_and_key(tmp_path):
 
 def test_shape_mismatch_names_key_and_shapes(tmp_path):
     other = ScaleShape(name="t8", hidden=32, layers=8, heads=4, kv_heads=2, mlp=40, vocab=0, max_seq_len=64)
-    folder = export_hf(vanilla(shape=other), tmp_path / "ckpt")
+    folder = write_llama_checkpoint(vanilla(shape=other), tmp_path / "ckpt")
     (folder / "config.json").unlink()  # no config: the tensor shapes must catch it
     with pytest.raises(InitCheckpointError, match=r"'model\.layers\.0\.mlp\.gate_proj\.weight' has shape \(40, 32\), "
                                                   r"the model expects \(48, 32\)"):
@@ -183,7 +183,7 @@ def test_shape_mismatch_names_key_and_shapes(tmp_path):
 
 def test_config_json_mismatch_is_caught(tmp_path):
     """Head counts do not show in q_proj's shape; config.json catches them."""
-    folder = export_hf(vanilla(), tmp_path / "ckpt")
+    folder = write_llama_checkpoint(vanilla(), tmp_path / "ckpt")
     cfg = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(dict(cfg, num_key_value_heads=4)))
     with pytest.raises(InitCheckpointError, match=r"config\.json: num_key_value_heads=4 but the model"):
@@ -194,11 +194,11 @@ def test_config_json_mismatch_is_caught(tmp_path):
 
 
 def test_corrupt_and_inconsistent_files(tmp_path):
-    folder = export_hf(vanilla(), tmp_path / "ckpt")
+    folder = write_llama_checkpoint(vanilla(), tmp_path / "ckpt")
     (folder / "model.safetensors").write_bytes(b"\x00garbage" * 10)
     with pytest.raises(InitCheckpointError, match=r"model\.safetensors: not a readable safetensors file"):
         init_from_checkpoint(vanilla(), str(folder), "stepwise")
-    sharded = export_hf(vanilla(), tmp_path / "sharded", max_shard_bytes=40_000)
+    sharded = write_llama_checkpoint(vanilla(), tmp_path / "sharded", max_shard_bytes=40_000)
     first = sorted(sharded.glob("model-*.safetensors"))[0]
     first.unlink()
     with pytest.raises(InitCheckpointError, match=rf"index\.json: key .* lives in {first.name}, which does not exist"):
@@ -209,7 +209,7 @@ def test_corrupt_and_inconsistent_files(tmp_path):
 
 
 def test_unexpected_keys_and_untied_head_are_refused(tmp_path):
-    folder = export_hf(vanilla(), tmp_path / "ckpt", lm_head=True)
+    folder = write_llama_checkpoint(vanilla(), tmp_path / "ckpt", lm_head=True)
     tensors = load_file(folder / "model.safetensors")
     tensors["lm_head.weight"] = tensors["lm_head.weight"] + 1
     save_file(tensors, str(folder / "model.safetensors"))
@@ -259,14 +259,14 @@ def test_config_requires_a_checkpoint_for_non_random_init():
 
 def test_export_refuses_recursive_models(tmp_path):
     with pytest.raises(ValueError, match="vanilla models only"):
-        export_hf(model_of(), tmp_path)
+        write_llama_checkpoint(model_of(), tmp_path)
 
 
 def test_matches_transformers_llama(tmp_path):
     """Our vanilla model and HF LlamaForCausalLM agree on an exported checkpoint (RoPE layout)."""
     transformers = pytest.importorskip("transformers")
     src = vanilla(seed=0)
-    folder = export_hf(src, tmp_path / "ckpt")
+    folder = write_llama_checkpoint(src, tmp_path / "ckpt")
     hf = transformers.LlamaForCausalLM.from_pretrained(str(folder), torch_dtype=torch.float32).eval()
     x = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():

@@ -312,7 +312,7 @@ def init_from_checkpoint(model, spec: str, scheme: str) -> dict[int, list[int]]:
     return sources
 
 
-def hf_config(model) -> dict:
+def llama_config(model) -> dict:
     """A LlamaConfig-compatible config.json for a vanilla model."""
     s = model.shape
     return {
@@ -325,7 +325,7 @@ def hf_config(model) -> dict:
     }
 
 
-def export_hf(model, folder: Path | str, max_shard_bytes: int = 0, lm_head: bool = False) -> Path:
+def write_llama_checkpoint(model, folder: Path | str, max_shard_bytes: int = 0, lm_head: bool = False) -> Path:
     """Write a vanilla model as an HF Llama checkpoint folder (config.json + safetensors).
 
     ``max_shard_bytes`` > 0 splits the tensors greedily into ``model-0000i-of-0000n``
@@ -333,7 +333,7 @@ def export_hf(model, folder: Path | str, max_shard_bytes: int = 0, lm_head: bool
     head as its own tensor, as some exports do.
     """
     if model.cfg.variant != "vanilla" or list(model.plan.order) != list(range(len(model.unique_layers))):
-        raise ValueError("export_hf writes vanilla models only (one unique layer per depth)")
+        raise ValueError("write_llama_checkpoint writes vanilla models only (one unique layer per depth)")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {"model.embed_tokens.weight": model.embed_tokens.weight}
@@ -363,5 +363,5 @@ def export_hf(model, folder: Path | str, max_shard_bytes: int = 0, lm_head: bool
         total = sum(t.numel() * t.element_size() for t in tensors.values())
         (folder / INDEX_FILE).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
                                                     indent=2))
-    (folder / "config.json").write_text(json.dumps(hf_config(model), indent=2))
+    (folder / "config.json").write_text(json.dumps(llama_config(model), indent=2))
     return folder
