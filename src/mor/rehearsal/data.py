@@ -26,9 +26,7 @@ def write_split(directory: Path, tokenizer: str, vocab: int, tokens: int = TOKEN
     dtype = token_dtype(vocab)
     ids = np.random.default_rng(seed).integers(0, vocab, tokens).astype(dtype)  # (tokens,)
     shard = directory / shard_name(0)
-    np.save(shard, ids, allow_pickle=False)
-    if not shard.exists():  # np.save appends .npy to a name without it
-        Path(str(shard) + ".npy").rename(shard)
+    np.save(shard, ids, allow_pickle=False)  # shard names end in .npy: saved under that name
     entry = {"file": shard.name, "tokens": tokens, "bytes": shard.stat().st_size, "sha256": sha256_file(shard),
              "start": {"file": 0, "row": 0, "offset": 0}, "end": {"file": 0, "row": 1, "offset": 0}}
     manifest = {"format": FORMAT, "split": directory.name, "dtype": dtype.name,
