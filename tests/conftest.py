@@ -14,7 +14,7 @@ Every process the suite starts inherits ``MOR_SUITE_ID`` (set here unless the ca
 it), so ``tests/helpers/machine_state.py`` can find any that outlive the session. The session is a
 child subreaper (Linux): daemons and grandchildren orphaned by their parent become its
 children instead of PID 1's, and are reaped at the end, so none is left as a zombie.
-Tests of an asked-for component (marker ``slurm`` or ``browser``) are counted by outcome
+Tests of an asked-for component (marker ``slurm``, ``browser`` or ``rehearsal``) are counted by outcome
 and printed at the end (and written to ``MOR_TEST_COUNTS`` as JSON when that is set).
 """
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))  # this 
 from helpers.tiny import ensure_data  # noqa: E402
 
 GROUPS = ("unit", "workflow", "cluster")  # the folders under tests/, one marker each
-COMPONENTS = ("slurm", "browser")
+COMPONENTS = ("slurm", "browser", "rehearsal")
 _outcomes: dict[str, Counter] = {c: Counter() for c in COMPONENTS}
 
 
@@ -48,6 +48,7 @@ def pytest_configure(config):
     if words and words <= {*GROUPS, "and", "or", "not"} and os.environ.get("MOR_TESTS", "").strip().lower() != "all":
         config.option.markexpr = f"({expr}) and not slow"  # a group alone is its default part
     config.addinivalue_line("markers", "browser: drives a real headless Chromium (MOR_TESTS=all or browser)")
+    config.addinivalue_line("markers", "rehearsal: fake CUDA through .venv-rehearsal (MOR_TESTS=all or rehearsal)")
     os.environ.setdefault("MOR_SUITE_ID", uuid.uuid4().hex)
     # caches (Snakemake's source cache, matplotlib's font list, Hugging Face's) in the
     # temporary folder, not the user's home: the suite changes nothing outside repo and tmp
@@ -70,7 +71,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Each test gets the marker of its group: its folder's, or ``cluster`` when it is marked
-    ``slurm`` or ``browser``. Runs before ``-m`` deselects (conftest hooks come first)."""
+    ``slurm``, ``browser`` or ``rehearsal``. Runs before ``-m`` deselects (conftest hooks come first)."""
     root = Path(__file__).resolve().parent
     for item in items:
         try:
@@ -78,7 +79,7 @@ def pytest_collection_modifyitems(config, items):
         except ValueError:  # a test file outside tests/ (given by path)
             rel = ()
         group = rel[0] if len(rel) > 1 and rel[0] in GROUPS else None
-        if item.get_closest_marker("slurm") or item.get_closest_marker("browser"):
+        if any(item.get_closest_marker(c) for c in COMPONENTS):
             group = "cluster"
         if group:
             item.add_marker(group)

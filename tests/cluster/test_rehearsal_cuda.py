@@ -1,0 +1,73 @@
+"""The rehearsal on fake CUDA, through the rehearsal venv's torch (the GPU image's 2.11.0 CUDA
+build, ``scripts/setup_rehearsal.sh``; docs/rehearsal.md): table10's cluster runs 135M-vanilla
+and 135M-recursive Cycle Nr2 (two variants, DDP at world size 2 by slurm/presets.yaml), each
+through the train job on fake CUDA (forward) and fake CPU (the whole step, the memory).
+
+Opt-in like the Slurm and browser tests (MOR_TESTS=all, CI, or a list naming ``rehearsal``):
+asked for and without the venv it fails with the reason, never skips. The venv is
+``.venv-rehearsal`` in the repository, or ``MOR_REHEARSAL_VENV`` (as the set-up script).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.paths import REPO, SRC
+
+RUNS = ("135M-vanilla-59477dd4", "135M-recursive-cycle-nr2-36b28abe")  # grids/table10.yaml, cluster mode
+CATEGORIES = ("params", "grads", "optimizer", "transient", "total")
+
+
+def rehearsal_python() -> Path:
+    """The rehearsal venv's python; skips when not asked for, fails (never skips) when asked
+    for and the venv is missing."""
+    names = {n.strip().lower() for n in os.environ.get("MOR_TESTS", "").split(",")}
+    if not names & {"all", "rehearsal"}:
+        pytest.skip("the fake-CUDA rehearsal is opt-in (it needs .venv-rehearsal, 5.6 GB: "
+                    "bash scripts/setup_rehearsal.sh): MOR_TESTS=all bash scripts/test.sh (or MOR_TESTS=rehearsal)")
+    venv = Path(os.environ.get("MOR_REHEARSAL_VENV", ".venv-rehearsal"))
+    python = (venv if venv.is_absolute() else REPO / venv) / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"MOR_TESTS asks for the rehearsal tests, but {python} does not exist: "
+                    "run bash scripts/setup_rehearsal.sh", pytrace=False)
+    return python
+
+
+@pytest.mark.rehearsal
+def test_two_variants_at_world_size_2_pass_on_fake_cuda_within_10_percent_of_the_model(tmp_path):
+    python = rehearsal_python()
+    env = dict(os.environ, PYTHONPATH=str(SRC))  # this checkout's mor
+    proc = subprocess.run(
+        [str(python), "-m", "mor.rehearsal", "--grid", "grids/table10.yaml", "--mode", "cluster",
+         "--presets", "slurm/presets.yaml", "--runs", ",".join(RUNS), "--device", "cuda",
+         "--data-root", str(tmp_path / "data"), "--out", str(tmp_path / "ci")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rows = list(csv.DictReader(open(tmp_path / "ci.csv")))
+    assert sorted(r["run_id"] for r in rows) == sorted(RUNS)
+    for row in rows:
+        assert row["status"] == "ok", row
+        assert row["route"] == "fake cuda forward + fake cpu step", row  # the fake-CUDA pass ran
+        assert (row["job"], row["world_size"]) == ("train", "2")
+        for c in CATEGORIES:
+            measured, modelled = float(row[f"measured_{c}_gib"]), float(row[f"modelled_{c}_gib"])
+            assert modelled > 0 and 0.90 <= measured / modelled <= 1.10, (row["run_id"], c, measured, modelled)
+        assert float(row["measured_total_gib"]) < float(row["gpu_gib"])
+
+
+def test_asked_for_and_without_the_venv_the_rehearsal_test_fails_not_skips(tmp_path):
+    env = dict(os.environ, MOR_TESTS="rehearsal", MOR_REHEARSAL_VENV=str(tmp_path / "absent"))
+    env.pop("MOR_TEST_COUNTS", None)  # the inner session must not overwrite the outer one's counts
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "rehearsal",
+         f"{Path(__file__)}::test_two_variants_at_world_size_2_pass_on_fake_cuda_within_10_percent_of_the_model"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "1 failed" in proc.stdout and "MOR_TESTS asks for the rehearsal tests, but" in proc.stdout, proc.stdout[-3000:]
+    assert "rehearsal 1 failed" in proc.stdout  # counted as the component's outcome
