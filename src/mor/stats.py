@@ -5,7 +5,8 @@ A claim is decided from one or more *comparisons*, each a vector of per-seed dif
 axis of every array below is the seed axis, so the same functions run one claim or, in the
 tests, thousands of simulated families at once.
 
-Tests (all Student t on the per-seed differences, ``scipy.stats.t``):
+Tests (t statistics on the per-seed differences; each one-sided p-value the largest over Student's t
+and the skewed noise shapes the design allows, ``design.skew``: see "Skew" below):
 
 * **superiority** ("A beats B", "A is best"): every comparison must point the paper's way.
   "A is best" holds only if A beats *every* competitor: an intersection-union test (Berger
@@ -98,9 +99,10 @@ def _t(x: np.ndarray, mu0: float, floor=0.0) -> tuple[np.ndarray, np.ndarray]:
 # differences a sample that misses the rare large values has a low mean *and* a small sd, so t
 # falls in its lower tail far more often than Student's t says (n = 20, log-normal sigma 0.8:
 # P(t <= t_{19, 0.001}) = 0.007). No data-driven correction fixes this at n = 20 in the tails the
-# claims use (0.001 a comparison): Johnson's and Hall's skew-corrected t halve the excess,
-# a bootstrap-t (scipy.stats.bootstrap's method) leaves 3-8x (docs/claims.md, "Skewed seed
-# noise"), because a sample that missed the tail does not show its skew. So the p-value is the
+# claims use (0.001 a comparison): Johnson's and Hall's skew-corrected t halve the excess, a
+# bootstrap-t (2,000 studentised resamples) leaves 3-8x, and a sign-flip permutation test
+# assumes the symmetry that is missing (docs/claims.md, "Skewed seed noise"): a sample that
+# missed the tail does not show its skew. So the p-value is the
 # largest over a pre-registered set of noise shapes (design.skew): Student's t (normal noise)
 # and centred log-normal noise exp(sigma Z) of either sign for sigma up to ``skew``. t does not
 # depend on the noise's location or scale, so its null law under each shape is one fixed
