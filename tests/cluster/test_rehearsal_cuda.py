@@ -1,7 +1,8 @@
 """The rehearsal on fake CUDA, through the rehearsal venv's torch (the GPU image's 2.11.0 CUDA
 build, ``scripts/setup_rehearsal.sh``; docs/rehearsal.md): table10's cluster runs 135M-vanilla
 and 135M-recursive Cycle Nr2 (two variants, DDP at world size 2 by slurm/presets.yaml), each
-through the train job on fake CUDA (forward) and fake CPU (the whole step, the memory).
+through the train job on fake CUDA (forward) and fake CPU (the whole step, the memory), and
+through the eval and lmeval jobs on fake CUDA and fake CPU (weights not read).
 
 Opt-in like the Slurm and browser tests (MOR_TESTS=all, CI, or a list naming ``rehearsal``):
 asked for and without the venv it fails with the reason, never skips. The venv is
@@ -41,20 +42,26 @@ def rehearsal_python() -> Path:
 
 @pytest.mark.rehearsal
 def test_two_variants_at_world_size_2_pass_on_fake_cuda_within_10_percent_of_the_model(tmp_path):
+    """33 s here (load ~3): each variant's train step, eval batch and lmeval batch."""
     python = rehearsal_python()
     env = dict(os.environ, PYTHONPATH=str(SRC))  # this checkout's mor
     proc = subprocess.run(
         [str(python), "-m", "mor.rehearsal", "--grid", "grids/table10.yaml", "--mode", "cluster",
-         "--presets", "slurm/presets.yaml", "--runs", ",".join(RUNS), "--device", "cuda",
+         "--presets", "slurm/presets.yaml", "--runs", ",".join(RUNS), "--jobs", "train,eval,lmeval", "--device", "cuda",
          "--data-root", str(tmp_path / "data"), "--out", str(tmp_path / "ci")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     rows = list(csv.DictReader(open(tmp_path / "ci.csv")))
-    assert sorted(r["run_id"] for r in rows) == sorted(RUNS)
-    for row in rows:
+    assert sorted((r["run_id"], r["job"]) for r in rows) == sorted((r, j) for r in RUNS for j in ("train", "eval", "lmeval"))
+    for row in (r for r in rows if r["job"] != "train"):  # both passes ran; memory measured only
+        assert row["status"].startswith("ok (weights not read"), row
+        assert row["route"] == f"fake cuda {row['job']} + fake cpu {row['job']}", row
+        assert row["world_size"] == "1" and row["modelled_total_gib"] == ""
+        assert float(row["measured_params_gib"]) > 0.2 and float(row["measured_transient_gib"]) > 0
+    for row in (r for r in rows if r["job"] == "train"):
         assert row["status"] == "ok", row
         assert row["route"] == "fake cuda forward + fake cpu step", row  # the fake-CUDA pass ran
-        assert (row["job"], row["world_size"]) == ("train", "2")
+        assert row["world_size"] == "2"
         for c in CATEGORIES:
             measured, modelled = float(row[f"measured_{c}_gib"]), float(row[f"modelled_{c}_gib"])
             assert modelled > 0 and 0.90 <= measured / modelled <= 1.10, (row["run_id"], c, measured, modelled)

@@ -32,7 +32,8 @@ runs:
     set: {model.variant: recursive, model.num_recursions: 2, model.tying: cycle}
     axes: {model.scale: [135M]}
 modes:
-  local: {scale_map: {135M: tiny}, set: {train.tokens: 4096, train.global_batch: 8, train.micro_batch: 4}}
+  local: {scale_map: {135M: tiny}, set: {train.tokens: 4096, train.global_batch: 8, train.micro_batch: 4,
+                                         eval.batch: 4, eval.lm_eval_tasks: [piqa]}}
 """
 
 
@@ -158,3 +159,43 @@ def test_a_peak_over_the_usable_memory_fails_the_row(grid, data_root):
     tiny = Preset(gpus_per_node=2, gpu_memory_gib=1.668, execution={"micro_batch": 2})  # 0.0012 GiB usable
     row = rehearse("train", grid, run.run_id, "local", tiny, "cpu", data_root)
     assert row.status.startswith("FAILED: measured peak") and "usable of the 1.668 GiB GPU at micro-batch 2" in row.status
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "recursive"])
+def test_eval_and_lmeval_through_their_jobs_with_the_weight_read_skipped(grid, data_root, variant):
+    from mor.config import model_shape
+    from mor.flops import param_count
+    from mor.rehearsal.jobs import LMEVAL_CONTINUATION
+
+    run = next(r for r in _runs(grid) if r.model.variant == variant)
+    V, T = vocab_size_of(data_root, run), run.train.seq_len
+    P = param_count(run.model, model_shape(run.model), V)
+    ev = rehearse("eval", grid, run.run_id, "local", PRESET, "cpu", data_root)
+    assert ev.status == "ok (weights not read)" and ev.route == "fake cpu eval", ev.status
+    assert ev.micro_batch == 4 and 4 * P <= ev.measured["params"] <= 1.1 * 4 * P  # the full fp32 model (+ buffers)
+    assert ev.measured["transient"] >= 2 * 4 * T * V * 4  # the batch's fp32 logits and log-probs, alive together
+    assert ev.modelled == {}  # mor.memory has no estimate for eval: measured only
+    lm = rehearse("lmeval", grid, run.run_id, "local", PRESET, "cpu", data_root)
+    assert lm.status.startswith("ok (weights not read") and lm.micro_batch == 16, lm.status  # max(16, eval.batch)
+    assert lm.measured["params"] == ev.measured["params"]
+    assert lm.measured["transient"] >= 16 * LMEVAL_CONTINUATION * V * 4  # the scored positions' logits
+
+
+def test_a_failure_inside_the_eval_job_is_a_row_naming_it(grid, data_root, monkeypatch):
+    from mor.eval import job as eval_job
+
+    def mixed_devices(model, tokens, seq_len, max_tokens, batch, device):
+        logits = model(torch.zeros(1, 4, dtype=torch.long)).logits
+        return logits + torch.zeros(1, 4, logits.shape[-1], device="meta")  # a tensor made on another device
+
+    monkeypatch.setattr(eval_job, "evaluate", mixed_devices)
+    run = _runs(grid)[0]
+    row = rehearse("eval", grid, run.run_id, "local", PRESET, "cpu", data_root)
+    assert row.status.startswith(f"FAILED: {run.run_id} / eval: failed in aten.add.Tensor: "), row.status
+    assert row.world_size == 1  # one process, whatever the train preset's world
+
+
+def test_throughput_is_not_rehearsed_and_says_why(grid, data_root):
+    run = _runs(grid)[0]
+    row = rehearse("throughput", grid, run.run_id, "local", PRESET, "cpu", data_root)
+    assert row.status.startswith("not rehearsed (") and "graph capture cannot be faked" in row.status

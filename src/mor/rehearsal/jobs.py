@@ -12,12 +12,20 @@ its loop (``Trainer.fit``) is replaced by one ``Trainer.train_step`` (forward, b
 the first, second and last micro-batch of the rank's share of the global batch) under the memory
 tracker. A measured peak above what the plan may use of the GPU (``mor.memory.usable_bytes``:
 90 % less 1.5 GiB for the CUDA context, NCCL and fragmentation) fails the row.
+
+The eval and lmeval jobs read a finished run, whose final weights a rehearsal does not have:
+the job functions run on a stand-in of the run folder (``trained_run_stand_in``: its training
+summary and config.json) and build the model under the fake mode at full size on the job's
+device; only the weight *read* is skipped (status "ok (weights not read)"). Eval scores one batch
+at ``eval.batch``; lmeval scores one batch of full windows through the adapter at its batch size.
+``mor.memory`` has no estimate for either: their memory is measured only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,15 +227,204 @@ def rehearse_train(grid: str, run_id: str, mode: str, preset, device: str, data_
     return row
 
 
+NOT_REHEARSED = {"throughput": "not built yet: the engine's eager passes at batch 32 and the maximum batch would be; "
+                                "its CUDA graph capture cannot be faked"}
+NO_WEIGHTS = "weights not read"  # the status note of a job that reads a trained run (docs/rehearsal.md)
+
+
+@contextlib.contextmanager
+def trained_run_stand_in(run, run_dir: Path, vocab: int):
+    """``run_dir`` as a finished run without its weights: the training summary and config.json
+    the readers check (``mor.trained.open_run``), and the weight *read* skipped
+    (``load_model_weights`` does nothing): the model is built under the fake mode at full size,
+    on the job's device, in the dtype the job builds it in; only the final weights' values are absent."""
+    import json
+
+    from mor.lm_eval.job import lm_eval_settings
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    summary = {"config_hash": run.config_hash, "tokens_seen": run.train.tokens, "steps": 1, "train_time_s": 1.0,
+               "tokens_per_s": 1.0, "final_loss": 1.0, "mfu": None}
+    (run_dir / "train_summary.json").write_text(json.dumps(summary))
+    (run_dir / "config.json").write_text(json.dumps({"config": run.to_dict(), "vocab_size": vocab}))
+    # the eval job reads the lmeval job's result when the grid asks for tasks: a stand-in with no accuracies
+    (run_dir / "lm_eval.json").write_text(json.dumps({"run_id": run.run_id, "settings": lm_eval_settings(run.eval),
+                                                      "tasks": {}}))
+    with mock.patch("mor.trained.load_model_weights", lambda file, model: None):
+        yield
+
+
+@contextlib.contextmanager
+def one_eval_batch(run, out: dict, measure_memory: bool):
+    """The eval job's ``evaluate`` over one batch at the eval batch size (every batch has the same
+    shape; the validation split is cut to ``eval.batch`` windows), under the memory counter.
+
+    A MoR model's router statistics, read after the forward passes (the candidates selected by
+    a boolean mask, numpy histograms), have shapes that depend on the data, which fake tensors do
+    not have: the forward's routing trace is dropped before them, as the train rehearsal drops
+    ``router_stats``; both forward passes (top-k and causal routing) run."""
+    import dataclasses
+
+    from mor.eval import job as eval_job
+
+    evaluate = eval_job.evaluate
+
+    def one_batch(model, tokens, seq_len, max_tokens, batch, device):
+        tokens = tokens[: batch * (seq_len + 1)]
+        out["device"] = next(model.parameters()).device.type  # where the job built the model
+        hook = model.register_forward_hook(lambda m, args, o: dataclasses.replace(o, routing=None))
+        try:
+            if not measure_memory:
+                return evaluate(model, tokens, seq_len, max_tokens, batch, device)
+            with measure.StorageTracker(model) as mt:
+                result = evaluate(model, tokens, seq_len, max_tokens, batch, device)
+            out["memory"] = mt.peak
+            return result
+        finally:
+            hook.remove()
+
+    with mock.patch.object(eval_job, "evaluate", one_batch):
+        yield
+
+
+def _on_cuda(out: dict, run_id: str, job: str) -> None:
+    if out.get("device") != "cuda":
+        raise RehearsalError(run_id, job, "(the job's device)", RuntimeError(
+            f"asked for cuda, the job built its model on {out.get('device')}"))
+
+
+def _eval_pass(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path, vocab: int) -> dict:
+    """The eval job on fake ``device``, one rank, on a stand-in of the finished run."""
+    run = load_grid(grid, mode).run(run_id).config
+    out: dict = {}
+    with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp, \
+            trained_run_stand_in(run, Path(tmp) / "run", vocab), one_eval_batch(run, out, device == "cpu"), \
+            fake_device(run_id, "eval", device, preset.gpu_memory_gib or 80.0):
+        KINDS["eval"].run(grid=grid, run_id=run_id, mode=mode, run_dir=str(Path(tmp) / "run"),
+                          out=str(Path(tmp) / "row.jsonl"), data_root=str(data_root), device=device)
+    return out
+
+
+def rehearse_eval(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path) -> Row:
+    """The eval job (``mor.eval.job.eval_job``) at the grid's eval batch size, weights not read.
+
+    'cuda': the job on fake CUDA (device and dtype checks of its path), then on fake CPU for the
+    memory (on fake CUDA SDPA takes the math backend and materialises the scores); 'cpu': the
+    second only. ``mor.memory`` has no estimate for eval: measured only."""
+    from mor.memory import usable_bytes
+
+    run = load_grid(grid, mode).run(run_id).config
+    vocab = run_vocab(run, data_root)
+    ensure_data(run, data_root, vocab)
+    route = "fake cpu eval"
+    if device == "cuda":
+        _on_cuda(_eval_pass(grid, run_id, mode, preset, "cuda", data_root, vocab), run_id, "eval")
+        route = "fake cuda eval + fake cpu eval"
+    out = _eval_pass(grid, run_id, mode, preset, "cpu", data_root, vocab)
+    row = Row(run_id, "eval", 1, run.eval.batch, f"ok ({NO_WEIGHTS})", preset.gpu_memory_gib, route=route,
+              measured=out["memory"])
+    usable = usable_bytes(preset.gpu_memory_gib * GiB)
+    if preset.gpu_memory_gib and row.measured["total"] > usable:
+        row.status = (f"FAILED: measured peak {row.measured['total'] / GiB:.1f} GiB > {usable / GiB:.1f} GiB "
+                      f"usable of the {preset.gpu_memory_gib:g} GiB GPU at eval batch {row.micro_batch}")
+    return row
+
+
+LMEVAL_CONTINUATION = 32  # tokens scored per request in the lmeval rehearsal's batch (a long multiple-choice answer)
+
+
+@contextlib.contextmanager
+def one_lmeval_batch(vocab: int, out: dict, device: str, measure_memory: bool):
+    """The lmeval job with the harness's task loop replaced by one batch of the adapter's own
+    scoring (``MoRLM._loglikelihood_tokens``) at the job's batch size: every request a full
+    window (``max_length`` tokens in, the last ``LMEVAL_CONTINUATION`` scored), the largest shape
+    a loglikelihood task gives it. The task data and the cluster tokenizer come from the hub,
+    which a rehearsal does not reach: the tokenizer is a stand-in with the run's vocabulary and
+    its end-of-text id 0. On fake CUDA ``torch.cuda.is_available`` answers True to the adapter's
+    own check, or it would move the model to the CPU (what it does where no GPU is)."""
+    from types import SimpleNamespace
+
+    from mor.lm_eval import job as lm_job
+
+    tok = SimpleNamespace(eos_id=0, vocab_size=vocab, encode=lambda text: [1], decode=lambda ids: "")
+
+    def one_batch(lm, settings, tasks_dir):
+        L, k = lm.max_length, LMEVAL_CONTINUATION
+        ids = [1 + i % (vocab - 1) for i in range(L + 1)]  # context + continuation: one full window
+        requests = [(None, ids[:-k], ids[-k:])] * lm.batch_size
+        out["batch"], out["window"] = lm.batch_size, L
+        out["device"] = next(lm.model.parameters()).device.type  # where the job built the model
+        if not measure_memory:
+            lm._loglikelihood_tokens(requests, disable_tqdm=True)
+            return {}
+        with measure.StorageTracker(lm.model) as mt:
+            lm._loglikelihood_tokens(requests, disable_tqdm=True)
+        out["memory"] = mt.peak
+        return {}
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(lm_job, "evaluate_tasks", one_batch))
+        stack.enter_context(mock.patch("mor.data.tokenizer.load_tokenizer", lambda spec: tok))
+        if device == "cuda":
+            from mor.lm_eval import adapter
+
+            available = torch.cuda.is_available
+
+            def adapter_asks(*args, **kwargs):  # True to the adapter's own check only (torch's RNG would init CUDA)
+                return sys._getframe(1).f_code.co_filename == adapter.__file__ or available(*args, **kwargs)
+
+            stack.enter_context(mock.patch.object(torch.cuda, "is_available", adapter_asks))
+        yield
+
+
+def _lmeval_pass(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path, vocab: int) -> dict:
+    """The lmeval job on fake ``device``, one rank, on a stand-in of the finished run."""
+    run = load_grid(grid, mode).run(run_id).config
+    out: dict = {}
+    with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp, \
+            trained_run_stand_in(run, Path(tmp) / "run", vocab), one_lmeval_batch(vocab, out, device, device == "cpu"), \
+            fake_device(run_id, "lmeval", device, preset.gpu_memory_gib or 80.0):
+        KINDS["lmeval"].run(grid=grid, run_id=run_id, mode=mode, run_dir=str(Path(tmp) / "run"),
+                            out=str(Path(tmp) / "lm_eval_out.json"), data_root=str(data_root), device=device)
+    return out
+
+
+def rehearse_lmeval(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path) -> Row:
+    """The lmeval job (``mor.lm_eval.job.lmeval_job``) at its batch size, weights not read
+    (``one_lmeval_batch``); routes as ``rehearse_eval``. Measured only (``mor.memory`` has no
+    estimate for lmeval). A grid without lm-eval tasks has nothing to rehearse."""
+    from mor.memory import usable_bytes
+
+    run = load_grid(grid, mode).run(run_id).config
+    if not run.eval.lm_eval_tasks:
+        return Row(run_id, "lmeval", 1, 0, "not rehearsed (the grid asks for no lm-eval tasks)", preset.gpu_memory_gib)
+    vocab = run_vocab(run, data_root)
+    ensure_data(run, data_root, vocab)
+    route = "fake cpu lmeval"
+    if device == "cuda":
+        _on_cuda(_lmeval_pass(grid, run_id, mode, preset, "cuda", data_root, vocab), run_id, "lmeval")
+        route = "fake cuda lmeval + fake cpu lmeval"
+    out = _lmeval_pass(grid, run_id, mode, preset, "cpu", data_root, vocab)
+    row = Row(run_id, "lmeval", 1, out["batch"], f"ok ({NO_WEIGHTS}; stand-in tokenizer and requests)",
+              preset.gpu_memory_gib, route=route, measured=out["memory"])
+    usable = usable_bytes(preset.gpu_memory_gib * GiB)
+    if preset.gpu_memory_gib and row.measured["total"] > usable:
+        row.status = (f"FAILED: measured peak {row.measured['total'] / GiB:.1f} GiB > {usable / GiB:.1f} GiB "
+                      f"usable of the {preset.gpu_memory_gib:g} GiB GPU at lmeval batch {row.micro_batch}")
+    return row
+
+
 def rehearse(kind: str, grid: str, run_id: str, mode: str, preset, device: str, data_root: Path) -> Row:
     """The rehearsal of one job; a failure becomes a row whose status says why."""
-    fn = {"train": rehearse_train}.get(kind)
+    fn = {"train": rehearse_train, "eval": rehearse_eval, "lmeval": rehearse_lmeval}.get(kind)
     if fn is None:
-        return Row(run_id, kind, preset.world_size, 0, "not rehearsed", preset.gpu_memory_gib)
+        return Row(run_id, kind, preset.world_size, 0, f"not rehearsed ({NOT_REHEARSED.get(kind, 'no rehearsal for this kind')})",
+                   preset.gpu_memory_gib)
     try:
         return fn(grid, run_id, mode, preset, device, data_root)
     except RehearsalError as e:
-        return Row(run_id, kind, preset.world_size, 0, f"FAILED: {e}", preset.gpu_memory_gib, route=f"fake {device}")
+        world = preset.world_size if KINDS[kind].ranks == "all" else 1
+        return Row(run_id, kind, world, 0, f"FAILED: {e}", preset.gpu_memory_gib, route=f"fake {device}")
 
 
 __all__ = ["GiB", "Row", "rehearse", "rehearse_train"]

@@ -40,7 +40,7 @@ def to_csv(rows) -> str:
 def to_markdown(rows, title: str) -> str:
     """Counts first, then one line per job: measured / modelled GiB per category."""
     rows = list(rows)
-    ok = sum(r.status == "ok" for r in rows)
+    ok = sum(r.status.startswith("ok") for r in rows)
     failed = [r for r in rows if r.status.startswith("FAILED")]
     lines = [f"# Rehearsal: {title}", "",
              f"{len(rows)} job(s): {ok} passed, {len(failed)} failed, {len(rows) - ok - len(failed)} not rehearsed. "
@@ -48,7 +48,7 @@ def to_markdown(rows, title: str) -> str:
              "| run | job | world | micro-batch | status | GPU | " + " | ".join(CATEGORIES) + " |",
              "|---|---|---:|---:|---|---:|" + "---:|" * len(CATEGORIES)]
     for r in rows:
-        cells = [f"{_gib(r.measured, c)} / {_gib(r.modelled, c)}" if r.measured else "" for c in CATEGORIES]
+        cells = [f"{_gib(r.measured, c)} / {_gib(r.modelled, c) or '-'}" if r.measured else "" for c in CATEGORIES]
         lines.append(f"| {r.run_id} | {r.job} | {r.world_size} | {r.micro_batch} | {r.status} | {r.gpu_gib:g} | "
                      + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
