@@ -227,8 +227,9 @@ def rehearse_train(grid: str, run_id: str, mode: str, preset, device: str, data_
     return row
 
 
-NOT_REHEARSED = {"throughput": "not built yet: the engine's eager passes at batch 32 and the maximum batch would be; "
-                                "its CUDA graph capture cannot be faked"}
+NOT_REHEARSED = {"throughput": "not built yet: the engine's scheduler reads each pass's generated tokens and exit "
+                                "depths back, which fake tensors have no values for; its CUDA graph capture "
+                                "cannot be faked"}
 NO_WEIGHTS = "weights not read"  # the status note of a job that reads a trained run (docs/rehearsal.md)
 
 
