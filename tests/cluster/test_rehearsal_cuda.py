@@ -52,7 +52,8 @@ def test_two_variants_at_world_size_2_pass_on_fake_cuda_within_10_percent_of_the
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     rows = list(csv.DictReader(open(tmp_path / "ci.csv")))
-    assert sorted((r["run_id"], r["job"]) for r in rows) == sorted((r, j) for r in RUNS for j in ("train", "eval", "lmeval"))
+    jobs = ("train", "eval", "lmeval")
+    assert sorted((r["run_id"], r["job"]) for r in rows) == sorted((r, j) for r in RUNS for j in jobs)
     for row in (r for r in rows if r["job"] != "train"):  # both passes ran; memory measured only
         assert row["status"].startswith("ok (weights not read"), row
         assert row["route"] == f"fake cuda {row['job']} + fake cpu {row['job']}", row
@@ -76,5 +77,6 @@ def test_asked_for_and_without_the_venv_the_rehearsal_test_fails_not_skips(tmp_p
          f"{Path(__file__)}::test_two_variants_at_world_size_2_pass_on_fake_cuda_within_10_percent_of_the_model"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:]
-    assert "1 failed" in proc.stdout and "MOR_TESTS asks for the rehearsal tests, but" in proc.stdout, proc.stdout[-3000:]
+    assert "1 failed" in proc.stdout, proc.stdout[-3000:]
+    assert "MOR_TESTS asks for the rehearsal tests, but" in proc.stdout, proc.stdout[-3000:]
     assert "rehearsal 1 failed" in proc.stdout  # counted as the component's outcome

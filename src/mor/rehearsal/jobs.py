@@ -256,7 +256,7 @@ def trained_run_stand_in(run, run_dir: Path, vocab: int):
 
 
 @contextlib.contextmanager
-def one_eval_batch(run, out: dict, measure_memory: bool):
+def one_eval_batch(out: dict, measure_memory: bool):
     """The eval job's ``evaluate`` over one batch at the eval batch size (every batch has the same
     shape; the validation split is cut to ``eval.batch`` windows), under the memory counter.
 
@@ -299,7 +299,7 @@ def _eval_pass(grid: str, run_id: str, mode: str, preset, device: str, data_root
     run = load_grid(grid, mode).run(run_id).config
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp, \
-            trained_run_stand_in(run, Path(tmp) / "run", vocab), one_eval_batch(run, out, device == "cpu"), \
+            trained_run_stand_in(run, Path(tmp) / "run", vocab), one_eval_batch(out, measure_memory=device == "cpu"), \
             fake_device(run_id, "eval", device, preset.gpu_memory_gib or 80.0):
         KINDS["eval"].run(grid=grid, run_id=run_id, mode=mode, run_dir=str(Path(tmp) / "run"),
                           out=str(Path(tmp) / "row.jsonl"), data_root=str(data_root), device=device)
@@ -383,7 +383,8 @@ def _lmeval_pass(grid: str, run_id: str, mode: str, preset, device: str, data_ro
     run = load_grid(grid, mode).run(run_id).config
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp, \
-            trained_run_stand_in(run, Path(tmp) / "run", vocab), one_lmeval_batch(vocab, out, device, device == "cpu"), \
+            trained_run_stand_in(run, Path(tmp) / "run", vocab), \
+            one_lmeval_batch(vocab, out, device, measure_memory=device == "cpu"), \
             fake_device(run_id, "lmeval", device, preset.gpu_memory_gib or 80.0):
         KINDS["lmeval"].run(grid=grid, run_id=run_id, mode=mode, run_dir=str(Path(tmp) / "run"),
                             out=str(Path(tmp) / "lm_eval_out.json"), data_root=str(data_root), device=device)
@@ -419,8 +420,8 @@ def rehearse(kind: str, grid: str, run_id: str, mode: str, preset, device: str, 
     """The rehearsal of one job; a failure becomes a row whose status says why."""
     fn = {"train": rehearse_train, "eval": rehearse_eval, "lmeval": rehearse_lmeval}.get(kind)
     if fn is None:
-        return Row(run_id, kind, preset.world_size, 0, f"not rehearsed ({NOT_REHEARSED.get(kind, 'no rehearsal for this kind')})",
-                   preset.gpu_memory_gib)
+        why = NOT_REHEARSED.get(kind, "no rehearsal for this kind")
+        return Row(run_id, kind, preset.world_size, 0, f"not rehearsed ({why})", preset.gpu_memory_gib)
     try:
         return fn(grid, run_id, mode, preset, device, data_root)
     except RehearsalError as e:
