@@ -34,6 +34,7 @@ from unittest import mock
 import torch
 
 from mor.config import model_shape
+from mor.layout import RunPaths
 from mor.grids import load_grid
 from mor.jobs import KINDS
 from mor.rehearsal import measure
@@ -243,13 +244,14 @@ def trained_run_stand_in(run, run_dir: Path, vocab: int):
 
     from mor.lm_eval.job import lm_eval_settings
 
+    paths = RunPaths.of(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     summary = {"config_hash": run.config_hash, "tokens_seen": run.train.tokens, "steps": 1, "train_time_s": 1.0,
                "tokens_per_s": 1.0, "final_loss": 1.0, "mfu": None}
-    (run_dir / "train_summary.json").write_text(json.dumps(summary))
-    (run_dir / "config.json").write_text(json.dumps({"config": run.to_dict(), "vocab_size": vocab}))
+    paths.summary.write_text(json.dumps(summary))
+    paths.config.write_text(json.dumps({"config": run.to_dict(), "vocab_size": vocab}))
     # the eval job reads the lmeval job's result when the grid asks for tasks: a stand-in with no accuracies
-    (run_dir / "lm_eval.json").write_text(json.dumps({"run_id": run.run_id, "settings": lm_eval_settings(run.eval),
+    paths.lm_eval.write_text(json.dumps({"run_id": run.run_id, "settings": lm_eval_settings(run.eval),
                                                       "tasks": {}}))
     with mock.patch("mor.trained.load_model_weights", lambda file, model: None):
         yield
