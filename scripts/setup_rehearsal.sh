@@ -7,13 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${MOR_REHEARSAL_VENV:-.venv-rehearsal}
 TORCH="torch==2.11.0"  # the version of the cluster's GPU image (slurm/, docs/cluster.md)
-PY=${PYTHON:-}
-if [ -z "$PY" ]; then
-  for c in python3.11 python3.12 python3.13 python3; do
-    if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then PY=$c; break; fi
-  done
-fi
-[ -n "$PY" ] || { echo "setup_rehearsal: need Python >= 3.11 (set PYTHON=...)" >&2; exit 1; }
+source scripts/python.sh
 stamp=$VENV/.mor-installed
 want=$( (cat pyproject.toml "$0"; echo "$TORCH") | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then

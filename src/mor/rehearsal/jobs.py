@@ -314,22 +314,30 @@ def rehearse_eval(grid: str, run_id: str, mode: str, preset, device: str, data_r
     'cuda': the job on fake CUDA (device and dtype checks of its path), then on fake CPU for the
     memory (on fake CUDA SDPA takes the math backend and materialises the scores); 'cpu': the
     second only. ``mor.memory`` has no estimate for eval: measured only."""
-    from mor.memory import usable_bytes
-
     run = load_grid(grid, mode).run(run_id).config
     vocab = run_vocab(run, data_root)
     ensure_data(run, data_root, vocab)
-    route = "fake cpu eval"
+    return _scoring_row("eval", _eval_pass, lambda out: run.eval.batch, f"ok ({NO_WEIGHTS})",
+                        grid, run_id, mode, preset, device, data_root, vocab)
+
+
+def _scoring_row(job: str, one_pass, batch_of, ok: str, grid: str, run_id: str, mode: str, preset, device: str,
+                 data_root: Path, vocab: int) -> Row:
+    """A scoring job's row (eval, lmeval): on 'cuda' its pass on fake CUDA first (devices and
+    dtypes), then on fake CPU for the memory; the row fails when the measured peak exceeds what
+    the plan may use of the GPU (``mor.memory.usable_bytes``)."""
+    from mor.memory import usable_bytes
+
+    route = f"fake cpu {job}"
     if device == "cuda":
-        _on_cuda(_eval_pass(grid, run_id, mode, preset, "cuda", data_root, vocab), run_id, "eval")
-        route = "fake cuda eval + fake cpu eval"
-    out = _eval_pass(grid, run_id, mode, preset, "cpu", data_root, vocab)
-    row = Row(run_id, "eval", 1, run.eval.batch, f"ok ({NO_WEIGHTS})", preset.gpu_memory_gib, route=route,
-              measured=out["memory"])
+        _on_cuda(one_pass(grid, run_id, mode, preset, "cuda", data_root, vocab), run_id, job)
+        route = f"fake cuda {job} + fake cpu {job}"
+    out = one_pass(grid, run_id, mode, preset, "cpu", data_root, vocab)
+    row = Row(run_id, job, 1, batch_of(out), ok, preset.gpu_memory_gib, route=route, measured=out["memory"])
     usable = usable_bytes(preset.gpu_memory_gib * GiB)
     if preset.gpu_memory_gib and row.measured["total"] > usable:
         row.status = (f"FAILED: measured peak {row.measured['total'] / GiB:.1f} GiB > {usable / GiB:.1f} GiB "
-                      f"usable of the {preset.gpu_memory_gib:g} GiB GPU at eval batch {row.micro_batch}")
+                      f"usable of the {preset.gpu_memory_gib:g} GiB GPU at {job} batch {row.micro_batch}")
     return row
 
 
@@ -397,25 +405,14 @@ def rehearse_lmeval(grid: str, run_id: str, mode: str, preset, device: str, data
     """The lmeval job (``mor.lm_eval.job.lmeval_job``) at its batch size, weights not read
     (``one_lmeval_batch``); routes as ``rehearse_eval``. Measured only (``mor.memory`` has no
     estimate for lmeval). A grid without lm-eval tasks has nothing to rehearse."""
-    from mor.memory import usable_bytes
-
     run = load_grid(grid, mode).run(run_id).config
     if not run.eval.lm_eval_tasks:
         return Row(run_id, "lmeval", 1, 0, "not rehearsed (the grid asks for no lm-eval tasks)", preset.gpu_memory_gib)
     vocab = run_vocab(run, data_root)
     ensure_data(run, data_root, vocab)
-    route = "fake cpu lmeval"
-    if device == "cuda":
-        _on_cuda(_lmeval_pass(grid, run_id, mode, preset, "cuda", data_root, vocab), run_id, "lmeval")
-        route = "fake cuda lmeval + fake cpu lmeval"
-    out = _lmeval_pass(grid, run_id, mode, preset, "cpu", data_root, vocab)
-    row = Row(run_id, "lmeval", 1, out["batch"], f"ok ({NO_WEIGHTS}; stand-in tokenizer and requests)",
-              preset.gpu_memory_gib, route=route, measured=out["memory"])
-    usable = usable_bytes(preset.gpu_memory_gib * GiB)
-    if preset.gpu_memory_gib and row.measured["total"] > usable:
-        row.status = (f"FAILED: measured peak {row.measured['total'] / GiB:.1f} GiB > {usable / GiB:.1f} GiB "
-                      f"usable of the {preset.gpu_memory_gib:g} GiB GPU at lmeval batch {row.micro_batch}")
-    return row
+    return _scoring_row("lmeval", _lmeval_pass, lambda out: out["batch"],
+                        f"ok ({NO_WEIGHTS}; stand-in tokenizer and requests)", grid, run_id, mode, preset, device,
+                        data_root, vocab)
 
 
 def rehearse(kind: str, grid: str, run_id: str, mode: str, preset, device: str, data_root: Path) -> Row:
