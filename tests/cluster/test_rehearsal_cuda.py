@@ -2,7 +2,8 @@
 build, ``scripts/setup_rehearsal.sh``; docs/rehearsal.md): table10's cluster runs 135M-vanilla
 and 135M-recursive Cycle Nr2 (two variants, DDP at world size 2 by slurm/presets.yaml), each
 through the train job on fake CUDA (forward) and fake CPU (the whole step, the memory), and
-through the eval and lmeval jobs on fake CUDA and fake CPU (weights not read).
+through the eval and lmeval jobs on fake CUDA and fake CPU (weights not read), and through the
+throughput job's engine on fake CUDA (its eager passes at batch 32 and the maximum batch).
 
 Opt-in like the Slurm and browser tests (MOR_TESTS=all, CI, or a list naming ``rehearsal``):
 asked for and without the venv it fails with the reason, never skips. The venv is
@@ -42,19 +43,27 @@ def rehearsal_python() -> Path:
 
 @pytest.mark.rehearsal
 def test_two_variants_at_world_size_2_pass_on_fake_cuda_within_10_percent_of_the_model(tmp_path):
-    """33 s here (load ~3): each variant's train step, eval batch and lmeval batch."""
+    """33 s here (load ~3): each variant's train step, eval batch and lmeval batch; the
+    throughput job's engine passes add ~7 s."""
     python = rehearsal_python()
     env = dict(os.environ, PYTHONPATH=str(SRC))  # this checkout's mor
     proc = subprocess.run(
         [str(python), "-m", "mor.rehearsal", "--grid", "grids/table10.yaml", "--mode", "cluster",
-         "--presets", "slurm/presets.yaml", "--runs", ",".join(RUNS), "--jobs", "train,eval,lmeval", "--device", "cuda",
+         "--presets", "slurm/presets.yaml", "--runs", ",".join(RUNS), "--jobs", "train,eval,lmeval,throughput",
+         "--device", "cuda",
          "--data-root", str(tmp_path / "data"), "--out", str(tmp_path / "ci")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     rows = list(csv.DictReader(open(tmp_path / "ci.csv")))
-    jobs = ("train", "eval", "lmeval")
+    jobs = ("train", "eval", "lmeval", "throughput")
     assert sorted((r["run_id"], r["job"]) for r in rows) == sorted((r, j) for r in RUNS for j in jobs)
-    for row in (r for r in rows if r["job"] != "train"):  # both passes ran; memory measured only
+    for row in (r for r in rows if r["job"] == "throughput"):  # the engine's passes on fake CUDA, both batches
+        assert row["status"] == "ok (weights not read; eager passes without the scheduler; no graph capture)", row
+        assert row["route"].startswith("fake cuda engine passes; batch 32: ") and row["route"].count("context 510") == 2
+        total, budget = float(row["measured_total_gib"]), float(row["modelled_total_gib"])
+        assert budget < total < budget + 1.0, row  # the job's KV pool + parameters, and the passes on top
+        assert total < 0.9 * float(row["gpu_gib"]) - 1.5  # what the plan may use of the GPU
+    for row in (r for r in rows if r["job"] in ("eval", "lmeval")):  # both passes ran; memory measured only
         assert row["status"].startswith("ok (weights not read"), row
         assert row["route"] == f"fake cuda {row['job']} + fake cpu {row['job']}", row
         assert row["world_size"] == "1" and row["modelled_total_gib"] == ""

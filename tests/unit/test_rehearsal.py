@@ -195,7 +195,45 @@ def test_a_failure_inside_the_eval_job_is_a_row_naming_it(grid, data_root, monke
     assert row.world_size == 1  # one process, whatever the train preset's world
 
 
-def test_throughput_is_not_rehearsed_and_says_why(grid, data_root):
+@pytest.mark.parametrize("variant", ["vanilla", "recursive"])
+def test_throughput_engine_passes_through_the_job_at_both_batches(grid, data_root, variant):
+    """The throughput job's own engine sizing (local protocol: 0.05 GiB, fp32), each eager pass
+    kind once at full rows on fake CPU; the measured pool against the job's memory budget."""
+    from mor.config import model_shape
+    from mor.flops import model_bytes, param_count
+    from mor.throughput_protocol import load_protocol, sequence_len
+
+    run = next(r for r in _runs(grid) if r.model.variant == variant)
+    V = vocab_size_of(data_root, run)
+    p = load_protocol("local")
+    row = rehearse("throughput", grid, run.run_id, "local", PRESET, "cpu", data_root)
+    assert row.status == "ok (weights not read; eager passes without the scheduler; no graph capture)", row.status
+    assert row.route.startswith("fake cpu engine passes; batch 32: ") and "sdpa_gathered" in row.route, row.route
+    budget = p["memory_gib"] * GiB  # the job's engine memory where the protocol states it
+    P = model_bytes(run.model, model_shape(run.model), V, 4)
+    assert row.modelled == {"params": float(P), "transient": budget - P, "total": budget}
+    assert param_count(run.model, model_shape(run.model), V) * 4 <= row.measured["params"] <= 1.1 * P
+    # the KV pool: every whole block of 16 entries the budget holds after the parameters (and
+    # the trash block), K and V, fp32; the passes' temporaries on top of it
+    s = model_shape(run.model)
+    block = 2 * 16 * s.kv_heads * s.head_dim * 4
+    pool = (int((budget - P) // block) + 1) * block
+    assert row.measured["transient"] > pool and f"KV pool {pool / GiB:.2f}" in row.route
+    assert row.measured["transient"] < pool + 0.1 * budget  # a decode pass is small beside the pool
+    assert row.micro_batch >= p["fixed_batch"] and row.route.count("context ") == 2
+    assert f"context {sequence_len(p) - 2}" in row.route  # every row at the longest context
+
+
+def test_a_failure_inside_the_engine_is_a_throughput_row_naming_it(grid, data_root, monkeypatch):
+    from mor.engine.step import Stepper
+
+    block = Stepper.block
+
+    def mixed_devices(self, slots, depths, pos, shape=None):
+        block(self, slots, depths, pos, shape)
+        return self.h + torch.zeros(1, device="meta")  # a tensor made on another device
+
+    monkeypatch.setattr(Stepper, "block", mixed_devices)
     run = _runs(grid)[0]
     row = rehearse("throughput", grid, run.run_id, "local", PRESET, "cpu", data_root)
-    assert row.status.startswith("not rehearsed (") and "graph capture cannot be faked" in row.status
+    assert row.status.startswith(f"FAILED: {run.run_id} / throughput: failed in aten.add.Tensor: "), row.status

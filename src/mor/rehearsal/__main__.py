@@ -27,8 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", default="cluster")
     ap.add_argument("--presets", default="slurm/presets.yaml")
     ap.add_argument("--site", default=None, help="slurm/sites/<name>.yaml (default: the presets file's)")
-    ap.add_argument("--jobs", default="train,eval,lmeval",
-                    help="comma-separated job kinds (mor.jobs.KINDS; throughput's row reads 'not rehearsed')")
+    ap.add_argument("--jobs", default="train,eval,lmeval,throughput",
+                    help="comma-separated job kinds (mor.jobs.KINDS; docs/rehearsal.md says what each rehearses)")
     ap.add_argument("--runs", default="", help="comma-separated run ids (default: every run of the grid)")
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                     help="auto: fake CUDA where this torch is a CUDA build, else fake CPU only")

@@ -19,6 +19,13 @@ summary and config.json) and build the model under the fake mode at full size on
 device; only the weight *read* is skipped (status "ok (weights not read)"). Eval scores one batch
 at ``eval.batch``; lmeval scores one batch of full windows through the adapter at its batch size.
 ``mor.memory`` has no estimate for either: their memory is measured only.
+
+The throughput job runs on a stand-in of the run folder too: the job sizes both settings'
+engines (batch 32 and the relative maximum batch, the KV pool from the GPU's memory) and builds
+them with its own code, CUDA graphs off (capture cannot be faked); each engine's first run is
+replaced by each eager pass kind once at full rows through its Stepper (``_probe_passes``), with
+no scheduler, so nothing is read back (status "ok (weights not read; eager passes without the
+scheduler; no graph capture)"). Its memory, measured, stands beside the job's own budget.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from mor.grids import load_grid
 from mor.jobs import KINDS
 from mor.rehearsal import measure
 from mor.rehearsal.data import ensure_data
-from mor.rehearsal.fake import GiB, RehearsalError, fake_device
+from mor.rehearsal.fake import GiB, RehearsalError, cuda_queries, fake_device
 
 STATES = 3  # micro-batches of a step that the memory pass runs (``one_step``)
 CLUSTER_VOCAB = 49152  # the cluster tokenizer's (HuggingFaceTB/SmolLM-135M), where a scale has none
@@ -228,9 +235,7 @@ def rehearse_train(grid: str, run_id: str, mode: str, preset, device: str, data_
     return row
 
 
-NOT_REHEARSED = {"throughput": "not built yet: the engine's scheduler reads each pass's generated tokens and exit "
-                                "depths back, which fake tensors have no values for; its CUDA graph capture "
-                                "cannot be faked"}
+NOT_REHEARSED: dict[str, str] = {}  # job kinds without a rehearsal, and why
 NO_WEIGHTS = "weights not read"  # the status note of a job that reads a trained run (docs/rehearsal.md)
 
 
@@ -415,9 +420,170 @@ def rehearse_lmeval(grid: str, run_id: str, mode: str, preset, device: str, data
                         data_root, vocab)
 
 
+THROUGHPUT_OK = f"ok ({NO_WEIGHTS}; eager passes without the scheduler; no graph capture)"
+
+
+class _Probed(Exception):
+    """Raised by the probe in place of the engine's run: the probe's findings, back to ``measure``."""
+
+    def __init__(self, found: dict):
+        super().__init__("engine probed")
+        self.found = found
+
+
+def _fill_context(bm, slots: list[int], length: int) -> None:
+    """Every storing column of ``slots`` holds ``length`` entries, as a sequence that has fed
+    ``length`` tokens (the state ``BlockManager.fill`` leaves, taken a whole block at a time)."""
+    k = -(-length // bm.bs)
+    for s in slots:
+        for c in range(len(bm.store)):
+            bm.table[s, c, :k] = [bm.free.popleft() for _ in range(k)]
+            bm.nblocks[s, c], bm.length[s, c] = k, length
+    bm.peak = max(bm.peak, bm.used)
+
+
+def _probe_passes(engine, requests, on_finish=None):
+    """In place of ``Engine.run``: each eager pass kind once through the engine's own Stepper,
+    at ``engine.batch`` rows, every row a live sequence at the longest context the pool holds
+    for that many (``max_len`` - 2: the head's enter part appends one more): enter, one
+    mixed-depth shared-block pass (row i at recursion i mod Nr), and a head pass whose every
+    row continues (its enter part included). No scheduler: nothing is read back."""
+    st, bm, rows = engine.stepper, engine.blocks, engine.batch
+    if rows > engine.max_live:
+        raise ValueError(f"batch {rows} > the engine's admission limit {engine.max_live}")
+    per_seq = bm.num_blocks // (rows * len(bm.store))  # blocks each row's column may take
+    context = min(engine.max_len - 2, per_seq * bm.bs - 2)
+    if context < 1:
+        raise ValueError(f"the KV pool ({bm.num_blocks} blocks) cannot hold {rows} live sequences")
+    slots, pos = list(range(rows)), [context] * rows
+    _fill_context(bm, slots, context)
+    with torch.no_grad(), st.relax.installed():
+        st.sampling = False
+        st.enter(slots, [1] * rows, pos)
+        st.block(slots, [i % st.nr for i in range(rows)], pos)
+        st.head(slots, pos, n_cont=rows)
+    raise _Probed({"rows": rows, "context": context, "pool": engine.cache.nbytes(), "max_live": engine.max_live,
+                   "block_size": bm.bs, "attention": engine.attention, "padded": st.pad})
+
+
+@contextlib.contextmanager
+def engine_passes(out: dict):
+    """The throughput job with each setting's ``measure`` cut to its engine: the job sizes the
+    engine (App. E's memory, the relative maximum batch, the engine's memory budget) and
+    ``measure`` builds it (options, KV pool) as on the cluster; the engine's first ``run`` is
+    replaced by ``_probe_passes``, under the memory counter from before the engine is built
+    (the pool and the passes). CUDA graphs are off (the job's ``graphs=False``): capture cannot
+    be faked. A pinned host copy (the passes' uploads on a GPU) needs a real device: the copy
+    is used unpinned."""
+    from mor.engine import job as tp_job
+    from mor.engine.engine import Engine
+
+    measure_setting = tp_job.measure
+
+    def probe(model, reqs, batch, max_len, warmup_tokens, device, dtype, memory_bytes=None, graphs=None):
+        with measure.StorageTracker(model) as mt:
+            try:
+                measure_setting(model, reqs, batch, max_len, warmup_tokens, device, dtype, memory_bytes, graphs)
+                raise RuntimeError("the engine ran without the probe")
+            except _Probed as p:
+                found = p.found
+        found.update(batch=batch, memory=mt.peak, memory_bytes=memory_bytes, graphs=graphs,
+                     device=next(model.parameters()).device.type)
+        out.setdefault("settings", []).append(found)
+        return {"batch": batch, "recursion_share": []}
+
+    with mock.patch.object(tp_job, "measure", probe), mock.patch.object(Engine, "run", _probe_passes), \
+            mock.patch.object(torch.Tensor, "pin_memory", lambda self, *a, **k: self), \
+            mock.patch.object(torch.nn.Module, "to", module_to):
+        yield
+
+
+def module_to(module: torch.nn.Module, *args, **kwargs) -> torch.nn.Module:
+    """``Module.to`` on fake tensors: torch swaps a fake parameter for its converted copy
+    (``torch.utils.swap_tensors``), which fails while anything else refers to it ("Couldn't
+    swap"); here each parameter and buffer is replaced by its converted copy instead (one copy
+    per tensor, so tied weights stay tied), floating-point ones in ``dtype``, as ``to`` does."""
+    device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+    done: dict[int, torch.Tensor] = {}
+    for m in module.modules():
+        for table, param in ((m._parameters, True), (m._buffers, False)):
+            for name, t in list(table.items()):
+                if t is None:
+                    continue
+                if id(t) not in done:
+                    new = t.to(device=device, dtype=dtype if t.is_floating_point() else None)
+                    done[id(t)] = t if new is t else (torch.nn.Parameter(new, requires_grad=t.requires_grad)
+                                                      if param else new)
+                table[name] = done[id(t)]
+    return module
+
+
+def _throughput_pass(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path, vocab: int) -> dict:
+    """The throughput job on fake ``device`` (one process) on a stand-in of the finished run.
+    The GPU's memory queries answer for the preset's GPU, its free memory the total less the
+    model's parameters (which the job moves there before it asks); off 'cuda' too, so that the
+    cluster protocol's 'device' memory sizes the engine on the fake CPU as on the GPU."""
+    from mor.config import model_shape
+    from mor.flops import model_bytes
+    from mor.throughput_protocol import load_protocol
+
+    run = load_grid(grid, mode).run(run_id).config
+    p = load_protocol(mode)
+    elem = torch.tensor([], dtype=getattr(torch, p["dtype"])).element_size()
+    gpu = int((preset.gpu_memory_gib or 80.0) * GiB)
+    free = gpu - int(model_bytes(run.model, model_shape(run.model), vocab, elem))
+    out: dict = {}
+    with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp, contextlib.ExitStack() as stack:
+        stack.enter_context(trained_run_stand_in(run, Path(tmp) / "run", vocab))
+        stack.enter_context(engine_passes(out))
+        if device != "cuda":
+            stack.enter_context(cuda_queries(gpu / GiB))
+        stack.enter_context(fake_device(run_id, "throughput", device, gpu / GiB))
+        stack.enter_context(mock.patch.object(torch.cuda, "mem_get_info", lambda *a, **k: (free, gpu)))
+        run_dir = Path(tmp) / "run"
+        KINDS["throughput"].run(grid=grid, run_id=run_id, mode=mode, run_dir=str(run_dir),
+                                out=str(RunPaths.of(run_dir).throughput), data_root=str(data_root), device=device,
+                                graphs=False)
+    return out
+
+
+def rehearse_throughput(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path) -> Row:
+    """The throughput job (``mor.engine.job.throughput_job``) at App. E's protocol, weights not
+    read: both settings' engines (batch ``fixed_batch`` and the relative maximum batch) built by
+    the job's own code at the preset GPU's memory, each eager pass kind run once at full rows
+    (``_probe_passes``). The row: the larger setting's measured peak (parameters; the KV pool
+    and the passes under *transient*) beside the job's own memory model, the engine's budget
+    (parameters + KV: ``modelled``); it fails above what the plan may use of the GPU."""
+    from mor.config import model_shape
+    from mor.flops import model_bytes
+    from mor.memory import usable_bytes
+    from mor.throughput_protocol import load_protocol
+
+    run = load_grid(grid, mode).run(run_id).config
+    vocab = run_vocab(run, data_root)
+    ensure_data(run, data_root, vocab)
+    out = _throughput_pass(grid, run_id, mode, preset, device, data_root, vocab)
+    if device == "cuda":
+        _on_cuda(out["settings"][0], run_id, "throughput")
+    big = max(out["settings"], key=lambda f: (f["memory"]["total"], f["batch"]))
+    parts = [f"batch {f['batch']}: {f['memory']['total'] / GiB:.2f} GiB (KV pool {f['pool'] / GiB:.2f}, "
+             f"context {f['context']}, {f['attention']})" for f in out["settings"]]
+    row = Row(run_id, "throughput", 1, big["batch"], THROUGHPUT_OK, preset.gpu_memory_gib,
+              route=f"fake {device} engine passes; " + "; ".join(parts), measured=big["memory"])
+    elem = torch.tensor([], dtype=getattr(torch, load_protocol(mode)["dtype"])).element_size()
+    params, budget = float(model_bytes(run.model, model_shape(run.model), vocab, elem)), float(big["memory_bytes"])
+    row.modelled = {"params": params, "transient": budget - params, "total": budget}  # the engine's budget
+    usable = usable_bytes(preset.gpu_memory_gib * GiB)
+    if preset.gpu_memory_gib and row.measured["total"] > usable:
+        row.status = (f"FAILED: measured peak {row.measured['total'] / GiB:.1f} GiB > {usable / GiB:.1f} GiB "
+                      f"usable of the {preset.gpu_memory_gib:g} GiB GPU at throughput batch {row.micro_batch}")
+    return row
+
+
 def rehearse(kind: str, grid: str, run_id: str, mode: str, preset, device: str, data_root: Path) -> Row:
     """The rehearsal of one job; a failure becomes a row whose status says why."""
-    fn = {"train": rehearse_train, "eval": rehearse_eval, "lmeval": rehearse_lmeval}.get(kind)
+    fn = {"train": rehearse_train, "eval": rehearse_eval, "lmeval": rehearse_lmeval,
+          "throughput": rehearse_throughput}.get(kind)
     if fn is None:
         why = NOT_REHEARSED.get(kind, "no rehearsal for this kind")
         return Row(run_id, kind, preset.world_size, 0, f"not rehearsed ({why})", preset.gpu_memory_gib)
