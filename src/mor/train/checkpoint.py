@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from mor.atomic import remove_stale, replace_dir, sha256_file, temp_sibling, write_json_atomic
