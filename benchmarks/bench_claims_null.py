@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import sys
 import time
@@ -199,61 +200,153 @@ def _set_skew(skew: float | None) -> None:
         T.DESIGNS["local"] = dataclasses.replace(T.DESIGNS["local"], skew=skew)
 
 
+# what --record / --check compare, besides the verdicts and seeds: every round's table (evaluate()) of the
+# family's claims; the decision's numbers, then the planner's (MDE, its chance that the next look decides)
+DECISION = ["verdict", "n seeds", "p", "p Holm", "mean effect", "raw lo", "raw hi"]
+PLANNER = ["MDE", "chance next look", "seeds needed"]
+
+
+@functools.lru_cache(maxsize=None)
+def _budget():
+    """The local mode's pre-registered budget, read once (its YAML parse cost 50 ms a family)."""
+    return T.load_budget(mode="local")
+
+
+def family(job: tuple) -> tuple:
+    """One family through the real rounds: ((verdict, ...), (n seeds, ...) of T.FAMILY, CPU-min
+    added, CPU seconds it took, every round's table as JSON-able rows: ``DECISION`` + ``PLANNER``).
+    ``job``: (model, index, rng, planted, skew); its generator comes from (rng, model, index) alone,
+    so a family's draw does not depend on --workers or on the order the families run in."""
+    from mor.claims import verdict
+
+    model, index, seed, planted, skew = job
+    _set_skew(skew)
+    tables, evaluate = [], verdict.evaluate
+
+    def kept(*args, **kw):  # next_round's evaluate(), its tables kept
+        out = evaluate(*args, **kw)
+        tables.append(out.set_index("claim").reindex(index=list(T.FAMILY), columns=DECISION + PLANNER))
+        return out
+
+    t = time.process_time()
+    verdict.evaluate = kept
+    try:
+        rng = np.random.default_rng([seed, (100 if planted else 0) + MODELS.index(model), index])
+        table, _, cost = T._adaptive(draw(rng, model, planted), "local", _budget())
+    finally:
+        verdict.evaluate = evaluate
+    secs = time.process_time() - t
+    v = table.loc[list(T.FAMILY)]
+    rounds = [[[v if isinstance(v, str) else None if pd.isna(v) else float(v) for v in row] for row in x.to_numpy().tolist()]
+              for x in tables]
+    return tuple(v["verdict"]), tuple(int(x) for x in v["n seeds"]), float(cost), secs, rounds
+
+
+def _families(a, models: list[str], planted: bool):
+    """Every family of ``models`` (interleaved: a run stopped early has them all at the same n),
+    in order, over --workers processes (forked, so each inherits the tabulated null laws)."""
+    jobs = [(m, i, a.rng, planted, a.skew) for i in range(a.reps) for m in models]
+    if a.workers <= 1:
+        yield from map(family, jobs)
+        return
+    import multiprocessing as mp
+
+    family(("homoscedastic", 10 ** 9, a.rng, planted, a.skew))  # fills this process's caches before the fork (a family no run draws)
+    with mp.get_context("fork").Pool(a.workers) as pool:
+        yield from pool.imap(family, jobs, chunksize=1)
+
+
+def _check(a, models: list[str], got: dict) -> None:
+    """--record: write each family's verdicts, seeds and every round's table; --check: compare them
+    with a recording (--check-decisions: the tables' ``DECISION`` columns only, not the planner's)."""
+    import json
+
+    if a.record:
+        Path(a.record).write_text(json.dumps({"rng": a.rng, "reps": a.reps, "skew": a.skew, "planted": a.planted,
+                                              "families": got}, indent=0))
+        print(f"recorded {sum(map(len, got.values()))} families to {a.record}")
+    if a.check:
+        want = json.loads(Path(a.check).read_text())
+        if (want["rng"], want["reps"], want["skew"], want["planted"]) != (a.rng, a.reps, a.skew, a.planted):
+            sys.exit(f"--check: {a.check} was recorded with other settings: {want}")
+        cols = len(DECISION) if a.check_decisions else None
+
+        def same(x, y):
+            return x[:2] == y[:2] and [[row[:cols] for row in r] for r in x[2]] == [[row[:cols] for row in r] for r in y[2]]
+
+        bad = [(m, i) for m in models for i, (x, y) in enumerate(zip(want["families"][m], got[m])) if not same(x, y)]
+        if bad or set(want["families"]) != set(models):
+            sys.exit(f"--check: {len(bad)} families differ from {a.check}: {bad[:5]}")
+        print(f"--check: every verdict, seed count and round's table{' (decisions)' if cols else ''} of "
+              f"{sum(map(len, got.values()))} families as recorded")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=2000)
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--rng", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1, help="processes over families (the results do not depend on it)")
     ap.add_argument("--every", type=int, default=100, help="print the running rates every this many families")
     ap.add_argument("--planted", action="store_true", help="every claim at its pilot's d: power per claim")
     ap.add_argument("--skew", type=float, default=None, help="the design's skew bound instead of the shipped one "
                     "(log-normal sigma; 0: Student's t)")
+    ap.add_argument("--record", default=None, help="write every family's verdicts and seeds to this JSON file")
+    ap.add_argument("--check", default=None, help="compare every family's verdicts and seeds with a --record file")
+    ap.add_argument("--check-decisions", action="store_true", help="--check the decisions' numbers only, not the "
+                    "planner's (MDE, chance next look, seeds needed)")
     a = ap.parse_args()
     _set_skew(a.skew)
-    print(f"skew bound (log-normal sigma) {T.DESIGNS['local'].skew}", flush=True)
-    if a.planted:
-        return planted(a)
-    budget = T.load_budget(mode="local")
-    rngs = {m: np.random.default_rng([a.rng, MODELS.index(m)]) for m in a.models}
-    wrong = {m: 0 for m in a.models}
-    seeds = {m: [] for m in a.models}
-    spent = {m: [] for m in a.models}
-    t = time.time()
-    for rep in range(1, a.reps + 1):  # the models interleaved: a run stopped early has them all at the same n
-        for model in a.models:
-            table, _, cost = T._adaptive(draw(rngs[model], model), "local", budget)
-            v = table.loc[list(T.FAMILY)]
-            wrong[model] += int(v["verdict"].isin(["holds", "contradicted"]).any())
-            seeds[model].append(v["n seeds"].astype(int).to_numpy())
-            spent[model].append(cost)
-        if rep % a.every == 0 or rep == a.reps:
-            for model in a.models:
-                rate = wrong[model] / rep
-                se = math.sqrt(max(rate * (1 - rate), 1e-12) / rep)
-                print(f"{model}: {wrong[model]} of {rep} families with a decisive verdict, family-wise rate {rate:.4f} "
-                      f"(se {se:.4f}; nominal 0.05); mean seeds "
-                      f"{dict(zip(T.FAMILY, np.mean(seeds[model], axis=0).round(2).tolist()))}; "
-                      f"CPU-min added {np.mean(spent[model]):.1f}; {time.time() - t:.0f} s", flush=True)
+    print(f"skew bound (log-normal sigma) {T.DESIGNS['local'].skew}; {a.workers} worker(s)", flush=True)
+    got = planted(a) if a.planted else null(a)
+    _check(a, a.models, got)
 
-def planted(a) -> None:
+
+def null(a) -> dict:
+    """Family-wise decisive rate per noise model under the global null."""
+    wrong = {m: 0 for m in a.models}
+    seeds, spent, cpu, got = ({m: [] for m in a.models} for _ in range(4))
+    t = time.time()
+    for k, (verdicts, n, cost, secs, rounds) in enumerate(_families(a, a.models, planted=False)):
+        model, rep = a.models[k % len(a.models)], k // len(a.models) + 1
+        wrong[model] += any(v in ("holds", "contradicted") for v in verdicts)
+        seeds[model].append(n)
+        spent[model].append(cost)
+        cpu[model].append(secs)
+        got[model].append([list(verdicts), list(n), rounds])
+        if model == a.models[-1] and (rep % a.every == 0 or rep == a.reps):
+            for m in a.models:
+                rate = wrong[m] / rep
+                se = math.sqrt(max(rate * (1 - rate), 1e-12) / rep)
+                print(f"{m}: {wrong[m]} of {rep} families with a decisive verdict, family-wise rate {rate:.4f} "
+                      f"(se {se:.4f}; nominal 0.05); mean seeds "
+                      f"{dict(zip(T.FAMILY, np.mean(seeds[m], axis=0).round(2).tolist()))}; "
+                      f"CPU-min added {np.mean(spent[m]):.1f}; CPU {np.mean(cpu[m]):.3f} s a family; "
+                      f"{time.time() - t:.0f} s wall", flush=True)
+    return got
+
+
+def planted(a) -> dict:
     """Power per claim of the real rounds with every claim planted at its pilot's d."""
-    budget = T.load_budget(mode="local")
     print("planted (simulation units): " + ", ".join(
         f"{k} {v if not isinstance(v, dict) else {n: round(x, 5) for n, x in v.items()}}" for k, v in PLANT.items()))
+    got = {}
     for model in a.models:
-        rng = np.random.default_rng([a.rng, 100 + MODELS.index(model)])
         hits = {c: 0 for c in EXPECT}
         wrong = {c: 0 for c in EXPECT}
-        t = time.time()
-        for rep in range(1, a.reps + 1):
-            table, _, _ = T._adaptive(draw(rng, model, planted=True), "local", budget)
+        t, cpu, got[model] = time.time(), 0.0, []
+        for verdicts, n, _, secs, rounds in _families(a, [model], planted=True):
+            v = dict(zip(T.FAMILY, verdicts))
+            cpu += secs
+            got[model].append([list(verdicts), list(n), rounds])
             for c, want in EXPECT.items():
-                v = table.loc[c, "verdict"]
-                hits[c] += v == want
-                wrong[c] += v in ("holds", "contradicted") and v != want
+                hits[c] += v[c] == want
+                wrong[c] += v[c] in ("holds", "contradicted") and v[c] != want
         print(f"{model}: {a.reps} families, power " + ", ".join(
             f"{c} {hits[c] / a.reps:.3f} (se {math.sqrt(hits[c] * (a.reps - hits[c]) / a.reps ** 3):.3f}"
-            f"{f', {wrong[c]} the wrong way' if wrong[c] else ''})" for c in EXPECT) + f"; {time.time() - t:.0f} s", flush=True)
+            f"{f', {wrong[c]} the wrong way' if wrong[c] else ''})" for c in EXPECT)
+            + f"; CPU {cpu / a.reps:.3f} s a family; {time.time() - t:.0f} s wall", flush=True)
+    return got
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ def _parsed(config_json: str) -> dict:
     return json.loads(config_json)  # read-only below: the cache hands out one dict per string
 
 
-def _lookup(config_json: str, dotted: str):
+@lru_cache(maxsize=65536)
+def _lookup(config_json: str, dotted: str):  # cached: a str caches its hash, so a hit costs a dict lookup
     node = _parsed(config_json)
     for k in dotted.split("."):
         node = node.get(k) if isinstance(node, dict) else None
@@ -35,13 +36,14 @@ def cfg(row, dotted: str):
 
 def _mask(df: pd.DataFrame, where: dict) -> np.ndarray:
     """Which rows match every column == value (see ``pick``), as a boolean array."""
-    mask = np.ones(len(df), dtype=bool)
+    mask, configs = np.ones(len(df), dtype=bool), None
     for key, value in where.items():
         key = key.replace("__", ".")
         if key in df.columns:
             values = df[key].tolist()
         else:
-            values = [_lookup(j, key) for j in df["config_json"].tolist()]
+            configs = df["config_json"].tolist() if configs is None else configs
+            values = [_lookup(j, key) for j in configs]
         mask &= np.fromiter((bool(v == value) for v in values), dtype=bool, count=len(values))
     return mask
 

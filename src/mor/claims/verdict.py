@@ -51,19 +51,37 @@ def verdict_note(design: stats.Design) -> str:
     return note
 
 
+def by_seed(df: pd.DataFrame) -> dict[int, pd.DataFrame]:
+    """A grid's rows split by seed once (seed -> its rows, in the frame's order, its index kept):
+    every claim reads one seed's runs at a time, and masking the whole frame again for each claim
+    and seed was most of a verdict's time (benchmarks/bench_claims_null.py). One stable sort by
+    seed, then each seed's rows are a slice of it (no copy per seed)."""
+    seed = df["seed"].to_numpy()
+    order = np.flatnonzero(pd.notna(seed))
+    order = order[np.argsort(seed[order], kind="stable")]
+    rows, keys = df.iloc[order], seed[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else np.array([], dtype=int)
+    return {int(keys[a]): rows.iloc[a:b] for a, b in zip(starts, np.r_[starts[1:], len(keys)])}
+
+
 def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
-                 first_seed: int = 0) -> tuple[np.ndarray, list[str], list[int], list[str], dict]:
+                 first_seed: int = 0, split: dict | None = None) -> tuple[np.ndarray, list[str], list[int], list[str], dict]:
     """(K x n matrix, comparison labels, seeds kept, notes, label -> metric): labels missing
     or nan in every seed are dropped, then every seed missing one of the rest; both are named
     in the notes. Seeds at offsets below ``first_seed`` (the design's pilot) are never read.
     Offsets count from the first seed at which the claim's runs give a comparison (its
     blocks' first seed), as ``mor.claims.seeding`` and ``Design.block_seeds`` count a block's
     seeds: a block whose runs start at train.seed 100 has its pilot at 100..100 + first_seed - 1,
-    whatever seeds other blocks of its grid start at."""
+    whatever seeds other blocks of its grid start at. ``split``: grid -> ``by_seed`` of its
+    frame, filled here as needed (evaluate() shares one between its claims)."""
     seeds = seeds_of(frames, claim.grids)
+    split = {} if split is None else split
+    for g in claim.grids:
+        if g not in split:
+            split[g] = by_seed(frames[g])
 
     def compare(s):
-        return claim.compare({g: frames[g][frames[g]["seed"] == s] for g in claim.grids}, spec)
+        return claim.compare({g: split[g][s] for g in claim.grids}, spec)
 
     per_seed, base = {}, seeds[0] if seeds else 0
     for s in seeds:  # the claim's first seed: the first with any comparison (usually the grid's first)
@@ -138,7 +156,7 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
     have = {c.id for c in claims}
     claims = tuple(claims) + tuple(c for c in CLAIMS if c.id not in have and any(c.id in x.requires for x in claims))
     members = {c.id for c in claims} if family is None else set(family)
-    rows, tested = [], []
+    rows, tested, split = [], [], {}
     for c in claims:
         spec = specs.get(c.id, Spec())
         row = {"claim": c.id, "statement": c.statement, "paper sentence": c.sentence, "paper evidence": c.evidence,
@@ -149,7 +167,7 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
             rows.append({**row, "verdict": "not built", "n seeds": 0,
                          "note": f"results/{missing[0]}.parquet is not built; run its grid to decide this claim"})
             continue
-        m, labels, kept, notes, metric = _comparisons(c, spec, frames, design.first_seed)
+        m, labels, kept, notes, metric = _comparisons(c, spec, frames, design.first_seed, split)
         n = len(kept)
         equivalence = c.kind == "equivalence"
         row.update({"n seeds": n, "comparisons": len(labels), "_equivalence": equivalence})
