@@ -57,7 +57,7 @@ def _claims(a) -> int:
     from mor.claims import render_claims
 
     rounds = [json.loads(Path(f).read_text()) for f in a.round or []]
-    for path in render_claims(a.results, a.out, a.mode, a.analyses, rounds, spec=a.spec):
+    for path in render_claims(a.results, a.out, a.mode, a.analyses, rounds, spec=a.spec, skew=a.skew):
         print(f"wrote {path}")
     return 0
 
@@ -187,6 +187,8 @@ def _main(args: list[str]) -> int:
     p.add_argument("--mode", default="local")
     p.add_argument("--analyses", default=None, help="folder holding runs/<grid>/<run>.depth_cap.npz (default: --results)")
     p.add_argument("--round", action="append", help="the adaptive design's round files (plan.json), in order")
+    p.add_argument("--skew", action="store_true",
+                   help="also skew.md / skew.csv: each tested comparison's skewness with a bootstrap interval (issue 47)")
     p.set_defaults(fn=_claims)
 
     from mor.status import add_arguments as status_arguments

@@ -23,6 +23,7 @@ it imports nothing from ``mor.reports`` (the reports import it).
     seeding     the adaptive design's rule: where the next round's seeds go (pure)
     rounds      one round from the files: results/claims/round<r>/plan.json (python -m mor.claims.rounds)
     render      load_frames(), render_claims(): tables/claims/
+    skew        the skewness of each comparison's per-seed differences (skew.md with --skew)
 """
 
 from mor.claims.predicates import Seed, kv_pairs

@@ -80,16 +80,18 @@ SHOWN = ["claim", "statement", "verdict", "n seeds", "mean effect", "raw lo", "r
 
 
 def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | None = None,
-                  rounds: list[dict] | None = None, spec: Path | None = None) -> list[Path]:
+                  rounds: list[dict] | None = None, spec: Path | None = None, skew: bool = False) -> list[Path]:
     """claims.md (the table, how verdicts are reached, each claim's paper sentence and the
     runs that decide it), claims.csv (every column) and claims.html (the report shows HTML in
     place), swapped in whole (``mor.atomic.replace_dir``). ``rounds``: the adaptive design's
     round files (``mor.claims.rounds.run_round``), summarised under the table. ``spec``: the
-    pre-registered design file (default: the shipped one)."""
+    pre-registered design file (default: the shipped one). ``skew``: also skew.md and skew.csv,
+    the skewness of every tested comparison's per-seed differences (``mor.claims.skew``)."""
     spec = Path(spec) if spec else SPEC_FILE
     design, specs = load_specs(spec, mode=mode)
     frames = load_frames(Path(results_dir), {g for c in CLAIMS for g in c.grids}, analyses_dir)
-    table = evaluate(frames, CLAIMS, design, specs, family=load_family(mode, spec))
+    family = load_family(mode, spec)
+    table = evaluate(frames, CLAIMS, design, specs, family=family)
     # every column of the table whatever was tested: a table where no claim reached a seed
     # (a design whose fresh seeds are not trained yet) has the same columns, empty
     table = table.reindex(columns=list(table.columns) + [c for c in SHOWN if c not in table.columns])
@@ -116,6 +118,12 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
             + "\n".join(f"- **{r['claim']}** ({r['paper evidence']}): \"{r['paper sentence']}\". Comparisons: {r['effect']}. "
                         f"Decided by {r['decided by'] or '-'}." for _, r in table.iterrows()) + "\n")
         table.to_csv(tmp / "claims.csv", index=False)
+        if skew:
+            from mor.claims.skew import skew_markdown, skew_table
+
+            skews = skew_table(frames, design, specs, family)
+            skews.to_csv(tmp / "skew.csv", index=False)
+            (tmp / "skew.md").write_text(skew_markdown(skews, design))
         body = "".join(f"<p>{html.escape(p)}</p>" for p in (intro, note))
         (tmp / "claims.html").write_text(
             f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>claims</title></head><body>"
