@@ -106,3 +106,15 @@ def test_claims_writes_the_skew_table_beside_claims_md(tmp_path):
     table = pd.read_csv(out / "skew.csv")
     assert list(table["comparison"]) == ["Nr=2 cap 1->2"] and table["n seeds"].iloc[0] == 20
     assert "Skewness of every comparison" in (out / "skew.md").read_text()
+
+
+def test_the_markdown_names_the_comparisons_wholly_beyond_the_bound():
+    """skew.md counts a comparison as past the design's bound only where its whole interval is,
+    on either side: [0.8, 0.9] and [-0.9, -0.7] in sigma are past 0.6; [-0.78, -0.29] and [0.1, 0.9] are not."""
+    from mor.claims.skew import COLUMNS, skew_markdown
+
+    ends = {"a": (0.8, 0.9), "b": (-0.9, -0.7), "c": (-0.78, -0.29), "d": (0.1, 0.9)}
+    table = pd.DataFrame([{**{c: 0.0 for c in COLUMNS}, "claim": k, "comparison": "x", "per seed": "",
+                           "sigma lo": lo, "sigma hi": hi} for k, (lo, hi) in ends.items()], columns=COLUMNS)
+    design = dataclasses.replace(DESIGN, skew=0.6)
+    assert "2 of 4 comparisons have an interval wholly beyond the bound (sigma 0.6): a x, b x." in skew_markdown(table, design)

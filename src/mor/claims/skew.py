@@ -144,7 +144,8 @@ def skew_markdown(table: pd.DataFrame, design: stats.Design) -> str:
         shown[col] = shown[col].map(lambda v: f"{v:.4g}")
     for col in ("skewness", "lo", "hi", "lognormal sigma", "sigma lo", "sigma hi"):
         shown[col] = shown[col].map(lambda v: "" if not math.isfinite(v) else f"{v:.2f}")
-    past = table[(table["sigma lo"].abs() > bound) & (np.sign(table["sigma lo"]) == np.sign(table["sigma hi"]))]
+    near = np.minimum(table["sigma lo"].abs(), table["sigma hi"].abs())  # the interval's end nearest 0
+    past = table[(near > bound) & (np.sign(table["sigma lo"]) == np.sign(table["sigma hi"]))]
     tail = (f"\n\n{len(past)} of {len(table)} comparisons have an interval wholly beyond the bound (sigma {bound:g}): "
             + (", ".join(f"{r['claim']} {r['comparison']}" for _, r in past.iterrows()) or "none") + ".\n")
     return head + shown.to_markdown(index=False) + tail
