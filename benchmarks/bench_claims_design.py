@@ -117,7 +117,7 @@ def _run(rng, design: stats.Design, truth: dict, reps: int, holm: bool = True, o
                 cost = sum(max(0, to - blocks[b]) * BLOCK_COST[b] for b in truth[c][2])
                 k = design.looks.index(to)
                 chance = stats.chance_decides(data[c][r, :, :n[c]], to, design.alpha * w[k] / max(len(undecided), 1),
-                                              draws=128)
+                                              draws=128, skew=design.skew)
                 ranked.append((cost / max(chance, 1e-9), c, to))
             raised = False
             for _, c, to in sorted(ranked):

@@ -44,10 +44,15 @@ statsmodels is not in the environment; ``tests/unit/test_stats.py`` checks it, a
 function, on simulated null and planted effects.
 
 Minimum detectable effect (MDE): the common true mean of every comparison that n seeds find
-with probability ``power`` at the level the claim faces, from the exact noncentral t of each
-comparison's one-sided test (an intersection-union claim needs all of them to pass;
-``power_iut``). The earlier fixed-n formula (t_{1-level/2} + t_power) sd / sqrt(n) understated
-it (true power 0.66-0.75 at n = 3-9 for a stated 0.8) and read only the binding comparison.
+with probability ``power`` at the level the claim faces (an intersection-union claim needs all
+of them to pass; ``power_iut``). Each comparison's power is that of the test as it decides:
+its t past the test's critical value (``critical_t``, read off the same tables as the
+p-values), the least over the noise shapes the test allows (the exact noncentral t for normal
+noise, each log-normal shape of either sign from its tabulated draws). So the MDE, the seeds a
+paper effect needs and the planner's chance that a look decides (``chance_decides``) are the
+skewed test's, not Student's: at n = 20, level 0.01, the MDE is 1.31 sd, Student's 0.84. The
+earlier fixed-n formula (t_{1-level/2} + t_power) sd / sqrt(n) understated it (true power
+0.66-0.75 at n = 3-9 for a stated 0.8) and read only the binding comparison.
 
 Variance floor: each comparison's seed sd is floored at its metric's resolution
 (grids/claims/claims.yaml ``design.resolution``, each with its reason), so a deterministic or
@@ -112,19 +117,35 @@ _SKEW_GRID = (0.2, 0.4, 0.6, 0.8, 1.0)  # log-normal shapes tabulated, up to the
 _SKEW_DRAWS = 200_000  # per shape and n: the tail at p = 0.001 rests on ~200 draws
 
 
-@functools.lru_cache(maxsize=None)
-def _skew_table(n: int, sigma: float) -> np.ndarray:
-    """The sorted null t statistics of n centred right-skewed log-normal(sigma) differences,
-    _SKEW_DRAWS of them, from a fixed generator (the same table, so the same verdicts, in every
-    process)."""
+@functools.lru_cache(maxsize=16)
+def _skew_draws(n: int, sigma: float) -> tuple[np.ndarray, np.ndarray]:
+    """(centred mean, sd) of each of _SKEW_DRAWS samples of n right-skewed log-normal(sigma)
+    values exp(sigma Z), from a fixed generator (the same draws in every process): their t
+    statistics are the null law ``_skew_table`` sorts, and the power of the same test under the
+    same shape reads them too (``_shape_u``)."""
     rng = np.random.default_rng([47, n, int(round(sigma * 1000))])
-    out = np.empty(_SKEW_DRAWS)
+    m, s = np.empty(_SKEW_DRAWS), np.empty(_SKEW_DRAWS)
     step = max(1, 4_000_000 // n)  # draws per chunk: ~32 MB of float64 at a time
     for i in range(0, _SKEW_DRAWS, step):
         x = np.exp(sigma * rng.standard_normal((min(step, _SKEW_DRAWS - i), n)))  # (draws, n)
-        out[i:i + len(x)] = (x.mean(axis=1) - math.exp(sigma ** 2 / 2)) / (x.std(axis=1, ddof=1) / math.sqrt(n))
+        m[i:i + len(x)] = x.mean(axis=1) - math.exp(sigma ** 2 / 2)
+        s[i:i + len(x)] = x.std(axis=1, ddof=1)
+    return m, s
+
+
+@functools.lru_cache(maxsize=None)
+def _skew_table(n: int, sigma: float) -> np.ndarray:
+    """The sorted null t statistics of n centred right-skewed log-normal(sigma) differences,
+    _SKEW_DRAWS of them (``_skew_draws``: the same table, so the same verdicts, in every process)."""
+    m, s = _skew_draws(n, sigma)
+    out = m / (s / math.sqrt(n))
     out.sort()
     return out
+
+
+def _shapes(skew: float) -> list[float]:
+    """The log-normal sigmas a p-value with bound ``skew`` is the largest over (each of either sign)."""
+    return [s for s in _SKEW_GRID if s < skew] + [float(skew)] if skew else []
 
 
 def _cdf_t(t: np.ndarray, dof: int, skew: float) -> np.ndarray:
@@ -138,7 +159,7 @@ def _cdf_t(t: np.ndarray, dof: int, skew: float) -> np.ndarray:
     if skew > _SKEW_GRID[-1]:
         raise ValueError(f"skew (log-normal sigma) is tabulated up to {_SKEW_GRID[-1]}, got {skew}")
     draws = _SKEW_DRAWS + 1.0
-    for sigma in [s for s in _SKEW_GRID if s < skew] + [float(skew)]:
+    for sigma in _shapes(skew):
         table = _skew_table(dof + 1, sigma)
         right = (np.searchsorted(table, t, side="right") + 1) / draws
         left = 1 - np.searchsorted(table, -t, side="left") / draws
@@ -341,68 +362,183 @@ def _nct_cdf(x, dof, ncp):
     return np.where(np.isnan(out), _st.norm.cdf(np.asarray(x) - np.asarray(ncp)), out)
 
 
-def power_iut(delta: float, sds, n: int, level: float) -> float:
-    """The exact chance that an intersection-union claim holds at n seeds when every one of
-    its comparisons has true mean ``delta`` and its own sd (``sds``): each comparison's
-    one-sided t test at ``level`` / 2 (p_hold doubles the one-sided p) must pass, and the
-    noncentral t gives each one's chance. The product treats the comparisons as independent;
-    comparisons that share a run correlate positively, which makes passing them all more
-    likely (Slepian), so this is a lower bound and the MDE below is, if anything, too large."""
+@functools.lru_cache(maxsize=4096)
+def critical_t(q: float, dof: int, skew: float = 0.0) -> float:
+    """The test's critical value: the smallest t whose one-sided p-value (``p_above``'s, the
+    largest over Student's t and the shapes up to ``skew``) is at most ``q``; inf where no t
+    reaches it (q below the tables' floor 1 / (draws + 1)). From the same tables as the
+    p-values: a right-skewed table T gives p = (#{T_i >= t} + 1) / (draws + 1) for the
+    left-skewed shape and (#{T_i <= -t} + 1) / (draws + 1) for the right one, so p <= q once
+    t is past T's (j + 1)-th largest value and past minus its (j + 1)-th smallest,
+    j = floor(q (draws + 1)) - 1. ``p_below`` is its mirror: p_below <= q when t < -critical_t."""
+    c = float(_st.t.isf(q, dof))
+    if not skew:
+        return c
+    j = math.floor(q * (_SKEW_DRAWS + 1)) - 1
+    if j < 0:
+        return math.inf
+    for sigma in _shapes(skew):
+        table = _skew_table(dof + 1, sigma)
+        if j < len(table):
+            c = max(c, -float(table[j]), float(table[len(table) - 1 - j]))
+    return c
+
+
+@functools.lru_cache(maxsize=96)
+def _shape_u(n: int, sigma: float, sign: float, c: float) -> np.ndarray:
+    """Sorted u_i = c s_i / sqrt(n) - sign m_i of ``_skew_draws``' samples, standardised (unit
+    variance): a comparison of standardised true mean d under this shape (sign -1: its mirror)
+    has t > c exactly when d > u_i, so P(t > c) is the share of u below d."""
+    m, s = _skew_draws(n, sigma)
+    sd = math.sqrt((math.exp(sigma ** 2) - 1) * math.exp(sigma ** 2))
+    u = c * (s / sd) / math.sqrt(n) - sign * (m / sd)
+    u.sort()
+    return u
+
+
+def _above(mu, sd, n: int, c: float, skew: float) -> np.ndarray:
+    """P(t > c) of one comparison with true mean ``mu`` and seed sd ``sd`` at n seeds, the
+    least over the shapes the test allows (the noncentral t for normal noise; each log-normal
+    shape of either sign up to ``skew`` from its tabulated draws)."""
+    mu, sd = np.asarray(mu, dtype=np.float64), np.asarray(sd, dtype=np.float64)
+    out = _nct_sf(c, n - 1, mu * math.sqrt(n) / sd)
+    d = mu / sd
+    for sigma in _shapes(skew):
+        for sign in (1.0, -1.0):
+            u = _shape_u(n, sigma, sign, c)
+            out = np.minimum(out, np.searchsorted(u, d, side="left") / len(u))
+    return out
+
+
+def _below(mu, sd, n: int, c: float, skew: float) -> np.ndarray:
+    """P(t < -c), the least over the same shapes: the shapes come in mirror pairs, so it is
+    ``_above`` at -mu for the tables (the noncentral t's own lower tail for normal noise)."""
+    mu, sd = np.asarray(mu, dtype=np.float64), np.asarray(sd, dtype=np.float64)
+    out = _nct_cdf(-c, n - 1, mu * math.sqrt(n) / sd)
+    for sigma in _shapes(skew):
+        for sign in (1.0, -1.0):
+            u = _shape_u(n, sigma, sign, c)
+            out = np.minimum(out, np.searchsorted(u, -mu / sd, side="left") / len(u))
+    return out
+
+
+def power_iut(delta: float, sds, n: int, level: float, skew: float = 0.0) -> float:
+    """The chance that an intersection-union claim holds at n seeds when every one of its
+    comparisons has true mean ``delta`` and its own sd (``sds``): each comparison's one-sided
+    test at ``level`` / 2 (p_hold doubles the one-sided p) must pass, i.e. its t must exceed the
+    test's critical value (``critical_t``: Student's t, or with ``skew`` the largest over the
+    shapes the p-value is valid for). Each comparison's chance is the least over those noise
+    shapes (``_above``: the noncentral t for normal noise, the tabulated draws for each
+    log-normal shape), so the power holds for every shape the test allows. The product treats
+    the comparisons as independent; comparisons that share a run correlate positively, which
+    makes passing them all more likely (Slepian), so this is a lower bound and the MDE below
+    is, if anything, too large."""
     sds = np.atleast_1d(np.asarray(sds, dtype=np.float64))
     if n < 2 or not np.all(np.isfinite(sds)) or not np.all(sds > 0):
         return math.nan
-    dof = n - 1
-    crit = float(_st.t.isf(level / 2, dof))
-    return float(np.prod(_nct_sf(crit, dof, delta * math.sqrt(n) / sds)))
+    crit = critical_t(level / 2, n - 1, skew)
+    if not skew:
+        return float(np.prod(_nct_sf(crit, n - 1, delta * math.sqrt(n) / sds)))
+    return float(np.prod(_above(np.full(len(sds), delta), sds, n, crit, skew)))
 
 
-def mde(sd, n: int, level: float, power: float = 0.8) -> float:
+def mde(sd, n: int, level: float, power: float = 0.8, skew: float = 0.0) -> float:
     """Minimum detectable effect: the common true mean of every comparison (sds ``sd``, a
     number or one per comparison) that n seeds find with probability ``power`` at the
-    two-sided ``level`` (one-sided level/2 per comparison), from the exact noncentral t over
-    every comparison an intersection-union claim needs (``power_iut``); nan for n < 2."""
+    two-sided ``level`` (one-sided level/2 per comparison) under every noise shape the test
+    allows (``skew``, ``power_iut``); nan for n < 2, inf where the level is below what the
+    tabulated p-values resolve."""
     sds = np.atleast_1d(np.asarray(sd, dtype=np.float64))
     if n < 2 or not np.all(np.isfinite(sds)) or not np.all(sds > 0):
         return math.nan
+    if not math.isfinite(critical_t(level / 2, n - 1, skew)):
+        return math.inf
+    if skew and len(sds) == 1:
+        return float(sds[0]) * _mde_unit(n, level, power, skew)
+    hi = float(sds.max())
+    while power_iut(hi, sds, n, level, skew) < power:
+        hi *= 2
+    if not skew:
+        from scipy.optimize import brentq
+
+        return float(brentq(lambda d: power_iut(d, sds, n, level) - power, 0.0, hi, xtol=1e-12 * hi))
+    lo = 0.0  # the tabulated shapes' power is a step function of delta: bisection, not brentq
+    while hi - lo > 1e-10 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if power_iut(mid, sds, n, level, skew) >= power else (mid, hi)
+    return hi
+
+
+@functools.lru_cache(maxsize=4096)
+def _mde_unit(n: int, level: float, power: float, skew: float) -> float:
+    """``mde`` of one comparison of sd 1 under the skew bound (the MDE scales with the sd): the
+    largest over the shapes of the smallest standardised mean each one finds with ``power`` (the
+    noncentral t's root for normal noise; for a tabulated shape the ``power`` quantile of its
+    sorted u, ``_shape_u``, where its share of u below the mean reaches ``power``)."""
     from scipy.optimize import brentq
 
-    hi = float(sds.max())
-    while power_iut(hi, sds, n, level) < power:
+    crit, dof = critical_t(level / 2, n - 1, skew), n - 1
+    hi = 1.0
+    while float(_nct_sf(crit, dof, hi * math.sqrt(n))) < power:
         hi *= 2
-    return float(brentq(lambda d: power_iut(d, sds, n, level) - power, 0.0, hi, xtol=1e-12 * hi))
+    d = float(brentq(lambda x: float(_nct_sf(crit, dof, x * math.sqrt(n))) - power, 0.0, hi, xtol=1e-12 * hi))
+    j = min(math.ceil(power * _SKEW_DRAWS), _SKEW_DRAWS) - 1  # the (j + 1)-th smallest u: share below it j / draws
+    for sigma in _shapes(skew):
+        for sign in (1.0, -1.0):
+            d = max(d, float(np.nextafter(_shape_u(n, sigma, sign, crit)[j], math.inf)))
+    return d
 
 
-def mde_each(sds, n: int, level: float, power: float = 0.8) -> np.ndarray:
+def mde_each(sds, n: int, level: float, power: float = 0.8, skew: float = 0.0) -> np.ndarray:
     """Each comparison's own minimum detectable effect, in its own units (its metric's): the
     true mean at which that comparison's one-sided test at ``level`` / 2 passes with
     probability ``power`` at n seeds (``mde`` of its sd alone). A claim's comparisons may be
     in different units (MaxVio and NLL), so one "common true mean" across them means nothing;
     the claims table reports the binding comparison's."""
-    return np.array([mde(float(s), n, level, power) for s in np.atleast_1d(np.asarray(sds, dtype=np.float64))])
+    return np.array([mde(float(s), n, level, power, skew) for s in np.atleast_1d(np.asarray(sds, dtype=np.float64))])
 
 
-def seeds_needed(effect: float, sd, level, power: float = 0.8, n_max: int = 1000) -> int | None:
+def seeds_needed(effect: float, sd, level, power: float = 0.8, n_max: int = 1000, skew: float = 0.0) -> int | None:
     """The smallest n whose MDE is at most |effect| (None beyond n_max or without an effect).
-    ``level``: a number, or a function of n (the level the design spends at that n's look)."""
+    ``level``: a number, or a function of n (the level the design spends at that n's look).
+    With ``skew`` the MDE is never below Student's (the critical value is at least Student's and
+    normal noise is one of the shapes), so the search starts at Student's n and goes up by
+    doubling steps, then halves the last step: the smallest n when the MDE falls with n (a
+    level that does not fall with n), a few table builds instead of one per n."""
     sds = np.atleast_1d(np.asarray(sd, dtype=np.float64))
     if not (math.isfinite(effect) and np.all(np.isfinite(sds))) or effect == 0:
         return None
-    for n in range(2, n_max + 1):
+
+    def ok(n: int, sk: float) -> bool:
         lv = level(n) if callable(level) else level
-        if lv and mde(sds, n, lv, power) <= abs(effect):
-            return n
-    return None
+        return bool(lv) and mde(sds, n, lv, power, sk) <= abs(effect)
+
+    start = next((n for n in range(2, n_max + 1) if ok(n, 0.0)), None)
+    if not skew or start is None or ok(start, skew):
+        return start
+    bad, step = start, 1  # the largest n known to miss
+    while not ok(min(bad + step, n_max), skew):
+        if bad + step >= n_max:
+            return None
+        bad, step = bad + step, 2 * step
+    good = min(bad + step, n_max)
+    while good - bad > 1:
+        mid = (bad + good) // 2
+        bad, good = (bad, mid) if ok(mid, skew) else (mid, good)
+    return good
 
 
 def chance_decides(c: np.ndarray, n_next: int, level: float, margin: float | None = None, floor=0.0,
-                   draws: int = 512) -> float:
+                   draws: int = 512, skew: float = 0.0) -> float:
     """The chance that a claim with comparisons ``c`` (K, n) is decided, holds or
     contradicted, at ``n_next`` seeds and the two-sided ``level``: each comparison's true
     mean drawn from its current estimate and uncertainty (normal, mean x_bar, sd s/sqrt(n)),
-    its sd taken as observed (floored), and for each draw the noncentral-t chance that every
-    comparison passes (holds) or that some comparison fails the other way (contradicted,
-    Bonferroni over K; equivalence: outside the margin). A predictive power for the planner
-    (``mor.claims.seeding``), not a test: fixed draws, so the plan is reproducible."""
+    its sd taken as observed (floored), and for each draw the chance that every comparison
+    passes (holds) or that some comparison fails the other way (contradicted, Bonferroni over
+    K; equivalence: outside the margin), each against the test's critical value and the least
+    over the noise shapes the test allows (``skew``: ``critical_t``, ``_above``; 0: Student's
+    noncentral t). A predictive power for the planner (``mor.claims.seeding``), not a test:
+    fixed draws, so the plan is reproducible."""
     c = np.asarray(c, dtype=np.float64)
     k, n = c.shape
     if n < 2 or n_next < 2:
@@ -412,6 +548,19 @@ def chance_decides(c: np.ndarray, n_next: int, level: float, margin: float | Non
         return math.nan
     z = np.random.default_rng(0).standard_normal((draws, k))
     mu = c.mean(axis=1) + z * sd / math.sqrt(n)  # (draws, K)
+    if skew:
+        crit = critical_t(level / 2, n_next - 1, skew)  # holds; TOST: one-sided at level/2 each side (level = 2 alpha')
+        if margin:
+            inside = _above(mu + margin, sd, n_next, crit, skew) + _below(mu - margin, sd, n_next, crit, skew) - 1
+            hold = np.prod(np.clip(inside, 0, 1), axis=1)
+            crit_c = critical_t(level / (4 * k), n_next - 1, skew)
+            out = _above(mu - margin, sd, n_next, crit_c, skew) + _below(mu + margin, sd, n_next, crit_c, skew)
+            contra = 1 - np.prod(1 - np.clip(out, 0, 1), axis=1)
+        else:
+            hold = np.prod(_above(mu, sd, n_next, crit, skew), axis=1)
+            crit_c = critical_t(level / (2 * k), n_next - 1, skew)
+            contra = 1 - np.prod(1 - _below(mu, sd, n_next, crit_c, skew), axis=1)
+        return float(np.clip(hold + contra, 0, 1).mean())
     dof, root = n_next - 1, math.sqrt(n_next)
     if margin:
         crit = float(_st.t.isf(level / 2, dof))  # TOST: one-sided at level/2 each side (level = 2 alpha')

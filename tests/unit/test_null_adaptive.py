@@ -243,6 +243,34 @@ def test_simulated_frames_read_like_the_pipelines(tmp_path):
     assert (here.drop(index=list(FAMILY))["verdict"] == "not built").all()
 
 
+def test_seed_split_and_records_read_what_masks_and_iterrows_read():
+    """The verdicts' speed-ups (benchmarks/bench_claims_null.py) read the same rows and values as
+    before: each seed's slice of ``by_seed`` equals the frame masked by that seed (rows, order,
+    index, dtypes), and the predicates' ``_records`` equal ``iterrows``' rows, matching ones only;
+    so every claim's comparisons in a seed are those the masked frame gives."""
+    from mor.claims.predicates import _records
+    from mor.claims.registry import Spec
+    from mor.claims.verdict import by_seed
+
+    full = _draw(np.random.default_rng(12), "local")
+    for g, df in full.items():
+        split = by_seed(df)
+        assert sorted(split) == sorted(set(df["seed"]))
+        for seed, part in split.items():
+            pd.testing.assert_frame_equal(part, df[df["seed"] == seed])
+        one = split[min(split)]
+        assert repr(_records(one)) == repr([r.to_dict() for _, r in one.iterrows()])  # repr: nan equals nan
+        want = repr([r.to_dict() for _, r in one[one["variant"] == "mor"].iterrows()])
+        assert "mor" in want and repr(_records(one, variant="mor")) == want
+    for c in CLAIMS:
+        if not set(c.grids) <= set(GRIDS):
+            continue
+        for seed in (9, 20):
+            got = c.compare({g: by_seed(full[g])[seed] for g in c.grids}, SPECS.get(c.id, Spec()))
+            masked = c.compare({g: full[g][full[g]["seed"] == seed] for g in c.grids}, SPECS.get(c.id, Spec()))
+            assert got.values == masked.values and got.dropped == masked.dropped, c.id
+
+
 NULL_REPS = {"local": 30, "cluster": 30}  # ~0.4-0.5 s of CPU each: evaluate() runs ~3 times a replication
 
 

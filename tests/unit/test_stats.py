@@ -159,6 +159,77 @@ def test_mde_gives_the_stated_power():
     assert seeds_needed(0.0, 1.0, 0.05) is None and math.isnan(mde(1.0, 1, 0.05))
 
 
+def test_critical_t_is_where_the_p_value_crosses():
+    """critical_t, read off the same tables as the p-values: just above it the one-sided p is at
+    most q, just below it more (Student's t and the skew bound's shapes alike); the skew bound's
+    is never below Student's, and p_below is its mirror."""
+    from mor.stats import critical_t
+
+    for q, n, skew in ((0.00625, 20, 0.6), (0.025, 20, 0.6), (0.001, 9, 0.6), (0.005, 20, 0.0), (0.01, 12, 0.4)):
+        c = critical_t(q, n - 1, skew)
+        z = np.linspace(-1, 1, n)
+        z = z / z.std(ddof=1)  # mean 0, sd 1
+        x = z + np.array([[c - 1e-7], [c + 1e-7]]) / math.sqrt(n)  # t = c -/+ 1e-7
+        p = p_above(x, skew=skew)
+        assert p[0] > q >= p[1], (q, n, skew, p)
+        assert c >= critical_t(q, n - 1) - 1e-12
+        p = p_below(-x, skew=skew)
+        assert p[0] > q >= p[1], (q, n, skew, p)
+    assert critical_t(1e-7, 19, 0.6) == math.inf  # below the tables' floor 1 / (draws + 1): nothing passes
+
+
+def _shape_noise(rng, shape, size) -> np.ndarray:
+    """Unit-variance noise of one of the shapes the skew bound allows: 'normal' or (sigma, sign)."""
+    return rng.standard_normal(size) if shape == "normal" else _log_normal(rng, shape[0], size, shape[1])
+
+
+SKEW_SHAPES = ["normal"] + [(s, sign) for s in (0.2, 0.4, 0.6) for sign in (1.0, -1.0)]
+
+
+def test_mde_under_the_skew_bound_gives_the_stated_power_through_the_real_p_value():
+    """Issue 47: the MDE with the skew bound is the test's. A planted effect of exactly that MDE in
+    every comparison of an intersection-union claim, with noise of each shape the bound allows
+    (normal, log-normal sigma 0.2 / 0.4 / 0.6 of either sign), through superiority_p with the
+    bound: its power under the least favourable shape is 0.80 within the simulation's error, and
+    no shape falls below it. The Student-t MDE planted the same way is found far less often (the
+    MDE the table showed before understated what the test needs)."""
+    rng = np.random.default_rng(47)
+    reps = 20000
+    se = math.sqrt(0.8 * 0.2 / reps)
+    for n, level, k in ((20, 0.01, 1), (9, 0.01, 2), (20, 0.005, 3)):
+        sds = np.linspace(1.0, 2.0, k)
+        delta = mde(sds, n, level, 0.8, skew=0.6)
+        student = mde(sds, n, level, 0.8)
+        assert delta > 1.3 * student, (n, k, delta, student)
+        power, old = {}, {}
+        for shape in SKEW_SHAPES:
+            noise = sds[None, :, None] * _shape_noise(rng, shape, (reps, k, n))
+            power[shape] = float((superiority_p(delta + noise, skew=0.6)[0] <= level).mean())
+            old[shape] = float((superiority_p(student + noise, skew=0.6)[0] <= level).mean())
+        worst = min(power.values())
+        assert abs(worst - 0.8) < 3.5 * se, (n, k, power)
+        assert min(old.values()) < 0.7, (n, k, old)
+
+
+def test_seeds_needed_and_chance_decides_under_the_skew_bound():
+    """seeds_needed with the bound returns the n whose skewed MDE it was given (its search starts
+    at Student's n, below it); with a sharp estimate the planner's chance is the skewed power at
+    the estimate, below Student's."""
+    from mor.stats import chance_decides, power_iut
+
+    effect = mde(1.0, 20, 0.01, skew=0.6)
+    assert seeds_needed(effect, 1.0, 0.01) < 20
+    assert seeds_needed(effect, 1.0, 0.01, skew=0.6) == 20
+    assert seeds_needed(effect * 0.999, 1.0, 0.01, skew=0.6) == 21
+    rng = np.random.default_rng(9)
+    c = rng.standard_normal((1, 400))
+    c = (c - c.mean()) / c.std(ddof=1) + 1.1  # mean 1.1 exactly, sd 1
+    chance = chance_decides(c, 20, 0.01, skew=0.6)
+    assert chance == pytest.approx(power_iut(1.1, [1.0], 20, 0.01, skew=0.6), abs=0.02)
+    assert chance < chance_decides(c, 20, 0.01) - 0.1
+    assert chance_decides(c - c.mean(), 20, 0.01, skew=0.6) < 0.05
+
+
 def test_constant_differences_do_not_decide():
     """A comparison with the same value in every seed has no seed spread; before, its sd was
     replaced by the smallest float and superiority_p([[0.001, 0.001, 0.001]]) 'held' at any

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from mor.claims.select import cfg, one, pick, scale_key
+from mor.claims.select import cfg, one, pick, rows, scale_key
 from mor.metrics.isoflop import optima_by_budget, path_slope
 
 DECIDING = "deciding"  # grids/deciding.yaml: the runs trained long enough, with seeds, to decide NLL claims
@@ -34,6 +34,16 @@ class Seed:
     # what the table describes beside the test, never tested (mor.claims.verdict: its mean over
     # the seeds read, in the note): name -> this seed's value
     described: dict[str, float] = field(default_factory=dict)
+
+
+def _records(df: pd.DataFrame, **where) -> list[dict]:
+    """The rows matching ``where`` (``pick``'s rule) as dicts (column -> value), with the values
+    ``iterrows`` gives (both read ``df.values``): the per-seed predicates read a few rows each,
+    and a Series per row (or pandas' ``to_dict``, or a masked copy of the frame) was a third of a
+    verdict's time (benchmarks/bench_claims_null.py)."""
+    columns, keep = list(df.columns), rows(df, **where)
+    values = df.values
+    return [dict(zip(columns, values[i])) for i in keep]
 
 
 def _cell(scale, nr) -> str:
@@ -58,7 +68,7 @@ def compute_gain(f, spec) -> Seed:
 def sharing_cost(f, spec) -> Seed:
     """deciding, per Recursive run (scale, tying, Nr): NLL(Recursive) - NLL(Vanilla, same scale)."""
     df, out = f[DECIDING], Seed()
-    for _, r in df[df["variant"] == "recursive"].iterrows():
+    for r in _records(df, variant="recursive"):
         out.values[f"{r['tying']} {_cell(r['paper_scale'], r['num_recursions'])}"] = (
             float(r["val_nll"]) - one(df, variant="vanilla", reduced=False, paper_scale=r["paper_scale"]))
     return out
@@ -77,8 +87,7 @@ def mor_vs_recursive_tokens(f, spec) -> Seed:
     """deciding, per MoR expert-choice run: NLL(Recursive, same scale, tying, Nr) - NLL(MoR)
     at equal tokens (MoR then spends fewer FLOPs)."""
     df, out = f[DECIDING], Seed()
-    mor = df[(df["variant"] == "mor") & (df["router_type"] == "expert_choice")]
-    for _, r in mor.iterrows():
+    for r in _records(df, variant="mor", router_type="expert_choice"):
         out.values[f"{r['tying']} {_cell(r['paper_scale'], r['num_recursions'])}"] = (
             one(df, variant="recursive", paper_scale=r["paper_scale"], tying=r["tying"],
                 num_recursions=int(r["num_recursions"])) - float(r["val_nll"]))
@@ -251,10 +260,10 @@ def assignment_entropy(loads) -> float:
 def _balancing_metric(df: pd.DataFrame, metric: str, balancing: str) -> float:
     if metric != "assignment_entropy":
         return one(df, metric, model__router__balancing=balancing, **BASE_TOKEN_CHOICE)
-    rows = pick(df, model__router__balancing=balancing, **BASE_TOKEN_CHOICE)
-    if len(rows) > 1:
-        raise ValueError(f"{len(rows)} runs of the {balancing} balancing pair in one seed")
-    return assignment_entropy(rows["depth_histogram"].iloc[0]) if len(rows) and "depth_histogram" in rows else math.nan
+    at = rows(df, model__router__balancing=balancing, **BASE_TOKEN_CHOICE)
+    if len(at) > 1:
+        raise ValueError(f"{len(at)} runs of the {balancing} balancing pair in one seed")
+    return assignment_entropy(df["depth_histogram"].iloc[at[0]]) if len(at) and "depth_histogram" in df else math.nan
 
 
 def balancing(metric: str, sign: float):
@@ -294,7 +303,7 @@ def separation(f, spec) -> Seed:
     sit further apart than the threshold on [0, 1]; the paper's "near 1.0 vs near 0.0" is a
     separation near 1)."""
     df, out, shared = f["fig5c"], Seed(), []
-    for _, r in pick(df, model__router__aux="aux_loss").iterrows():
+    for r in _records(df, model__router__aux="aux_loss"):
         if r["router_output_hist"] is None or pd.isna(r["router_output_hist"]):  # no eval histogram: the seed drops
             out.values[f"Nr={int(r['num_recursions'])}"] = math.nan
             continue
@@ -336,7 +345,7 @@ def depth_caps(r) -> dict[int, float]:
     analysis where it has it, else the run's own val_nll (the same windows at full depth)."""
     nr = int(r["num_recursions"])
     caps = {d: float(r[f"depth_cap_nll_{d}"]) for d in range(1, nr + 1)
-            if f"depth_cap_nll_{d}" in r.index and r[f"depth_cap_nll_{d}"] is not None and not pd.isna(r[f"depth_cap_nll_{d}"])}
+            if f"depth_cap_nll_{d}" in r and r[f"depth_cap_nll_{d}"] is not None and not pd.isna(r[f"depth_cap_nll_{d}"])}
     caps.setdefault(nr, float(r["val_nll"]))
     return dict(sorted(caps.items()))
 
@@ -352,7 +361,7 @@ def deeper_is_better(f, spec) -> Seed:
     df, out = f["fig5c"], Seed()
     if not any(c.startswith("depth_cap_nll_") for c in df.columns):
         return Seed({"depth cap": math.nan}, ["no depth_cap analysis files"])
-    for _, r in df.iterrows():
+    for r in _records(df):
         caps = depth_caps(r)
         steps = list(caps)
         nr = int(r["num_recursions"])

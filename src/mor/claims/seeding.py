@@ -85,7 +85,7 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
 
     Claims go cheapest expected decision first: (the budget its next look adds) / (the chance
     that look decides it, ``chance next look`` of evaluate(): its current effect estimate and
-    uncertainty through the noncentral t at the level Holm asks, ``mor.stats.chance_decides``).
+    uncertainty through the test's power at the level Holm asks, ``mor.stats.chance_decides``).
     A claim without an estimate (one seed) is priced at chance 1, optimistically, so that it
     reaches the seeds an estimate needs. The smallest p first sent the whole budget to one
     expensive claim while cheap, nearly decided ones stayed at their first look."""

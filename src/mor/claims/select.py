@@ -48,6 +48,11 @@ def _mask(df: pd.DataFrame, where: dict) -> np.ndarray:
     return mask
 
 
+def rows(df: pd.DataFrame, **where) -> np.ndarray:
+    """The positions of the rows matching every column == value (``pick``'s rule), no copy."""
+    return np.flatnonzero(_mask(df, where))
+
+
 def pick(df: pd.DataFrame, **where) -> pd.DataFrame:
     """Rows matching every column == value (a column of the frame or a dotted config key,
     written with ``__`` for the dots). Compared value by value in Python (``v == value``), as

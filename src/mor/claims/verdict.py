@@ -28,7 +28,8 @@ VERDICT_NOTE = (
     "Columns: 'raw lo/hi' is the unadjusted interval (95%; 90% for equivalence) of the binding comparison (the one "
     "closest to failing; its sd floored as the test floors it), 'p' the claim's sequential p-value, 'p Holm' after Holm, "
     "'MDE' the smallest true effect of the binding comparison, in its own metric's units, that its n seeds detect with "
-    "power {power} at the level Holm asks of the claim at its look (exact noncentral t; every comparison's own MDE is in "
+    "power {power} at the level Holm asks of the claim at its look (under every seed-noise shape the test allows, "
+    "design.skew: the least favourable one decides; every comparison's own MDE is in "
     "the note), 'seeds needed' the n at which the paper's effect would be. A claim that requires another (a part of its "
     "sentence that claim decides once, e.g. the balancing claims' NLL part, balancing-nll) holds only if both hold and "
     "is contradicted if either is; the shared test is one member of Holm's family, counted once. inconclusive = not "
@@ -243,7 +244,9 @@ def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
     data: were it only the tested claims, a null claim whose weak evidence kept it seeding
     would, by spending the budget, keep others out of the family and loosen its own threshold.
     Then the MDE and seeds needed of every undecided member, at the level Holm would ask of
-    it at its next look (the first look's below it): exact noncentral t over every comparison."""
+    it at its next look (the first look's below it), each comparison's power the least over the
+    noise shapes the test allows (``design.skew``: the test's own critical value and shapes,
+    ``mor.stats.power_iut``), so the MDE, the seeds needed and the planner's chance are the test's."""
     family = [i for i, r in enumerate(rows) if r.get("_member")]
     left = 0
     if family:
@@ -265,7 +268,7 @@ def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
         nxt = next((k for k in design.looks if k > r["n seeds"]), design.looks[-1])
         level = look_level(design, max(nxt, design.looks[0]) if r["n seeds"] < design.looks[0] else r["_n_shown"],
                            left, r["_equivalence"])
-        each = stats.mde_each(r["_sds"], r["_n_shown"], level, design.power)
+        each = stats.mde_each(r["_sds"], r["_n_shown"], level, design.power, design.skew)
         r["MDE"] = _round(float(each[r["_b"]]))  # the binding comparison's, in its own units
         if len(each) > 1:
             r["note"] = "; ".join(x for x in (r.get("note"), "MDE per comparison (its own units): " + ", ".join(
@@ -273,10 +276,12 @@ def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
         if r["n seeds"] < design.looks[-1]:  # the planner's chance that the next look decides (mor.claims.seeding)
             to = next(k for k in design.looks if k > r["n seeds"])
             r["chance next look"] = _round(stats.chance_decides(
-                r["_m"], to, look_level(design, to, left, r["_equivalence"]), r["_margin"], r["_floor"]))
+                r["_m"], to, look_level(design, to, left, r["_equivalence"]), r["_margin"], r["_floor"],
+                skew=design.skew))
         if r.get("paper effect") is not None:
             r["seeds needed"] = stats.seeds_needed(  # the paper's effect is in the binding comparison's units
-                r["paper effect"], r["_sds"][r["_b"]], lambda n: look_level(design, n, left, r["_equivalence"]), design.power)
+                r["paper effect"], r["_sds"][r["_b"]], lambda n: look_level(design, n, left, r["_equivalence"]), design.power,
+                skew=design.skew)
 
 
 def _condition(rows: list[dict], family: list[int]) -> None:
