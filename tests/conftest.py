@@ -181,7 +181,7 @@ def smollm2():
     from types import SimpleNamespace
 
     pytest.importorskip("gguf")
-    from mor.model import gguf_checkpoint as gc
+    from mor.checkpoints import gguf as gc
 
     name = "smollm2-135m-instruct"
     try:

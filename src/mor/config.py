@@ -219,7 +219,7 @@ class ModelConfig:
         self._check_relaxation_and_init()
 
     def _check_relaxation_and_init(self) -> None:
-        """Relaxations (mor.model.relax) and tied-layer init (mor.model.init_from_hf)."""
+        """Relaxations (mor.model.relax) and tied-layer init (mor.checkpoints.hf)."""
         _check_positive("model", "relaxation_rank", self.relaxation_rank, allow_zero=True)
         if self.relaxation != "none" and self.variant == "vanilla":
             raise ConfigError(f"model.relaxation={self.relaxation!r} relaxes tied layers; it needs variant recursive/mor")

@@ -16,10 +16,10 @@ import sys
 DOMAIN_ERRORS = (("mor.grids", "GridError"), ("mor.config", "ConfigError"), ("mor.yaml_io", "YamlError"),
                  ("mor.launch.presets", "PresetError"), ("mor.launch.slurm", "LaunchError"),
                  ("mor.results", "ResultsError"), ("mor.export_hf", "ExportError"),
-                 ("mor.model.build", "CheckpointError"), ("mor.train_log", "TrainLogError"),
+                 ("mor.checkpoints.native", "CheckpointError"), ("mor.train_log", "TrainLogError"),
                  ("mor.data.fineweb", "SettingsError"), ("mor.data.shards", "ShardError"),
                  ("mor.data.source", "SourceError"), ("mor.lm_eval.tasks", "TaskDataError"),
-                 ("mor.lm_eval.hub_cache", "HubCacheError"), ("mor.model.init_from_hf", "InitCheckpointError"),
+                 ("mor.lm_eval.hub_cache", "HubCacheError"), ("mor.checkpoints.hf", "InitCheckpointError"),
                  ("mor.launch.lease", "LeaseError"), ("mor.workflow_config", "WorkflowConfigError"))
 
 

@@ -8,7 +8,8 @@ Before a weight is read the run is checked as the eval job always did: its train
 is there and readable (``FileNotFoundError`` / ``CheckpointError``), was written by this
 config (the summary's ``config_hash``), and the final weights' sha256 is the one it records.
 Every ``CheckpointError`` says how to redo the run's end. The model is built by the model
-layer (``mor.model.build``); nothing of training is imported.
+layer (``mor.model.build``) and its weights read in our own format (``mor.checkpoints.native``);
+nothing of training is imported.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import torch
 from mor.atomic import sha256_file
 from mor.config import RunConfig, run_config_from_dict
 from mor.layout import RunPaths
-from mor.model.build import CheckpointError, load_model_weights, make_model, pick_device
+from mor.checkpoints.native import CheckpointError, load_model_weights
+from mor.model.build import make_model, pick_device
 from mor.model.transformer import MoRTransformer
 
 
@@ -82,7 +84,7 @@ def open_run(run_dir: str | Path, config: RunConfig | None = None, device: str |
 
         vocab_size = tokenizer_vocab(data_paths(config.data, Path(data_root)))
     dev = pick_device(device)
-    model = make_model(config, vocab_size, dev, load_init=False)  # every weight is the run's final one
+    model = make_model(config, vocab_size, dev)  # every weight is then the run's final one
     try:
         load_model_weights(files.weights, model)
     except CheckpointError as e:

@@ -22,9 +22,9 @@ from helpers.tiny import VOCAB, tiny_run
 from mor.config import RouterConfig, RunConfig, model_shape
 from mor.export_hf import ExportError, export_run
 from mor.model import decode
-from mor.model.init_from_hf import InitCheckpointError, init_from_checkpoint
+from mor.checkpoints.hf import InitCheckpointError, init_from_checkpoint
 from mor.model.transformer import build_model
-from mor.train.checkpoint import load_model_weights
+from mor.checkpoints.native import load_model_weights
 from mor.train.trainer import Trainer
 
 transformers = pytest.importorskip("transformers")
@@ -138,7 +138,7 @@ def test_model_card_states_val_nll_from_the_result_row(trained, data_root, tmp_p
     assert "validation NLL (teacher-forced): 5.4321" in (folder / "README.md").read_text()
 
 
-def test_vanilla_export_round_trips_through_init_from_hf(trained, data_root):
+def test_vanilla_export_round_trips_through_the_hf_loader(trained, data_root):
     run, run_dir, folder = trained["vanilla"]
     src = ours(run, run_dir)
     torch.manual_seed(7)

@@ -1,10 +1,12 @@
 """The layers of ``src/mor``, held against its imports (read with ``ast``; nothing is imported).
 
-    model / data  ->  trained  ->  eval / engine / lm_eval / analysis / export_hf  ->  jobs  ->  launch  ->  cli
-    model / data  ->  train  ->  launch
+    model  ->  checkpoints  ->  data  ->  trained  ->  eval / engine / lm_eval / analysis / export_hf  ->  jobs
+    model  ->  checkpoints  ->  data  ->  train  ->  launch  ->  cli
 
-A job that only reads a trained run opens it with ``mor.trained`` (the model layer builds and
-loads it) and never imports training.
+The network (``mor.model``) knows no checkpoint format; the formats (``mor.checkpoints``: our
+own, HF, GGUF) sit on the network and import nothing above it. A job that only reads a trained
+run opens it with ``mor.trained`` (the model layer builds it, ``mor.checkpoints`` reads its
+weights) and never imports training.
 
 Every import counts, at module level or inside a function, and so does the package
 ``__init__`` an import runs (``tests/helpers/import_graph.py`` builds the graph; run it to print it).
@@ -25,8 +27,11 @@ JOB_MODULES = ("mor.jobs", "mor.train", "mor.launch", "mor.cli")  # what reports
 # job functions of the domain packages: they run a model or fetch data
 JOB_FILES = ("mor.eval.job", "mor.lm_eval.job", "mor.analysis.job", "mor.engine.job", "mor.data.fineweb")
 # everything that reads a trained run without training it
-READERS = ("mor.model", "mor.data", "mor.trained", "mor.eval", "mor.engine", "mor.lm_eval", "mor.analysis",
-           "mor.export_hf", "mor.metrics")
+READERS = ("mor.model", "mor.checkpoints", "mor.data", "mor.trained", "mor.eval", "mor.engine", "mor.lm_eval",
+           "mor.analysis", "mor.export_hf", "mor.metrics")
+# what the checkpoint formats may import: the network and the torch-free foundations below it
+BELOW_CHECKPOINTS = ("mor.checkpoints", "mor.model", "mor.config", "mor.capacity", "mor.identity", "mor.yaml_io",
+                     "mor.atomic", "mor.errors")
 
 
 def _under(mod: str, prefixes) -> bool:
@@ -58,6 +63,21 @@ def test_domain_packages_know_no_launcher(g):
 def test_readers_of_a_trained_run_import_no_training(g):
     bad = _offences(g, READERS, ("mor.train",))
     assert not bad, "a reader of trained runs imports training (open it with mor.trained):\n" + "\n".join(bad)
+
+
+def test_the_network_knows_no_checkpoint_format(g):
+    bad = _offences(g, ("mor.model",), ("mor.checkpoints",))
+    assert not bad, "the network imports a checkpoint format (weights go through mor.checkpoints):\n" + "\n".join(bad)
+
+
+def test_checkpoint_formats_sit_on_the_network(g):
+    """``mor.checkpoints`` imports the network and the foundations, nothing above them (data, flops,
+    training, jobs); its ``__init__`` imports nothing, so the Snakefile reads ``gguf.START_POINTS`` cheaply."""
+    bad = [f"{mod} imports {target}" for mod, edges in sorted(g.items()) if _under(mod, ("mor.checkpoints",))
+           for target in sorted(edges) if target != "mor" and not _under(target, BELOW_CHECKPOINTS)]
+    assert not bad, "a checkpoint format imports above the network:\n" + "\n".join(bad)
+    assert not g["mor.checkpoints"], sorted(g["mor.checkpoints"])
+    assert [t for t in g["mor.checkpoints.gguf"] if t.startswith("mor.model")] == []  # no torch at parse time
 
 
 def test_reports_and_claims_read_results_only(g):

@@ -41,7 +41,7 @@ def python_strings(path: Path) -> list[tuple[int, str]]:
 
 RUN_DIRS = {layout.FINAL_DIR, layout.CHECKPOINTS_DIR}
 # the same names for another thing, each with its reason
-NOT_RUN_FOLDERS = {"src/mor/model/gguf_checkpoint.py": "data/checkpoints/: the dequantised start-point cache"}
+NOT_RUN_FOLDERS = {"src/mor/checkpoints/gguf.py": "data/checkpoints/: the dequantised start-point cache"}
 
 
 def python_path_joins(path: Path) -> list[tuple[int, str]]:

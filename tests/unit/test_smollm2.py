@@ -1,7 +1,7 @@
 """The real 135M start point (SmolLM2-135M-Instruct, Q4_1 GGUF) against code no one here wrote.
 
-The project's path (mor.model.gguf_checkpoint: ``gguf`` dequantises, we un-permute q/k and
-rename; init_from_hf loads the folder into our Vanilla; our tokenizer from the file's
+The project's path (mor.checkpoints.gguf: ``gguf`` dequantises, we un-permute q/k and
+rename; mor.checkpoints.hf loads the folder into our Vanilla; our tokenizer from the file's
 vocabulary) is held against transformers' own GGUF loader (its own reader and dequantiser,
 LlamaForCausalLM, its own GGUF tokenizer) on real text: the Django validation split.
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from mor.model.gguf_checkpoint import permute, unpermute
+from mor.checkpoints.gguf import permute, unpermute
 
 NAME = "smollm2-135m-instruct"
 SEQS, SEQ_LEN = 4, 256  # logit parity: 4 sequences of 256 tokens
@@ -36,7 +36,7 @@ def test_unpermute_inverts_llama_cpp_permute_and_matches_it_by_hand():
 
 
 def test_unknown_start_point_and_tensor_names_fail_clearly():
-    from mor.model.gguf_checkpoint import StartPointError, gguf_path, hf_name
+    from mor.checkpoints.gguf import StartPointError, gguf_path, hf_name
 
     assert hf_name("blk.7.attn_k.weight") == "model.layers.7.self_attn.k_proj.weight"
     assert hf_name("token_embd.weight") == "model.embed_tokens.weight"
@@ -108,9 +108,9 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def ours(smollm2):
-    """The project's Vanilla at scale 135M-smollm2, from the named start point (init_from_hf)."""
+    """The project's Vanilla at scale 135M-smollm2, from the named start point (mor.checkpoints.hf)."""
     from mor.config import ModelConfig, load_scales
-    from mor.model.init_from_hf import init_from_checkpoint
+    from mor.checkpoints.hf import init_from_checkpoint
     from mor.model.transformer import build_model
 
     cfg = ModelConfig(scale="135M-smollm2", tied_init="stepwise", init_checkpoint=NAME)

@@ -11,7 +11,8 @@ from safetensors.torch import save_file
 
 from helpers.tiny import tiny_run
 from mor.atomic import sha256_file
-from mor.model.build import CheckpointError, make_model
+from mor.checkpoints.native import CheckpointError
+from mor.model.build import make_model
 from mor.trained import open_run
 
 VOCAB = 64

@@ -32,7 +32,7 @@ def expected_jobs(grid_names: list[str], tables: int = 0, figures: int = 0, data
     if tables or figures:
         jobs["curves"] = len(grid_names)  # each grid's training curves come with its artifacts
     if data:  # the corpus, then per tokenizer: a trained BPE, or a real start point's own (its GGUF)
-        from mor.model.gguf_checkpoint import START_POINTS
+        from mor.checkpoints.gguf import START_POINTS
 
         tokenizers = {r.config.data.tokenizer for r in runs}
         bpe, start = sum(t not in START_POINTS for t in tokenizers), sum(t in START_POINTS for t in tokenizers)

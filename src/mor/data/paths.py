@@ -17,8 +17,8 @@ class DataPaths:
 
 def local_tokenizer(name: str) -> bool:
     """A tokenizer that is a local file: a trained ``bpe-<vocab>``, or a named start point's own
-    (``smollm2-135m-instruct``: built from its GGUF file, mor.model.gguf_checkpoint); never the hub's."""
-    from mor.model.gguf_checkpoint import START_POINTS
+    (``smollm2-135m-instruct``: built from its GGUF file, mor.checkpoints.gguf); never the hub's."""
+    from mor.checkpoints.gguf import START_POINTS
 
     return name.startswith("bpe-") or name in START_POINTS
 

@@ -17,7 +17,7 @@ variant, tying scheme, KV strategy, router and relaxation (LoRA / DoRA / prefix 
 PE) of ``mor.config`` is in the modeling file; what it cannot express is refused before
 anything is written (``ExportError``): a run that has not finished, and any config field or
 value missing from ``SUPPORTED`` (an option added after the exporter). A vanilla export keeps
-the Llama names and shape fields, so ``mor.model.init_from_hf`` (up-training) reads it back.
+the Llama names and shape fields, so ``mor.checkpoints.hf`` (up-training) reads it back.
 """
 
 from __future__ import annotations

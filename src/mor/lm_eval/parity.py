@@ -77,14 +77,14 @@ def lms(model, hf_model, tokenizer_json: Path, max_length: int, batch: int):
 
 
 def backends(checkpoint_folder: Path, gguf: Path, max_length: int, batch: int):
-    """Both LMs for the start point: our Vanilla from the named start point (init_from_hf) and
+    """Both LMs for the start point: our Vanilla from the named start point (mor.checkpoints.hf) and
     transformers' LlamaForCausalLM from the same GGUF (transformers' own loader)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from mor.config import ModelConfig, load_scales
-    from mor.model.gguf_checkpoint import START_POINTS
-    from mor.model.init_from_hf import init_from_checkpoint
+    from mor.checkpoints.gguf import START_POINTS
+    from mor.checkpoints.hf import init_from_checkpoint
     from mor.model.transformer import build_model
 
     scale = START_POINTS[START].scale
@@ -98,7 +98,7 @@ def backends(checkpoint_folder: Path, gguf: Path, max_length: int, batch: int):
 def run(limit: int, tasks=TASKS, tasks_dir: str | Path = DEFAULT_TASKS_DIR, max_length: int = 256,
         batch: int = 16) -> dict:
     from mor.lm_eval.tasks import verify
-    from mor.model.gguf_checkpoint import gguf_path, materialise
+    from mor.checkpoints.gguf import gguf_path, materialise
 
     verify(tasks_dir)
     folder = materialise(START)

