@@ -26,6 +26,15 @@ Student t test of before issue 47), so the same draws show both tests:
 
     .venv/bin/python benchmarks/bench_claims_null.py --reps 2000 --models homoscedastic
 
+``--workers N`` runs the families in N forked processes; each family's generator comes from
+(--rng, model, index), so the results do not depend on N. ``--record FILE`` writes every family's
+verdicts, seeds and every round's table; ``--check FILE`` compares a run with such a recording
+(``--check-decisions``: the decisions' numbers only), so a change meant only for speed can be
+checked against the families it must not change:
+
+    .venv/bin/python benchmarks/bench_claims_null.py --reps 40 --models homoscedastic log-normal-0.8-mixed \
+        --record before.json        # then, after the change: --check before.json
+
 ``--planted`` plants every claim of the local family at the effect sizes its pilot measured
 (bench_claims_design.PILOT: each comparison's mean / seed sd, the d the second design was
 chosen on) and prints each claim's power, the share of families that reach the verdict the
