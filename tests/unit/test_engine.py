@@ -249,10 +249,11 @@ def test_padded_passes_equal_unpadded():
 
 @pytest.mark.parametrize("name", ["expert_choice", "token_choice", "sequence_tying", "lora"])
 def test_static_buffers_equal_outputs_and_are_reused(monkeypatch, name):
-    """The graph path (static buffers per row bucket, CUDA graphs on a GPU) run on the CPU:
-    the tokens equal decode.generate, and every pass of one shape reads its inputs from and
-    returns its outputs in the same storage (the buffers a CUDA graph replays over)."""
-    from mor.engine.step import StaticPass
+    """The graph path (static buffers per row bucket, CUDA graphs on a GPU) run on the CPU
+    at a GPU's row buckets (1, 2, 4: padded rows beside real ones): the tokens equal
+    decode.generate, and every pass of one shape reads its inputs from and returns its
+    outputs in the same storage (the buffers a CUDA graph replays over)."""
+    from mor.engine.step import StaticPass, row_buckets
 
     seen: dict[int, set] = {}
     run = StaticPass.run
@@ -268,7 +269,7 @@ def test_static_buffers_equal_outputs_and_are_reused(monkeypatch, name):
     for seed in range(10):  # sequence tying: the first seed whose block passes mix both unique layers
         seen.clear()
         model = make(MIXED[name], seed)
-        eng = Engine(model, batch=4, max_len=MAX_LEN, graphs=True)
+        eng = Engine(model, batch=4, max_len=MAX_LEN, graphs=True, buckets=row_buckets(4, device="cuda"))
         res = eng.run(reqs)
         if name != "sequence_tying" or res.mixed_passes() > 0:
             break
@@ -283,6 +284,30 @@ def test_static_buffers_equal_outputs_and_are_reused(monkeypatch, name):
     assert res.captures == 0  # every shape captured before the run's first pass
     assert name != "sequence_tying" or res.mixed_passes() > 0  # rows of both unique layers in one pass
     assert len(eng.stepper.static) <= 3 * 3 + 3  # one entry per kind and row bucket (1, 2, 4)
+    assert any(N > n for N, n in zip(res.padded, res.rows))  # some pass ran padded rows
+
+
+def test_row_buckets_follow_the_device():
+    """Default row buckets: a GPU's are nano-vllm's capture sizes (1, 2, 4, 8, then every 16)
+    and the batch; a CPU runs every row count (a padded row costs its compute there, and
+    there is no capture to amortise), so a static pass on a CPU pads no rows and the result
+    says so pass by pass (EngineResult.padded, rows_per_pass)."""
+    from mor.engine.step import row_buckets
+
+    assert row_buckets(32, device="cuda") == (1, 2, 4, 8, 16, 32)
+    assert row_buckets(51, device="cuda") == (1, 2, 4, 8, 16, 32, 48, 51)
+    assert row_buckets(3, device="cuda") == (1, 2, 3)
+    assert row_buckets(5, device="cpu") == (1, 2, 3, 4, 5)
+    assert row_buckets(32, device="cpu", compiled=True) == row_buckets(32)  # a compilation per shape: few
+    assert row_buckets(5, (2, 5), "cpu") == (2, 5)  # given buckets win on any device
+    model = make(MIXED["expert_choice"])
+    reqs = requests(7)
+    res = Engine(model, batch=4, max_len=MAX_LEN, graphs=True).run(reqs)
+    assert res.padded == res.rows and min(res.rows) < 4  # partial passes, none padded
+    padded = Engine(model, batch=4, max_len=MAX_LEN, graphs=True, buckets=(4,)).run(reqs)
+    assert {N for k, N in zip(padded.kinds, padded.padded) if k != "prefill"} == {4} and padded.rows == res.rows
+    per = padded.rows_per_pass(False)
+    assert per["block"][2] == 4 and per["block"][1] < 4 and per["block"][0] == padded.block_passes
 
 
 @pytest.mark.parametrize("graphs", [False, True], ids=["padded", "static"])

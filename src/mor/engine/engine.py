@@ -207,7 +207,7 @@ class Engine:
         tensors on the device (None where the host already knows)."""
         st = self.stepper
         routed = tokens = None
-        st.read = [0, 0]
+        st.read, st.padded = [0, 0], len(p.seqs)
         clock.start()
         if p.kind == "prefill":
             clock.launch()
@@ -230,6 +230,7 @@ class Engine:
             counts = tuple(counts)
         res.record(p.kind, len(p.seqs), len(sched.waiting), len(sched.running), self.blocks.used, counts)
         res.attn_bytes.append(st.read[self.attention == "flash_paged"] * self._entry_bytes)
+        res.padded.append(st.padded)
         if p.kind == "head":
             res.head_cont.append(p.n_cont)
         if p.kind == "head" and on_finish is not None:

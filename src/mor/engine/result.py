@@ -14,6 +14,7 @@ class EngineResult:
     max_live: int = 0  # admission limit (sequences)
     kinds: list[str] = field(default_factory=list)  # per pass: 'enter', 'block' or 'head'
     rows: list[int] = field(default_factory=list)  # per pass: rows run (before padding)
+    padded: list[int] = field(default_factory=list)  # per pass: the rows it ran at (its row bucket; == rows unpadded)
     depth_rows: list[tuple[int, ...]] = field(default_factory=list)  # per block pass: rows at each recursion
     waiting: list[int] = field(default_factory=list)  # per pass: requests in the queue
     live: list[int] = field(default_factory=list)  # per pass: live sequences
@@ -55,8 +56,7 @@ class EngineResult:
         tokens_per_s      tokens / forward_s
         cpu_s, tokens_per_cpu_s  the same over the process's CPU seconds (CPU runs: robust to
                           other jobs on a shared machine; 0 on a GPU)"""
-        sel = [i for i, (w, n) in enumerate(zip(self.waiting, self.live))
-               if w > 0 or n >= 2 * self.batch or not while_waiting]
+        sel = self._window(while_waiting)
         block = [i for i in sel if self.kinds[i] == "block"]
         tokens = sum(self.rows[i] for i in sel if self.kinds[i] == "head")
         secs = sum(self.pass_s[i] for i in sel) if self.pass_s else 0.0
@@ -66,6 +66,25 @@ class EngineResult:
                 "passes_per_token": len(block) / tokens if tokens else 0.0,
                 "forward_s": secs, "tokens_per_s": tokens / secs if secs > 0 else 0.0,
                 "cpu_s": cpu, "tokens_per_cpu_s": tokens / cpu if cpu > 0 else 0.0}
+
+    def _window(self, while_waiting: bool = True) -> list[int]:
+        """The passes of ``window``: requests waiting or >= 2B live (every pass if not ``while_waiting``)."""
+        return [i for i, (w, n) in enumerate(zip(self.waiting, self.live))
+                if w > 0 or n >= 2 * self.batch or not while_waiting]
+
+    def rows_per_pass(self, while_waiting: bool = True) -> dict[str, tuple[int, float, float]]:
+        """Per pass kind ('enter', 'block', 'head'), over ``window``'s passes (or the whole run):
+        (passes, mean rows, mean rows after padding). The two means differ by the padding rows
+        a pass of fixed shape computes (row buckets, step.row_buckets); the head's enter part
+        and the block's routers are not in them."""
+        out = {}
+        sel = self._window(while_waiting)
+        for kind in ("enter", "block", "head"):
+            ix = [i for i in sel if self.kinds[i] == kind]
+            if ix:
+                out[kind] = (len(ix), sum(self.rows[i] for i in ix) / len(ix),
+                             sum(self.padded[i] for i in ix) / len(ix) if self.padded else float("nan"))
+        return out
 
     @property
     def tokens(self) -> int:

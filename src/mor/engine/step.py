@@ -25,8 +25,9 @@ indices, KV write slots, block tables, lengths) is built by blocks.py before the
 copied in one transfer; nothing inside a pass reads the device back. The engine reads back
 only what scheduling needs after the pass: the continue / exit decisions of the routed
 rows (none for Vanilla, Recursive and token-choice passes, where the host already knows).
-With ``pad`` the rows are padded to a few fixed sizes (powers of two up to the batch), the
-padded rows reading and writing the trash block, and block tables to power-of-two widths,
+With ``pad`` the rows are padded to a few fixed sizes (``row_buckets``: on a GPU nano-vllm's
+capture sizes, on a CPU every row count, so no row is padded there), the padded rows reading
+and writing the trash block, and block tables to power-of-two widths,
 so the device part of a pass (``_enter`` / ``_block`` / ``_head``: tensors in, tensors out)
 can be compiled once per shape (``compile``: torch.compile of the device part).
 
@@ -131,14 +132,24 @@ class RowRelaxation:
         return h if self.pe is None else h * self.pe[rec].to(h.dtype).unsqueeze(1)
 
 
-def row_buckets(batch: int, buckets=None) -> tuple[int, ...]:
+def row_buckets(batch: int, buckets=None, device="cuda", compiled: bool = False) -> tuple[int, ...]:
     """The row counts padded passes run at: ``buckets`` checked (ascending positive integers,
-    the largest at least the batch, since no pass has more rows), or by default the powers of
-    two below the batch and the batch itself. ``(batch,)`` runs every pass at the full batch:
-    one row shape per pass kind, and on any device a pass that costs the same
-    whatever rows are live, as a launch-bound GPU pass does."""
+    the largest at least the batch, since no pass has more rows), or by default per device:
+
+    GPU   nano-vllm's capture sizes 1, 2, 4, 8, then every 16, and the batch itself: a
+          decoding pass reads every weight whatever its rows, so a padded row costs little,
+          and every size is a graph captured (and held in the pool) before the clock
+    CPU   every row count up to the batch (no padding): a padded row costs its compute, and
+          there is no capture for a shape to amortise (the static path's shapes still run
+          once each in the warm-up); ``compiled`` (torch.compile: a compilation per shape)
+          takes the GPU's few sizes
+
+    ``(batch,)`` runs every pass at the full batch: one row shape per pass kind, and on any
+    device a pass that costs the same whatever rows are live, as a launch-bound GPU pass does."""
     if buckets is None:
-        return tuple(sorted({min(1 << k, batch) for k in range(max(1, batch).bit_length() + 1)}))
+        if torch.device(device).type != "cuda" and not compiled:
+            return tuple(range(1, max(1, batch) + 1))
+        return tuple(sorted({min(x, batch) for x in [1, 2, 4, 8, *range(16, batch + 1, 16)]} | {max(1, batch)}))
     b = tuple(int(x) for x in buckets)
     if not b or any(x < 1 for x in b) or list(b) != sorted(set(b)):
         raise ValueError(f"engine buckets must be ascending positive row counts, got {buckets!r}")
@@ -156,7 +167,7 @@ def table_widths(max_blocks: int) -> tuple[int, ...]:
 
 def bucket(n: int, batch: int, buckets: tuple[int, ...] | None = None) -> int:
     """The fixed row count a pass of n rows is padded to: the smallest bucket that holds it
-    (default buckets: the next power of two, or the batch)."""
+    (default buckets: a GPU's, ``row_buckets``)."""
     for b in buckets or row_buckets(batch):
         if b >= n:
             return b
@@ -177,9 +188,9 @@ class Stepper:
         self.token_choice = is_token_choice(model)
         self.expert_choice = bool(model.routers) and not self.token_choice
         self.batch, self.pad, self.pad_row = batch, pad or buckets is not None, max_seqs
-        self.buckets = row_buckets(batch, buckets)
         w = model.embed_tokens.weight
         self.dev = w.device
+        self.buckets = row_buckets(batch, buckets, self.dev, compiled=bool(compile))
         S, C = max_seqs + 1, model.shape.hidden
         self.h = w.new_zeros(S, 1, C)  # (S + 1, 1, C) state of each slot's in-flight token
         self.g = w.new_zeros(S, 1)  # (S + 1, 1) router weight for the token's next recursion
@@ -208,6 +219,7 @@ class Stepper:
         self.captures = 0  # static shapes captured (on a CPU: first run over new static buffers)
         self.widths = table_widths(blocks.max_blocks)
         self.read = [0, 0]  # the current pass's attention reads: entries gathered, entries of the rows' context
+        self.padded = 0  # the current pass's row shape: its rows after padding (EngineResult.padded)
         self.mirror_width = 1 + int(blocks.n_mirrors.max(initial=0))
         # the device part of each pass, optionally compiled (a backend name, or True: inductor)
         self.compiled = bool(compile) or self.graphs
@@ -222,6 +234,7 @@ class Stepper:
 
     # ------------------------------------------------------------------ host -> device
     def _rows(self, slots: list[int], shape=None) -> tuple[int, int]:
+        """(rows, the rows the pass runs at: padded to its bucket, or ``shape``'s)."""
         n = len(slots)
         if shape is not None:
             return n, shape[0]
@@ -308,6 +321,7 @@ class Stepper:
         (n,), or None (every row runs recursion 1). ``shape`` (rows, width): the static
         shape to run at (``warmup``: no rows)."""
         n, N = self._rows(slots, shape)
+        self.padded = N
         pre = [[e] * n for e in range(self.start)]
         host = not isinstance(tokens, torch.Tensor)
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n))]
@@ -399,6 +413,7 @@ class Stepper:
         host knows (no router drops tokens there). ``shape``: as ``enter``'s."""
         m = self.model
         n, N = self._rows(slots, shape)
+        self.padded = N
         dpad = depths + [0] * (N - n)
         calls = [[self.start + r * self.per + j for r in depths] for j in range(self.per)]
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n)), np.array(dpad),
@@ -520,6 +535,7 @@ class Stepper:
         once in the same pass (embedding + prefix + routing, as ``enter``: its output second).
         ``shape`` and ``cont`` (a pass with an enter part, whatever ``n_cont``): ``warmup``'s."""
         n, N = self._rows(slots, shape)
+        self.padded = N
         cont = bool(n_cont) if cont is None else cont
         suf = [[self.suffix_start + i] * n for i in range(len(self.model.plan.suffix))]
         arrays = [np.array(slots + [self.pad_row] * (N - n)), np.array(pos + [0] * (N - n))]
