@@ -42,6 +42,10 @@ labelled prediction ('pass model'): FLOPs plus a constant per layer call (kappa 
 fitted on both runs' block passes), applied to every pass the two runs made. Where one call's
 fixed cost is worth many rows (eager CPU ops, a GPU's launches), the drain tail's small passes
 cost MoR more than FLOPs say: that, not the full passes, is what the whole-run figure loses.
+Each round runs every MoR model next to its Vanilla (``paired_order``), so both runs of a
+ratio share the machine's state of the moment. Per model and Vanilla: rows per pass, real
+and after padding (the row shape a pass ran at), per pass kind, in the window and over the
+whole run (``EngineResult.rows_per_pass``): what padding a static pass computed.
 
 Part 3, context (``--context-scale``, default ``small``): a pass's cost follows its rows'
 context, not the allocation. The same short requests (32 prompts of one token, 48 new tokens,
@@ -273,6 +277,31 @@ def context_cost(scale: str, rounds: int, dev, dtype, lengths=(256, 2048), batch
             "tokens_equal": res[lo].outputs == res[hi].outputs}
 
 
+def paired_order(groups: dict[str, list[str]], rnd: random.Random, rd: int) -> list[str]:
+    """One round's run order for part 2: each Vanilla next to every MoR model measured against
+    it (MoR, Vanilla, MoR), the groups shuffled and every group reversed on odd rounds, so the
+    two runs of each speed-up ratio are adjacent in time and a slow spell of a shared machine
+    (other jobs, lasting seconds) falls on both rather than on one."""
+    order = []
+    items = list(groups.items())
+    rnd.shuffle(items)
+    for van, mors in items:
+        mors = list(mors)
+        rnd.shuffle(mors)
+        seq = mors[:1] + [van] + mors[1:]
+        order += seq[::-1] if rd % 2 else seq
+    return order
+
+
+def rows_figure(res) -> str:
+    """Rows per pass, real / after padding (the row shape the pass ran at), per pass kind, in
+    the engine's window and over the whole run (EngineResult.rows_per_pass): where the two
+    differ, a static pass computed padding rows."""
+    def one(ww: bool) -> str:
+        return ", ".join(f"{k} {n} x {r:.1f}/{q:.1f}" for k, (n, r, q) in res.rows_per_pass(ww).items())
+    return f"window {one(True)}; whole run {one(False)}"
+
+
 def token_agreement(a: dict, b: dict) -> float:
     """Share of the generated tokens equal position by position (request by request)."""
     same = sum(x == y for k in a for x, y in zip(a[k], b[k]))
@@ -394,10 +423,11 @@ def main() -> None:
         win = {n: [] for n in names}  # tokens/s in the engine's one window
         last, captures = {}, 0
         rnd = random.Random(1)
-        order = list(names)
+        groups: dict[str, list[str]] = {}  # each Vanilla and the MoR models measured against it
+        for n, c in cfgs.items():
+            groups.setdefault(f"Vanilla-{baseline(c).layers or shape_of(baseline(c)).layers}", []).append(n)
         for rd in range(a.rounds):
-            rnd.shuffle(order)
-            for n in order:
+            for n in paired_order(groups, rnd, rd):
                 t = time.process_time()
                 last[n] = engines[n].run(reqs)
                 cpu = time.process_time() - t  # CPU seconds of this process: robust to other jobs on a shared CPU
@@ -411,7 +441,10 @@ def main() -> None:
               f"graphs {a.graphs}; static shapes captured inside the measured runs: {captures}")
         print("measured: whole run (as before); window: the engine's one window (requests waiting or >= 2B live).\n"
               "pass model: a second prediction, FLOPs plus a constant per layer call measured on both runs' block passes\n"
-              "(a layer call's seconds = alpha + beta x rows; kappa = alpha / beta, in rows), applied to every pass of both runs")
+              "(a layer call's seconds = alpha + beta x rows; kappa = alpha / beta, in rows), applied to every pass of both runs\n"
+              "rows per pass real/padded: mean rows of each pass kind and the rows it ran at (its row bucket: static shapes\n"
+              "pad, step.row_buckets; a CPU's default pads none), in the window and over the whole run. Each round runs every\n"
+              "MoR model next to its Vanilla (paired_order).")
         print("model   vs          measured  predicted(realised)  predicted(design)  measured/realised  fill  "
               "passes/token  bound Σc/B  ratio")
         for name, cfg in cfgs.items():
@@ -440,6 +473,8 @@ def main() -> None:
                   f"{meas / pm:.3f}; drain tail (no request waiting, < 2B live): {tail(last[name]) / sum(ts(last[name])):.2f} "
                   f"of {name}'s pass time, {tail(last[vname]) / sum(ts(last[vname])):.2f} of {vname}'s, "
                   f"tokens/s there {tail_speed:.3f} x {vname}'s (last round)")
+            for n in (name, vname):
+                print(f"{'':7s} rows per pass real/padded, {n} (passes x rows; last round): {rows_figure(last[n])}")
             kv = last[name].peak_blocks / last[vname].peak_blocks
             print(f"{'':7s} realised capacities {tuple(round(c, 3) for c in realised(last[name]))}; peak KV blocks "
                   f"{last[name].peak_blocks} = {kv:.3f} of {vname}'s (paper's recursion-wise cost: (Nr+1)/(2Nr) = "
