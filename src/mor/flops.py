@@ -31,7 +31,7 @@ import functools
 
 from mor.capacity import capacities
 from mor.config import ModelConfig, ScaleShape
-from mor.model.kv_layout import cache_layout, entries_per_sequence
+from mor.model.kv_layout import SlotSpec, blocks_per_sequence, cache_layout, entries_per_sequence
 from mor.model.tying import TyingPlan, kv_producers, kv_unused, model_plan
 
 
@@ -265,25 +265,33 @@ def kv_cache_entries(cfg: ModelConfig, s: ScaleShape, max_len: int, sizing: str 
     another layer's KV (``model.kv`` shared) stores none; a dagger layer mirrors its
     producer. sizing 'capacity': recursion r holds its design share of max_len (expert-choice
     capacities; token-choice the balanced assignment); 'full': every layer max_len."""
+    return entries_per_sequence(layout_for(cfg, s, max_len, sizing))
+
+
+def layout_for(cfg: ModelConfig, s: ScaleShape, max_len: int, sizing: str = "capacity") -> list[SlotSpec]:
+    """The KV layout (``mor.model.kv_layout.cache_layout``) of ``plan_for``'s plan: what a built
+    model's ``cache_layout(cfg, model.plan, model.kv_producers, ...)`` gives, without the model."""
     plan = plan_for(cfg, s)
     producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
-    return entries_per_sequence(cache_layout(cfg, plan, producers, max_len, sizing))
+    return cache_layout(cfg, plan, producers, max_len, sizing)
 
 
 def kv_cache_bytes(cfg: ModelConfig, s: ScaleShape, batch: int, max_len: int, bytes_per_elem: int = 2,
                    sizing: str = "capacity") -> int:
     """Bytes of keys and values: entries x batch x 2 (K, V) x kv_heads x head_dim x bytes."""
-    return kv_cache_entries(cfg, s, max_len, sizing) * batch * 2 * s.kv_heads * s.head_dim * bytes_per_elem
+    return kv_cache_entries(cfg, s, max_len, sizing) * batch * kv_entry_bytes(s, bytes_per_elem)
+
+
+def kv_entry_bytes(s: ScaleShape, bytes_per_elem: int = 2) -> int:
+    """One token's keys and values at one layer: 2 (K, V) x kv_heads x head_dim x bytes."""
+    return 2 * s.kv_heads * s.head_dim * bytes_per_elem
 
 
 def kv_cache_blocks(cfg: ModelConfig, s: ScaleShape, max_len: int, block_size: int, sizing: str = "capacity") -> int:
     """Paged blocks of ``block_size`` entries one sequence's KV takes: each storing layer's
     entries (``kv_cache_entries``' layout) rounded up to whole blocks, as the engine's block
     manager allocates them (a block belongs to one sequence and one layer)."""
-    plan = plan_for(cfg, s)
-    producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
-    return sum(-(-spec.size // block_size) for spec in cache_layout(cfg, plan, producers, max_len, sizing)
-               if spec.kind != "shared")
+    return blocks_per_sequence(layout_for(cfg, s, max_len, sizing), block_size)
 
 
 def model_bytes(cfg: ModelConfig, s: ScaleShape, vocab: int, bytes_per_elem: int = 2) -> int:
@@ -292,7 +300,7 @@ def model_bytes(cfg: ModelConfig, s: ScaleShape, vocab: int, bytes_per_elem: int
 
 
 def max_batch(cfg: ModelConfig, s: ScaleShape, vocab: int, max_len: int, memory_bytes: float,
-              bytes_per_elem: int = 2, block_size: int | None = None) -> int:
+              bytes_per_elem: int = 2, block_size: int | None = None, layout: list[SlotSpec] | None = None) -> int:
     """App. E's maximum decoding batch, exactly: how many sequences of ``max_len`` tokens fit
     their KV cache (``kv_cache_bytes``, capacity-sized: recursion r of a MoR model holds its
     design share c_r of the positions; shared KV stores recursion 1's only; unshared first and
@@ -308,17 +316,19 @@ def max_batch(cfg: ModelConfig, s: ScaleShape, vocab: int, max_len: int, memory_
     layers rounded up to whole blocks (``kv_cache_blocks``), so that admitting this many
     sequences into ``(memory_bytes - parameters) // block bytes`` blocks never overruns the
     pool while the routers keep their design shares (the engine's admission limit; App. E's
-    number is the exact count, ``block_size=None``)."""
+    number is the exact count, ``block_size=None``).
+
+    ``layout``: the model's capacity-sized KV layout when the caller holds the built model
+    (the engine: ``cache_layout(cfg, model.plan, model.kv_producers, max_len, "capacity")``),
+    so the plan is not rebuilt; by default ``layout_for``'s."""
+    layout = layout_for(cfg, s, max_len, "capacity") if layout is None else layout
     free = memory_bytes - model_bytes(cfg, s, vocab, bytes_per_elem)
-    per_seq = kv_cache_bytes(cfg, s, 1, max_len, bytes_per_elem, sizing="capacity")
-    if block_size is not None:
-        block_bytes = 2 * block_size * s.kv_heads * s.head_dim * bytes_per_elem
-        if free <= 0:
-            return 0
-        return int((free // block_bytes) // kv_cache_blocks(cfg, s, max_len, block_size))
     if free <= 0:
         return 0
-    return int(free // per_seq)
+    if block_size is not None:
+        block_bytes = block_size * kv_entry_bytes(s, bytes_per_elem)
+        return int((free // block_bytes) // blocks_per_sequence(layout, block_size))
+    return int(free // (entries_per_sequence(layout) * kv_entry_bytes(s, bytes_per_elem)))
 
 
 def relative_max_batch_exact(cfg: ModelConfig, vanilla: ModelConfig, s: ScaleShape, vocab: int, max_len: int,

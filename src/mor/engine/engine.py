@@ -77,7 +77,8 @@ class Engine:
         block_bytes = 2 * bs * model.shape.kv_heads * model.shape.head_dim * elem
         if memory_bytes is not None:  # App. E's memory model is the admission limit
             # the same quantity the block manager allocates: whole blocks per sequence and layer
-            max_live = max_batch(model.cfg, model.shape, model.vocab_size, max_len, memory_bytes, elem, block_size=bs)
+            max_live = max_batch(model.cfg, model.shape, model.vocab_size, max_len, memory_bytes, elem, block_size=bs,
+                                 layout=cache_layout(model.cfg, model.plan, model.kv_producers, max_len, "capacity"))
             free = memory_bytes - model_bytes(model.cfg, model.shape, model.vocab_size, elem)
             num_blocks = int(free // block_bytes)
             if max_live < 1 or num_blocks < 1:

@@ -2,7 +2,9 @@
 
 Pure and torch-free: the one definition that the inference caches (``kv_cache.KVCache``,
 the engine's paged cache, mor.engine.cache) allocate by and that the memory model
-(``mor.flops.kv_cache_entries`` / ``max_batch``) counts, so the two cannot disagree.
+(``mor.flops.kv_cache_entries`` / ``max_batch``) counts, so the two cannot disagree. It takes
+the tying plan and KV producers it is given (a built model's ``model.plan`` /
+``model.kv_producers``, or ``mor.flops``' cached ``plan_for``) and rebuilds neither.
 
 Per effective layer e of ``plan.order`` (``producers[e]``: tying.kv_producers):
 
@@ -86,3 +88,9 @@ def cache_layout(cfg, plan, producers: tuple[int, ...], max_len: int, sizing: st
 def entries_per_sequence(specs: list[SlotSpec]) -> int:
     """Token entries one sequence's cache holds, summed over the storing layers."""
     return sum(s.size for s in specs if s.kind != "shared")
+
+
+def blocks_per_sequence(specs: list[SlotSpec], block_size: int) -> int:
+    """Paged blocks of ``block_size`` entries one sequence's cache takes: each storing layer's
+    entries rounded up to whole blocks (a block belongs to one sequence and one layer)."""
+    return sum(-(-s.size // block_size) for s in specs if s.kind != "shared")
