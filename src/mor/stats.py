@@ -181,10 +181,12 @@ def p_below(x: np.ndarray, mu0: float = 0.0, floor=0.0, skew: float = 0.0) -> np
     return _cdf_t(t, dof, skew)
 
 
-def interval(x, level: float = 0.95, floor: float = 0.0) -> tuple[float, float, float, int]:
-    """Mean and two-sided ``level`` t interval (lo, hi) of one vector, and n (nan interval
-    for n < 2). ``floor``: the sd floor the tests apply (``_t``), so the interval shown is
-    the one the test decided on."""
+def interval(x, level: float = 0.95, floor: float = 0.0, skew: float = 0.0) -> tuple[float, float, float, int]:
+    """Mean and two-sided ``level`` interval (lo, hi) of one vector, and n (nan interval
+    for n < 2). ``floor``: the sd floor the tests apply (``_t``); ``skew``: the noise shapes
+    the tests hold under (``critical_t``: the shapes come in both signs, so one critical value
+    serves both ends). So the interval shown is the one the test decided on: with K = 1 it
+    lies above 0 exactly when the one-sided p at (1 - level) / 2 rejects."""
     x = np.asarray([v for v in np.ravel(np.asarray(x, dtype=np.float64)) if math.isfinite(v)])
     n = len(x)
     if n == 0:
@@ -192,7 +194,7 @@ def interval(x, level: float = 0.95, floor: float = 0.0) -> tuple[float, float, 
     mean = float(x.mean())
     if n < 2:
         return mean, math.nan, math.nan, n
-    half = float(_st.t.ppf(0.5 + level / 2, n - 1)) * max(float(x.std(ddof=1)), float(floor)) / math.sqrt(n)
+    half = critical_t((1 - level) / 2, n - 1, skew) * max(float(x.std(ddof=1)), float(floor)) / math.sqrt(n)
     return mean, mean - half, mean + half, n
 
 

@@ -19,7 +19,7 @@ from helpers.paths import REPO
 from mor.claims import CLAIMS, SPEC_FILE, Claim, Seed, Spec, evaluate, kv_pairs, load_frames, load_specs
 from mor.config import ModelConfig, RunConfig, TrainConfig
 from mor.results import write_rows
-from mor.stats import Design, interval
+from mor.stats import Design, critical_t, interval
 
 SCHEMES = ("cycle", "sequence", "middle_cycle", "middle_sequence")
 CLAIM = {c.id: c for c in CLAIMS}
@@ -194,7 +194,7 @@ def test_interval_and_mde_read_the_seeds_the_test_reads(tmp_path):
     d = [float(df[(df.seed == s) & (df.tying == "cycle")].val_nll.iloc[0] - df[(df.seed == s) & (df.tying == "middle_cycle")].val_nll.iloc[0])
          for s in range(5)]
     row = _only("middle-cycle-equal-unique", frames)
-    _, lo, hi, _ = interval(d[:3])
+    _, lo, hi, _ = interval(d[:3], skew=PRED.skew)  # the test's own critical value (design.skew)
     assert row["n seeds"] == 5 and "2 seed(s) past the last look reached (n = 3) unused" in row["note"]
     assert [float(x) for x in row["per seed"].split(", ")] == pytest.approx(d[:3], abs=1e-4)
     assert (row["raw lo"], row["raw hi"]) == pytest.approx((lo, hi), abs=1e-4)
@@ -827,7 +827,8 @@ def test_interval_and_binding_use_the_tests_sd_floor():
     design = dataclasses.replace(DESIGN, looks=(9,), floors={"m": 1.0})
     row = evaluate(frames, (claim,), design, {"fl": Spec()}).iloc[0]
     assert "binding: x0" in row["note"]
-    half = st.t.ppf(0.975, 8) * 1.0 / 3
+    half = critical_t(0.025, 8, design.skew) * 1.0 / 3  # the test's own critical value (Student's at skew 0)
+    assert design.skew == 0 or critical_t(0.025, 8, design.skew) > st.t.ppf(0.975, 8)
     assert row["raw lo"] == pytest.approx(a.mean() - half, abs=1e-3) and row["raw hi"] == pytest.approx(a.mean() + half, abs=1e-3)
 
 

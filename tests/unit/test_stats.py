@@ -369,7 +369,7 @@ def _log_normal(rng, sigma: float, shape, sign: float = 1.0) -> np.ndarray:
 
 def test_one_sided_rates_hold_under_skewed_noise():
     """Issue 47: K = 1..6 comparisons of n = 20 paired differences with mean exactly 0,
-    log-normal sigma 0.6 (skewness 2.0) of either sign, 20,000 draws: at Holm's first level
+    log-normal sigma 0.6 (skewness 2.26) of either sign, 20,000 draws: at Holm's first level
     (0.0125, one side 0.00625) 'contradicted' (right skew) and 'holds' (left skew, K = 1; with
     more comparisons the intersection-union test is stricter) stay within 1.5x nominal with the
     shipped skew bound, and so does normal noise; Student's t alone (skew 0) is 5-13x nominal."""
@@ -408,3 +408,25 @@ def test_skew_bound_is_exact_at_its_shape_and_student_t_without_it():
     t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(20))
     assert np.allclose(p_below(x), st.t.cdf(t, 19)) and np.allclose(p_above(x), st.t.sf(t, 19))
     assert np.all(p_below(x, skew=0.4) >= p_below(x) - 1e-12) and np.all(p_above(x, skew=0.4) >= p_above(x) - 1e-12)
+
+
+def test_interval_under_skew_is_the_tests_own():
+    """What is shown is what decided (issue 48 item 3): under ``skew`` the interval's lower end
+    lies above 0 exactly when the test's one-sided p at (1 - level) / 2 rejects, over skewed
+    and symmetric samples near the boundary; the Student interval does not (a sample at
+    t = 2.5, n = 20, excludes 0 by Student's t while the skewed test's p is near 0.09)."""
+    rng = np.random.default_rng(48)
+    q, skew = 0.025, 0.6
+    agree = student_disagrees = 0
+    for i in range(400):
+        x = rng.lognormal(0.0, 0.6, 20) if i % 2 else rng.normal(size=20)
+        x = x - x.mean() + rng.uniform(0.2, 1.2) * x.std(ddof=1)  # t between ~0.9 and ~5.4
+        lo = interval(x, 1 - 2 * q, skew=skew)[1]
+        rejects = float(p_above(x[None, :], 0.0, 0.0, skew)[0]) <= q
+        agree += (lo > 0) == rejects
+        student_disagrees += (interval(x, 1 - 2 * q)[1] > 0) != rejects
+    assert agree == 400
+    assert student_disagrees > 20
+    x = rng.normal(size=20)
+    x = (x - x.mean()) / x.std(ddof=1) + 2.5 / math.sqrt(20)  # t = 2.5 exactly
+    assert interval(x, 0.95)[1] > 0 and interval(x, 0.95, skew=skew)[1] < 0

@@ -183,7 +183,7 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
         shown = m[:, :looks[-1]] if looks else m  # the seeds the test reads: the interval and MDE describe them
         b = stats.binding(shown, spec.margin if equivalence else None, floor)
         level = 1 - 2 * design.alpha if equivalence else 1 - design.alpha
-        mean, lo, hi, _ = stats.interval(shown[b], level, float(floor[b]))
+        mean, lo, hi, _ = stats.interval(shown[b], level, float(floor[b]), design.skew)
         if equivalence:
             notes.append(f"margin +-{spec.margin} ({spec.margin_source})")
         if spec.ni_margin:
