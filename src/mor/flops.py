@@ -28,10 +28,11 @@ Relaxations (Table 16) add their per-token work to every recursion-layer call
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 from mor.capacity import capacities
 from mor.config import ModelConfig, ScaleShape
-from mor.model.kv_layout import SlotSpec, blocks_per_sequence, cache_layout, entries_per_sequence
+from mor.model.kv_layout import SlotSpec, blocks_per_sequence, cache_layout, design_fractions, entries_per_sequence
 from mor.model.tying import TyingPlan, kv_producers, kv_unused, model_plan
 
 
@@ -64,26 +65,47 @@ def _router_bias_params(cfg: ModelConfig) -> int:
     return cfg.num_recursions if r.type == "token_choice" and r.balancing == "loss_free" else 0
 
 
+@dataclass(frozen=True)
+class Counting:
+    """Everything the counts below read of a model config at a depth, derived once: the tying
+    plan the built model holds (``model.plan``), each effective layer's KV producer
+    (``model.kv_producers``), the K/V projections built but never run (``kv_unused``), and the
+    design share of tokens reaching each recursion. One place asks the model layer for them
+    (``counting``), so a count never re-derives the plan, and every count agrees on it."""
+
+    plan: TyingPlan
+    producers: tuple[int, ...]
+    unused_layers: frozenset[int]  # unique layers whose K/V projections never run
+    no_kv_slots: frozenset[tuple[int, int]]  # (unique layer, recursion) slots that run no k/v delta
+    shares: tuple[float, ...]  # per recursion: the design share of tokens reaching it
+
+
 def plan_for(cfg: ModelConfig, s: ScaleShape) -> TyingPlan:
     """The model's tying plan (``mor.model.tying.model_plan``; ``model.layers`` honoured), the
-    one the built model holds as ``model.plan``. Computed once per (config, depth): every count
-    below asks for it, a grid's planning asks for thousands of runs, and a TyingPlan is frozen."""
-    return _plan(cfg, s.layers)
+    one the built model holds as ``model.plan`` (``counting``'s)."""
+    return counting(cfg, s.layers).plan
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(cfg: ModelConfig, layers: int) -> TyingPlan:
-    return model_plan(cfg, layers)
+def counting(cfg: ModelConfig, layers: int) -> Counting:
+    """``Counting`` of ``cfg`` at a scale of ``layers`` layers. Cached per (config, depth): every
+    count asks for it, a grid's planning asks for thousands of runs, and the result is frozen.
+    Shares: ``mor.model.kv_layout.design_fractions`` (expert-choice capacities; token-choice the
+    balanced assignment, module docstring); every layer call for a model without routers."""
+    plan = model_plan(cfg, layers)
+    producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
+    unused_layers, no_kv = kv_unused(plan, producers, cfg.kv)
+    shares = design_fractions(cfg) or [1.0] * len(plan.recursions)
+    return Counting(plan, producers, frozenset(unused_layers), frozenset(no_kv), tuple(shares))
 
 
 def param_count(cfg: ModelConfig, s: ScaleShape, vocab: int) -> int:
     """Unique parameters the model runs: tied embedding/head once, each unique layer once,
     final norm; minus the K/V projections of layers that only read shared KV
     (``mor.model.tying.kv_unused``: built, never run, no gradient)."""
-    plan = plan_for(cfg, s)
-    unused_layers, _ = kv_unused(plan, kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions), cfg.kv)
+    c = counting(cfg, s.layers)
     kv_proj = 2 * s.hidden * s.kv_heads * s.head_dim
-    return (vocab * s.hidden + plan.num_unique * layer_params(s) - len(unused_layers) * kv_proj + s.hidden
+    return (vocab * s.hidden + c.plan.num_unique * layer_params(s) - len(c.unused_layers) * kv_proj + s.hidden
             + router_params(cfg, s) + relaxation_params(cfg, s))
 
 
@@ -98,7 +120,8 @@ def relaxation_params(cfg: ModelConfig, s: ScaleShape) -> int:
     """
     if cfg.relaxation == "none":
         return 0
-    plan = plan_for(cfg, s)
+    c = counting(cfg, s.layers)
+    plan = c.plan
     if cfg.relaxation == "recursion_pe":
         return len(plan.recursions) * s.hidden
     slots = len({(u, r) for r, rec in enumerate(plan.recursions) for u in rec})
@@ -111,8 +134,7 @@ def relaxation_params(cfg: ModelConfig, s: ScaleShape) -> int:
         per_slot += 3 * C + 2 * kv + 2 * M
         kv_deltas += 2 * kv
     # slots whose layer calls all read shared KV never run their k/v deltas (tying.kv_unused)
-    _, no_kv = kv_unused(plan, kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions), cfg.kv)
-    return slots * per_slot - len(no_kv) * kv_deltas
+    return slots * per_slot - len(c.no_kv_slots) * kv_deltas
 
 
 def forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int,
@@ -120,7 +142,7 @@ def forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len
     """Forward FLOPs per input token, averaged over the sequence (see module docstring): the
     unshared first/last layers, each recursion (``recursion_flops_per_token``, expert-choice
     routers included), a token-choice router (run once, before recursion 1) and the LM head."""
-    plan = plan_for(cfg, s)
+    plan = counting(cfg, s.layers).plan
     unrouted = len(plan.prefix) + len(plan.suffix)
     flops = unrouted * (2 * (layer_params(s) - 2 * s.hidden) + 4 * s.hidden * seq_len)
     flops += sum(recursion_flops_per_token(cfg, s, seq_len, shares))
@@ -157,21 +179,14 @@ def recursion_flops_per_token(cfg: ModelConfig, s: ScaleShape, seq_len: int, sha
     MoR, its own router (one of the Nr router heads). The one count of a recursion's cost:
     ``forward_flops_per_token`` sums these. ``shares``: the tokens reaching each recursion
     as measured (either router type) instead of the design's."""
-    plan = plan_for(cfg, s)
+    c = counting(cfg, s.layers)
+    plan, producers = c.plan, c.producers
     per_layer_mm = 2 * (layer_params(s) - 2 * s.hidden)
     per_layer_attn = 4 * s.hidden * seq_len
     expert_choice = cfg.variant == "mor" and cfg.router.type == "expert_choice"
-    if shares:
-        fracs = list(shares)
-    elif expert_choice:
-        fracs = capacities(cfg.num_recursions, cfg.router.capacity)
-    elif cfg.variant == "mor":  # token-choice: balanced assignment (module docstring)
-        fracs = capacities(cfg.num_recursions)
-    else:
-        fracs = [1.0] * len(plan.recursions)
+    fracs = list(shares) if shares else list(c.shares)
     router = 2 * (router_params(cfg, s) - _router_bias_params(cfg)) / len(plan.recursions) if expert_choice else 0.0
     kv_proj_mm = 2 * 2 * s.hidden * s.kv_heads * s.head_dim  # K and V projections, forward
-    producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
     e = len(plan.prefix)  # effective index of the next layer
     out = []
     for r, (frac, rec) in enumerate(zip(fracs, plan.recursions)):
@@ -271,9 +286,8 @@ def kv_cache_entries(cfg: ModelConfig, s: ScaleShape, max_len: int, sizing: str 
 def layout_for(cfg: ModelConfig, s: ScaleShape, max_len: int, sizing: str = "capacity") -> list[SlotSpec]:
     """The KV layout (``mor.model.kv_layout.cache_layout``) of ``plan_for``'s plan: what a built
     model's ``cache_layout(cfg, model.plan, model.kv_producers, ...)`` gives, without the model."""
-    plan = plan_for(cfg, s)
-    producers = kv_producers(plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
-    return cache_layout(cfg, plan, producers, max_len, sizing)
+    c = counting(cfg, s.layers)
+    return cache_layout(cfg, c.plan, c.producers, max_len, sizing)
 
 
 def kv_cache_bytes(cfg: ModelConfig, s: ScaleShape, batch: int, max_len: int, bytes_per_elem: int = 2,

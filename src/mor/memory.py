@@ -46,10 +46,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mor.capacity import capacities
 from mor.config import ModelConfig, RunConfig, ScaleShape, model_shape
-from mor.flops import layer_params, param_count, plan_for
-from mor.model.tying import TyingPlan
+from mor.flops import counting, layer_params, param_count
 
 GiB = 1024**3
 RESERVE_FRACTION = 0.90  # of the GPU's memory, the rest left to fragmentation
@@ -99,13 +97,13 @@ def rope_bytes_per_token(s: ScaleShape, compute_bytes: int, micro_batch: int) ->
     return tables * s.head_dim * compute_bytes / micro_batch
 
 
-def layer_call_fractions(cfg: ModelConfig, s: ScaleShape, plan: TyingPlan | None = None
-                         ) -> tuple[list[float], list[float]]:
+def layer_call_fractions(cfg: ModelConfig, s: ScaleShape) -> tuple[list[float], list[float]]:
     """Per layer call in forward order, the fraction of the sequence it runs on; and per
-    routed recursion the fraction kept (MoR only, else empty). ``plan``: the model's tying plan
-    (``model.plan``, or ``plan_for``'s, computed once by the caller); by default ``plan_for``'s."""
-    plan = plan_for(cfg, s) if plan is None else plan
-    caps = capacities(len(plan.recursions), cfg.router.capacity) if cfg.variant == "mor" else []
+    routed recursion the fraction kept (MoR only, else empty): the plan and design shares every
+    count reads (``mor.flops.counting``), so memory and FLOPs size the same recursions."""
+    c = counting(cfg, s.layers)
+    plan = c.plan
+    caps = list(c.shares) if cfg.variant == "mor" else []
     calls = [1.0] * len(plan.prefix)
     for r, rec in enumerate(plan.recursions):
         calls += [caps[r] if caps else 1.0] * len(rec)
@@ -114,11 +112,10 @@ def layer_call_fractions(cfg: ModelConfig, s: ScaleShape, plan: TyingPlan | None
 
 
 def activation_bytes(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int, micro_batch: int,
-                     compute_bytes: int = 2, checkpointing: bool = False, loss_chunk: int = 0,
-                     plan: TyingPlan | None = None) -> dict[str, float]:
+                     compute_bytes: int = 2, checkpointing: bool = False, loss_chunk: int = 0) -> dict[str, float]:
     """Saved activations, the logits' peak and the recompute of one micro-batch, in bytes."""
     tokens = micro_batch * seq_len
-    calls, caps = layer_call_fractions(cfg, s, plan)
+    calls, caps = layer_call_fractions(cfg, s)
     per_call = layer_activation_bytes(s, compute_bytes) + rope_bytes_per_token(s, compute_bytes, micro_batch)
     C = s.hidden
     # per kept token of a routed recursion: expert-choice gathers the rows and writes back the
@@ -143,9 +140,8 @@ def activation_bytes(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int, 
 
 def training_memory(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int, micro_batch: int,
                     dtype: str = "bf16", world: int = 1, parallel: str = "ddp", checkpointing: bool = False,
-                    loss_chunk: int = 0, plan: TyingPlan | None = None) -> MemoryEstimate:
-    """Peak bytes on one of ``world`` GPUs training ``cfg`` at ``micro_batch`` sequences a pass
-    (``plan``: the model's tying plan when the caller holds it, as ``layer_call_fractions``)."""
+                    loss_chunk: int = 0) -> MemoryEstimate:
+    """Peak bytes on one of ``world`` GPUs training ``cfg`` at ``micro_batch`` sequences a pass."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}; choose one of {sorted(DTYPES)}")
     if parallel not in PARALLEL:
@@ -160,7 +156,7 @@ def training_memory(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int, m
         buffers = 0.0
     a = DTYPES[dtype]
     casts = 2 * P if a == 2 else 0.0
-    act = activation_bytes(cfg, s, vocab, seq_len, micro_batch, a, checkpointing, loss_chunk, plan)
+    act = activation_bytes(cfg, s, vocab, seq_len, micro_batch, a, checkpointing, loss_chunk)
     return MemoryEstimate(params=4 * P / shard, grads=4 * P / shard, optimizer=8 * P / shard, buffers=buffers,
                           weight_casts=casts, **act)
 
@@ -202,15 +198,14 @@ def pick_micro_batch(run: RunConfig, vocab: int, gpu_bytes: float, world: int = 
     ckpt = bool(execution and execution.activation_checkpointing)
     chunk = execution.loss_chunk if execution else 0
     usable = usable_bytes(gpu_bytes)
-    plan = plan_for(run.model, shape)  # once for every micro-batch tried
     best = None
     for mb in divisors(per_rank):
-        est = training_memory(run.model, shape, vocab, t.seq_len, mb, dtype, world, parallel, ckpt, chunk, plan)
+        est = training_memory(run.model, shape, vocab, t.seq_len, mb, dtype, world, parallel, ckpt, chunk)
         if est.total <= usable:
             best = Fit(mb, est, True, usable)
         else:
             break  # memory grows with the micro-batch
     if best is None:
-        est = training_memory(run.model, shape, vocab, t.seq_len, 1, dtype, world, parallel, ckpt, chunk, plan)
+        est = training_memory(run.model, shape, vocab, t.seq_len, 1, dtype, world, parallel, ckpt, chunk)
         best = Fit(1, est, False, usable)
     return best

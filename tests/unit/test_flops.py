@@ -103,3 +103,30 @@ def test_counts_use_the_model_s_own_plan_computed_once():
     assert plan_for(dataclasses.replace(cfg), dataclasses.replace(s)) is plan  # an equal config: the same plan
     deeper = plan_for(cfg, dataclasses.replace(s, layers=s.layers + 3))
     assert len(deeper.order) > len(plan.order)  # the depth is part of the key
+
+
+@pytest.mark.parametrize("variant,kv,router,capacity,shares", [
+    ("mor", "shared", "expert_choice", (), (1.0, 2 / 3, 1 / 3)),
+    ("mor", "recursion_wise", "expert_choice", (1.0, 0.5, 0.25), (1.0, 0.5, 0.25)),
+    ("mor", "shared_dagger", "token_choice", (1.0, 0.5, 0.25), (1.0, 2 / 3, 1 / 3)),  # balanced, not the capacity
+    ("recursive", "shared", "expert_choice", (), (1.0, 1.0, 1.0)),
+    ("vanilla", "shared", "expert_choice", (), (1.0,))])
+def test_counting_is_what_the_built_model_holds(variant, kv, router, capacity, shares):
+    """Every count (FLOPs, parameters, memory, KV sizing) reads one ``Counting`` per config and
+    depth; it must be the built model's own plan, KV producers and never-run K/V projections
+    (read off the model: ``model.unused_parameter_names``), and the design shares written out
+    here by hand: expert-choice keeps its capacities (hierarchical by default), token-choice
+    the balanced assignment whatever capacity the config carries, no router every token."""
+    from mor.config import RouterConfig
+    from mor.flops import counting
+    from mor.model.transformer import build_model
+
+    s = load_scales()["tiny"]
+    cfg = ModelConfig(scale="tiny", variant=variant, kv=kv, tying="sequence", num_recursions=3 if variant != "vanilla" else 2,
+                      router=RouterConfig(type=router, capacity=capacity))
+    model = build_model(cfg, s, 50, device="meta")
+    c = counting(cfg, s.layers)
+    assert c.plan == model.plan and c.producers == tuple(model.kv_producers)
+    unused = {int(n.split(".")[1]) for n in model.unused_parameter_names() if n.startswith("unique_layers.")}
+    assert c.unused_layers == unused and (kv == "shared") == bool(unused)
+    assert c.shares == pytest.approx(shares)
