@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from helpers.paths import REPO
 from mor.claims import CLAIMS, SPEC_FILE, Claim, Seed, Spec, evaluate, kv_pairs, load_frames, load_specs
+from mor.claims.registry import load_reanalyses
 from mor.config import ModelConfig, RunConfig, TrainConfig
 from mor.results import write_rows
 from mor.stats import Design, critical_t, interval
@@ -549,6 +551,12 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     assert {"claim", "verdict", "n seeds", "raw lo", "raw hi", "p", "p Holm", "MDE", "paper sentence", "decided by"} <= set(csv)
     html = (tmp_path / "tables" / "claims" / "claims.html").read_text()
     assert html.count("<table") == 1 and html.count("<tr") == len(CLAIMS) + 1
+    # the shipped re-analysis opens the table, each recorded verdict against this table's own
+    (record,) = load_reanalyses(mode="local")
+    now = dict(zip(csv["claim"], csv["verdict"]))
+    assert md.index("**Re-analysis.**") < md.index("(after Holm)") and "Re-analysis." in html
+    for c, before in record.verdicts_before.items():
+        assert (f"{c} {before} -> {now[c]}" in md) == (now[c] != before)
 
 
 def test_holm_family_is_every_built_claim_not_only_the_tested_ones():
@@ -874,3 +882,35 @@ def test_aux_separates_describes_the_groups_overlap_beside_its_location_test():
     from mor.claims.predicates import overlap
 
     assert overlap([0.5, 0.5, 0.0], [0.0, 0.5, 0.5]) == 0.5 and overlap([1, 0], [0, 1]) == 0.0
+
+
+def test_reanalysis_notice_names_what_moved_and_what_did_not(tmp_path):
+    """The claims table opens with every re-analysis: a verdict the record has and the table
+    differs on is named before -> now; an equal one is 'unchanged'; a record whose verdicts all
+    stand says no verdict changed. A malformed record is an error naming its entry."""
+    from mor.claims.registry import Reanalysis, load_reanalyses
+    from mor.claims.render import reanalysis_notice
+
+    r = Reanalysis(mode="local", date="d", issues=(1,), why="w", runs="seeds 9-28", commit_before="abc",
+                   verdicts_before={"deeper-recursion": "holds", "aux-separates": "contradicted"})
+    (text,) = reanalysis_notice((r,), {"deeper-recursion": "inconclusive", "aux-separates": "contradicted"})
+    assert "1 verdict(s) changed: deeper-recursion holds -> inconclusive; unchanged: aux-separates contradicted." in text
+    assert "seeds 9-28" in text and "abc" in text and "issue 1)" in text
+    (same,) = reanalysis_notice((r,), {"deeper-recursion": "holds", "aux-separates": "contradicted"})
+    assert "no verdict changed" in same and "->" not in same
+    assert reanalysis_notice((), {"deeper-recursion": "holds"}) == []
+    spec = yaml.safe_load(SPEC_FILE.read_text())
+    assert load_reanalyses(mode="cluster") == () and len(load_reanalyses()) == len(spec["reanalyses"])
+    for bad, words in ((dict(verdicts_before={"deeper-recursion": "held"}), "held"),
+                       (dict(verdicts_before={"no-such-claim": "holds"}), "no-such-claim"),
+                       (dict(commit_before=None), None)):
+        entry = {**spec["reanalyses"][0], **bad}
+        if words is None:
+            del entry["commit_before"]
+        f = tmp_path / "c.yaml"
+        f.write_text(yaml.safe_dump({**spec, "reanalyses": [entry]}))
+        with pytest.raises(ValueError, match=r"reanalyses\[0\]" + (f".*{words}" if words else "")):
+            load_reanalyses(f)
+    f.write_text(yaml.safe_dump({**spec, "reanalysis": spec["reanalyses"]}))
+    with pytest.raises(ValueError, match="unknown top-level key.*reanalysis"):
+        load_specs(f)

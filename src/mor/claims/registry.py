@@ -182,6 +182,52 @@ def _skew(entry, path) -> float:
     return float(entry["lognormal_sigma"])
 
 
+VERDICTS = ("holds", "contradicted", "inconclusive")
+REANALYSIS_KEYS = {"mode", "date", "issues", "why", "runs", "commit_before", "verdicts_before"}
+
+
+@dataclass(frozen=True)
+class Reanalysis:
+    """A change of test made after the verdicts it changes had been seen (grids/claims/claims.yaml
+    ``reanalyses``). It changes no test; it is the record the claims table opens with, so a
+    reader learns which verdicts the change moved and that those runs were decided twice."""
+
+    mode: str
+    date: str
+    issues: tuple[int, ...]
+    why: str
+    runs: str  # the runs first decided (which seeds, trained at which commit)
+    commit_before: str  # the claims code that decided them first
+    verdicts_before: dict = field(hash=False)  # claim id -> its verdict at commit_before, on those runs
+
+
+def load_reanalyses(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Reanalysis, ...]:
+    """The file's re-analyses of ``mode`` (every one with no mode), oldest first; a missing key,
+    an unknown claim id or verdict is an error naming the entry."""
+    raw = yaml.safe_load(Path(path).read_text()).get("reanalyses") or []
+    out = []
+    ids = {c.id for c in CLAIMS}
+    for i, e in enumerate(raw):
+        where = f"{path}: reanalyses[{i}]"
+        if not isinstance(e, dict) or set(e) != REANALYSIS_KEYS or not e["why"]:
+            raise ValueError(f"{where} needs exactly {sorted(REANALYSIS_KEYS)}, got "
+                             f"{sorted(e) if isinstance(e, dict) else e!r}")
+        before = dict(e["verdicts_before"] or {})
+        bad = sorted(set(before) - ids) + sorted(f"{k}: {v}" for k, v in before.items() if v not in VERDICTS)
+        if not before or bad:
+            raise ValueError(f"{where}.verdicts_before: unknown claim id(s) or verdict(s) {bad or 'none given'} "
+                             f"(verdicts: {', '.join(VERDICTS)})")
+        r = Reanalysis(mode=str(e["mode"]), date=str(e["date"]), issues=tuple(int(n) for n in e["issues"]),
+                       why=str(e["why"]), runs=str(e["runs"]), commit_before=str(e["commit_before"]),
+                       verdicts_before=before)
+        if mode is None or r.mode == mode:
+            out.append(r)
+    return tuple(out)
+
+
+TOP_KEYS = {"design", "claims", "reanalyses"}
+
+
 def load_specs(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Design, dict[str, Spec]]:
     """The design and every claim's spec; a claim id the file names that no claim has, a
     claim the file leaves out, or a margin / threshold without its source is an error.
@@ -189,6 +235,8 @@ def load_specs(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Design,
     fresh seed, with the reason it differs) where the file gives one; otherwise, and with no
     mode, ``design``'s."""
     raw = yaml.safe_load(Path(path).read_text())
+    if set(raw) - TOP_KEYS:
+        raise ValueError(f"{path}: unknown top-level key(s) {sorted(set(raw) - TOP_KEYS)} (known: {sorted(TOP_KEYS)})")
     d = dict(raw["design"])
     by_mode = d.pop("by_mode", None) or {}
     for name, over in by_mode.items():

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from mor.atomic import remove_stale, replace_dir, temp_sibling
-from mor.claims.registry import CLAIMS, SPEC_FILE, load_family, load_specs
+from mor.claims.registry import CLAIMS, SPEC_FILE, Reanalysis, load_family, load_reanalyses, load_specs
 from mor.claims.verdict import evaluate, verdict_note
 from mor.results import read_frame
 
@@ -75,6 +75,23 @@ def rounds_note(rounds: list[dict]) -> str:
             f"{last['spent']:.1f} of {last['budget']:g} {last['unit']} planned for added seeds. " + " ".join(parts))
 
 
+def reanalysis_notice(reanalyses: tuple[Reanalysis, ...], verdicts: dict[str, str]) -> list[str]:
+    """One paragraph per re-analysis for the top of the claims table: what changed after its
+    verdicts were seen, and, claim by claim, the verdict recorded before against this table's
+    (``verdicts``: claim id -> verdict), the moved ones first. Pure: the record and the table."""
+    out = []
+    for r in reanalyses:
+        moved = [f"{c} {v} -> {verdicts.get(c, 'not in this table')}" for c, v in r.verdicts_before.items()
+                 if verdicts.get(c) != v]
+        kept = [f"{c} {v}" for c, v in r.verdicts_before.items() if verdicts.get(c) == v]
+        head = (f"Tests changed after these verdicts were seen ({r.date}, issue{'s' if len(r.issues) > 1 else ''} "
+                f"{', '.join(str(i) for i in r.issues)}): {r.why}. On {r.runs}, the claims code at {r.commit_before} "
+                f"decided {len(r.verdicts_before)} claim(s); against this table, ")
+        head += (f"{len(moved)} verdict(s) changed: {'; '.join(moved)}" if moved else "no verdict changed")
+        out.append(head + (f"; unchanged: {'; '.join(kept)}." if kept else "."))
+    return out
+
+
 SHOWN = ["claim", "statement", "verdict", "n seeds", "mean effect", "raw lo", "raw hi", "interval", "p", "p Holm",
          "MDE", "chance next look", "paper effect", "seeds needed", "per seed", "note"]
 
@@ -104,6 +121,7 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
     title = f"The paper's claims, checked (mode '{mode}')"
     intro = (f"{summary} (after Holm). From {results_dir} (grids {', '.join(sorted(frames)) or 'none'}; "
              f"commit(s) {', '.join(commits) or '-'}).")
+    notices = reanalysis_notice(load_reanalyses(spec, mode), dict(zip(table["claim"], table["verdict"])))
     note = verdict_note(design)
     if rounds:
         note += " " + rounds_note(rounds)
@@ -114,7 +132,7 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
     tmp.mkdir()
     try:
         (tmp / "claims.md").write_text(
-            f"# {title}\n\n{intro}\n\n{note}\n\n" + shown.to_markdown(index=False) + "\n\n## Each claim\n\n"
+            f"# {title}\n\n" + "".join(f"> **Re-analysis.** {n}\n\n" for n in notices) + f"{intro}\n\n{note}\n\n" + shown.to_markdown(index=False) + "\n\n## Each claim\n\n"
             + "\n".join(f"- **{r['claim']}** ({r['paper evidence']}): \"{r['paper sentence']}\". Comparisons: {r['effect']}. "
                         f"Decided by {r['decided by'] or '-'}." for _, r in table.iterrows()) + "\n")
         table.to_csv(tmp / "claims.csv", index=False)
@@ -124,7 +142,8 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
             skews = skew_table(frames, design, specs, family)
             skews.to_csv(tmp / "skew.csv", index=False)
             (tmp / "skew.md").write_text(skew_markdown(skews, design))
-        body = "".join(f"<p>{html.escape(p)}</p>" for p in (intro, note))
+        body = "".join(f"<p><strong>Re-analysis.</strong> {html.escape(n)}</p>" for n in notices)
+        body += "".join(f"<p>{html.escape(p)}</p>" for p in (intro, note))
         (tmp / "claims.html").write_text(
             f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>claims</title></head><body>"
             f"<h2>{html.escape(title)}</h2>{body}{shown.to_html(index=False, na_rep='', border=0, classes='mor-table')}"
