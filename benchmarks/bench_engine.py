@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import random
 import statistics
 import time
@@ -459,7 +460,8 @@ def main() -> None:
             bound = sum(realised(last[name])) / B
             print(f"{name:7s} {vname:10s}  {meas:8.3f}  {pred_real:19.3f}  {pred:17.3f}  {meas / pred_real:17.3f}  "
                   f"{fill:.3f}  {ppt:12.4f}  {bound:10.4f}  {ppt / bound:.3f}")
-            wmeas = statistics.median(f / g for f, g in zip(win[name], win[vname]))
+            empty = not all(win[name]) or not all(win[vname])  # no pass with requests waiting or >= 2B live
+            wmeas = math.nan if empty else statistics.median(f / g for f, g in zip(win[name], win[vname]))
             alpha, beta = pass_fit([(last[k], len(models[k].plan.recursions[0])) for k in (name, vname)])
             kappa = alpha / beta
             pm = pass_units(last[vname], models[vname], kappa) / pass_units(last[name], models[name], kappa)
@@ -468,7 +470,10 @@ def main() -> None:
             tail = lambda r: sum(t for t, w_, l_ in zip(ts(r), r.waiting, r.live) if w_ == 0 and l_ < 2 * B)  # noqa: E731
             tail_tok = lambda r: r.tokens - r.window(True)["tokens"]  # noqa: E731
             tail_speed = (tail_tok(last[name]) / tail(last[name])) / (tail_tok(last[vname]) / tail(last[vname]))
-            print(f"{'':7s} window: measured {wmeas:.3f} = {wmeas / pred_real:.3f} of realised-predicted; pass model "
+            window = (f"EMPTY ({len(reqs)} requests at batch {B}: no pass had requests waiting or >= 2B live; "
+                      f"run >= 3B = {3 * B} requests)" if empty else
+                      f"measured {wmeas:.3f} = {wmeas / pred_real:.3f} of realised-predicted")
+            print(f"{'':7s} window: {window}; pass model "
                   f"(kappa {kappa:.1f} rows per layer call): predicted {pm:.3f} (kappa 0: {pf:.3f}), measured/pass model "
                   f"{meas / pm:.3f}; drain tail (no request waiting, < 2B live): {tail(last[name]) / sum(ts(last[name])):.2f} "
                   f"of {name}'s pass time, {tail(last[vname]) / sum(ts(last[vname])):.2f} of {vname}'s, "

@@ -640,13 +640,17 @@ def test_variable_length_prompts_are_prefilled_together():
 STATE_TOL = 1e-5  # fp32: padded rows, wider tables and another summation order, nothing more
 
 
+PADDING = (2, 4)  # row buckets of the state checks: 1 and 3 live rows run padded, as a GPU's 1, 2, 4, 8 ... do
+
+
 def _graph_states(model, reqs, warmup: bool, batch: int = 3):
     """(engine, FakeGraphs, its states after every pass) of the static path driven through its
-    device branch on the CPU (helpers.engine.FakeGraphs), and the eager path's states."""
+    device branch on the CPU (helpers.engine.FakeGraphs), at row buckets that pad (a CPU's own
+    pad nothing, a GPU's do), and the eager path's states."""
     eager = Engine(model, batch=batch, max_len=MAX_LEN, graphs=False, pad=False)
     want = pass_states(eager)
     eager.run(reqs)
-    eng = Engine(model, batch=batch, max_len=MAX_LEN, graphs=True, warmup=warmup)
+    eng = Engine(model, batch=batch, max_len=MAX_LEN, graphs=True, warmup=warmup, buckets=PADDING)
     fake = eng.stepper.graph_backend = FakeGraphs(eng.stepper)
     if warmup:
         eng.warmup()  # before the record: its passes run over padding rows only
@@ -669,6 +673,8 @@ def test_captured_passes_leave_the_eager_state(tying, router):
     reqs = requests(9)
     res, fake, dev = _graph_states(model, reqs, warmup=False)
     assert res.captures == len(fake.graphs) > 3 and sum(g.replays for g in fake.graphs) == res.steps - res.kinds.count("prefill")
+    assert sum(p > r for p, r in zip(res.padded, res.rows)) > 0  # the state above was checked over padded passes
+    assert {p for k, p in zip(res.kinds, res.padded) if k == "block"} <= set(PADDING)
     assert dev <= STATE_TOL, f"state after a captured pass differs from the eager path's by {dev:.3g}"
     assert res.outputs == {r.id: solo(model, r) for r in reqs}
 
