@@ -556,7 +556,8 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     now = dict(zip(csv["claim"], csv["verdict"]))
     assert md.index("**Re-analysis.**") < md.index("(after Holm)") and "Re-analysis." in html
     for c, before in record.verdicts_before.items():
-        assert (f"{c} {before} -> {now[c]}" in md) == (now[c] != before)
+        moved = now[c] != before and now[c] not in ("not built", "not tested in this mode")
+        assert (f"{c} {before} -> {now[c]}" in md) == moved
 
 
 def test_holm_family_is_every_built_claim_not_only_the_tested_ones():
@@ -885,32 +886,38 @@ def test_aux_separates_describes_the_groups_overlap_beside_its_location_test():
 
 
 def test_reanalysis_notice_names_what_moved_and_what_did_not(tmp_path):
-    """The claims table opens with every re-analysis: a verdict the record has and the table
-    differs on is named before -> now; an equal one is 'unchanged'; a record whose verdicts all
-    stand says no verdict changed. A malformed record is an error naming its entry."""
+    """The claims table opens with every re-analysis: a recorded verdict this table differs on
+    is named before -> now; an equal one 'the same'; a claim this table does not decide (not
+    built, not in its mode) is said so, never called a change. A malformed record is an error
+    naming its entry, raised by load_specs too (before any job reads the design)."""
     from mor.claims.registry import Reanalysis, load_reanalyses
     from mor.claims.render import reanalysis_notice
 
     r = Reanalysis(mode="local", date="d", issues=(1,), why="w", runs="seeds 9-28", commit_before="abc",
-                   verdicts_before={"deeper-recursion": "holds", "aux-separates": "contradicted"})
-    (text,) = reanalysis_notice((r,), {"deeper-recursion": "inconclusive", "aux-separates": "contradicted"})
-    assert "1 verdict(s) changed: deeper-recursion holds -> inconclusive; unchanged: aux-separates contradicted." in text
+                   verdicts_before={"deeper-recursion": "holds", "aux-separates": "contradicted",
+                                    "balancing-nll": "holds"})
+    (text,) = reanalysis_notice((r,), {"deeper-recursion": "inconclusive", "aux-separates": "contradicted",
+                                       "balancing-nll": "not built"})
+    assert ("1 differ (deeper-recursion holds -> inconclusive), the same: aux-separates contradicted, "
+            "not decided here: balancing-nll (not built).") in text
     assert "seeds 9-28" in text and "abc" in text and "issue 1)" in text
-    (same,) = reanalysis_notice((r,), {"deeper-recursion": "holds", "aux-separates": "contradicted"})
-    assert "no verdict changed" in same and "->" not in same
+    (same,) = reanalysis_notice((r,), {"deeper-recursion": "holds", "aux-separates": "contradicted",
+                                       "balancing-nll": "not tested in this mode"})
+    assert "none differs" in same and "->" not in same and "balancing-nll (not tested in this mode)" in same
     assert reanalysis_notice((), {"deeper-recursion": "holds"}) == []
     spec = yaml.safe_load(SPEC_FILE.read_text())
     assert load_reanalyses(mode="cluster") == () and len(load_reanalyses()) == len(spec["reanalyses"])
+    good = spec["reanalyses"][0]
     for bad, words in ((dict(verdicts_before={"deeper-recursion": "held"}), "held"),
                        (dict(verdicts_before={"no-such-claim": "holds"}), "no-such-claim"),
-                       (dict(commit_before=None), None)):
-        entry = {**spec["reanalyses"][0], **bad}
-        if words is None:
-            del entry["commit_before"]
+                       (dict(verdicts_before=["holds"]), "mapping"),
+                       (dict(issues=47), "issues"), (dict(issues=[]), "issues"),
+                       (dict(mode="locl"), "locl"), (dict(why=""), "needs exactly")):
         f = tmp_path / "c.yaml"
-        f.write_text(yaml.safe_dump({**spec, "reanalyses": [entry]}))
-        with pytest.raises(ValueError, match=r"reanalyses\[0\]" + (f".*{words}" if words else "")):
-            load_reanalyses(f)
+        f.write_text(yaml.safe_dump({**spec, "reanalyses": [{**good, **bad}]}))
+        for load in (load_reanalyses, load_specs):
+            with pytest.raises(ValueError, match=r"reanalyses\[0\].*" + words):
+                load(f)
     f.write_text(yaml.safe_dump({**spec, "reanalysis": spec["reanalyses"]}))
     with pytest.raises(ValueError, match="unknown top-level key.*reanalysis"):
         load_specs(f)

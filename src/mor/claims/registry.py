@@ -203,23 +203,31 @@ class Reanalysis:
 
 def load_reanalyses(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Reanalysis, ...]:
     """The file's re-analyses of ``mode`` (every one with no mode), oldest first; a missing key,
-    an unknown claim id or verdict is an error naming the entry."""
-    raw = yaml.safe_load(Path(path).read_text()).get("reanalyses") or []
+    a mode the design does not name, no issue, an unknown claim id or verdict is an error
+    naming the entry (``load_specs`` checks them too, so a bad record fails before any job)."""
+    raw = yaml.safe_load(Path(path).read_text())
+    modes = set((raw["design"].get("family") or {})) | set(raw["design"].get("by_mode") or {})
     out = []
     ids = {c.id for c in CLAIMS}
-    for i, e in enumerate(raw):
+    for i, e in enumerate(raw.get("reanalyses") or []):
         where = f"{path}: reanalyses[{i}]"
         if not isinstance(e, dict) or set(e) != REANALYSIS_KEYS or not e["why"]:
             raise ValueError(f"{where} needs exactly {sorted(REANALYSIS_KEYS)}, got "
                              f"{sorted(e) if isinstance(e, dict) else e!r}")
-        before = dict(e["verdicts_before"] or {})
-        bad = sorted(set(before) - ids) + sorted(f"{k}: {v}" for k, v in before.items() if v not in VERDICTS)
+        if e["mode"] not in modes:
+            raise ValueError(f"{where}.mode: {e['mode']!r} is no mode of design.family / design.by_mode {sorted(modes)}")
+        issues = e["issues"]
+        if not isinstance(issues, list) or not issues or not all(isinstance(n, int) for n in issues):
+            raise ValueError(f"{where}.issues: a non-empty list of issue numbers, got {issues!r}")
+        before = e["verdicts_before"]
+        bad = (sorted(set(before) - ids) + sorted(f"{k}: {v}" for k, v in before.items() if v not in VERDICTS)
+               if isinstance(before, dict) else [repr(before)])
         if not before or bad:
-            raise ValueError(f"{where}.verdicts_before: unknown claim id(s) or verdict(s) {bad or 'none given'} "
-                             f"(verdicts: {', '.join(VERDICTS)})")
-        r = Reanalysis(mode=str(e["mode"]), date=str(e["date"]), issues=tuple(int(n) for n in e["issues"]),
-                       why=str(e["why"]), runs=str(e["runs"]), commit_before=str(e["commit_before"]),
-                       verdicts_before=before)
+            raise ValueError(f"{where}.verdicts_before: a mapping of claim id -> verdict; unknown or bad "
+                             f"{bad or 'none given'} (verdicts: {', '.join(VERDICTS)})")
+        r = Reanalysis(mode=str(e["mode"]), date=str(e["date"]), issues=tuple(issues), why=" ".join(str(e["why"]).split()),
+                       runs=" ".join(str(e["runs"]).split()), commit_before=str(e["commit_before"]),
+                       verdicts_before=dict(before))
         if mode is None or r.mode == mode:
             out.append(r)
     return tuple(out)
@@ -237,6 +245,7 @@ def load_specs(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Design,
     raw = yaml.safe_load(Path(path).read_text())
     if set(raw) - TOP_KEYS:
         raise ValueError(f"{path}: unknown top-level key(s) {sorted(set(raw) - TOP_KEYS)} (known: {sorted(TOP_KEYS)})")
+    load_reanalyses(path)  # a malformed record fails here, before any job reads the design
     d = dict(raw["design"])
     by_mode = d.pop("by_mode", None) or {}
     for name, over in by_mode.items():

@@ -75,20 +75,32 @@ def rounds_note(rounds: list[dict]) -> str:
             f"{last['spent']:.1f} of {last['budget']:g} {last['unit']} planned for added seeds. " + " ".join(parts))
 
 
+UNDECIDED_HERE = ("not built", "not tested in this mode")  # statuses that are no verdict of this table's
+
+
 def reanalysis_notice(reanalyses: tuple[Reanalysis, ...], verdicts: dict[str, str]) -> list[str]:
     """One paragraph per re-analysis for the top of the claims table: what changed after its
-    verdicts were seen, and, claim by claim, the verdict recorded before against this table's
-    (``verdicts``: claim id -> verdict), the moved ones first. Pure: the record and the table."""
+    verdicts were seen, the verdicts recorded then (on the runs it names), and this table's
+    own for the same claims: the ones that differ first, then the same, then the claims this
+    table does not decide (not built, not in its mode). The record names its runs; whether
+    this table read those runs is the reader's to check (its intro names what it read).
+    Pure: the record and the table (``verdicts``: claim id -> verdict)."""
     out = []
     for r in reanalyses:
-        moved = [f"{c} {v} -> {verdicts.get(c, 'not in this table')}" for c, v in r.verdicts_before.items()
-                 if verdicts.get(c) != v]
-        kept = [f"{c} {v}" for c, v in r.verdicts_before.items() if verdicts.get(c) == v]
-        head = (f"Tests changed after these verdicts were seen ({r.date}, issue{'s' if len(r.issues) > 1 else ''} "
+        now = {c: verdicts.get(c, "not built") for c in r.verdicts_before}
+        differ = [f"{c} {v} -> {now[c]}" for c, v in r.verdicts_before.items()
+                  if now[c] != v and now[c] not in UNDECIDED_HERE]
+        same = [f"{c} {v}" for c, v in r.verdicts_before.items() if now[c] == v]
+        absent = [f"{c} ({now[c]})" for c in r.verdicts_before if now[c] in UNDECIDED_HERE]
+        text = (f"Tests changed after these verdicts were seen ({r.date}, issue{'s' if len(r.issues) > 1 else ''} "
                 f"{', '.join(str(i) for i in r.issues)}): {r.why}. On {r.runs}, the claims code at {r.commit_before} "
-                f"decided {len(r.verdicts_before)} claim(s); against this table, ")
-        head += (f"{len(moved)} verdict(s) changed: {'; '.join(moved)}" if moved else "no verdict changed")
-        out.append(head + (f"; unchanged: {'; '.join(kept)}." if kept else "."))
+                f"decided {len(r.verdicts_before)} claim(s). This table's verdicts: ")
+        parts = [f"{len(differ)} differ ({'; '.join(differ)})" if differ else "none differs"]
+        if same:
+            parts.append(f"the same: {'; '.join(same)}")
+        if absent:
+            parts.append(f"not decided here: {'; '.join(absent)}")
+        out.append(text + ", ".join(parts) + ".")
     return out
 
 
