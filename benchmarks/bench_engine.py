@@ -469,7 +469,8 @@ def main() -> None:
             ts = lambda r: r.pass_cpu_s or r.pass_s  # noqa: E731
             tail = lambda r: sum(t for t, w_, l_ in zip(ts(r), r.waiting, r.live) if w_ == 0 and l_ < 2 * B)  # noqa: E731
             tail_tok = lambda r: r.tokens - r.window(True)["tokens"]  # noqa: E731
-            tail_speed = (tail_tok(last[name]) / tail(last[name])) / (tail_tok(last[vname]) / tail(last[vname]))
+            speed = lambda r: tail_tok(r) / tail(r) if tail(r) else math.nan  # noqa: E731 (no drain tail: nan)
+            tail_speed = speed(last[name]) / speed(last[vname]) if speed(last[vname]) else math.nan
             window = (f"EMPTY ({len(reqs)} requests at batch {B}: no pass had requests waiting or >= 2B live; "
                       f"run >= 3B = {3 * B} requests)" if empty else
                       f"measured {wmeas:.3f} = {wmeas / pred_real:.3f} of realised-predicted")

@@ -71,14 +71,14 @@ class BlockManager:
         return self.num_blocks - len(self.free)
 
     def needed(self, writes: list[tuple[int, list[int]]]) -> int:
-        """New blocks that appending one entry at each (slot, columns) would take."""
-        ss, cc = [], []
-        for s, cols in writes:
-            ss += [s] * len(cols)
-            cc += cols
-        if not ss:
+        """New blocks that appending one entry at each (slot, columns) would take: an entry
+        past a column's last block takes one (asked before every pass: one numpy gather)."""
+        if not writes:
             return 0
-        return int((self.length[ss, cc] == self.nblocks[ss, cc] * self.bs).sum())
+        counts = [len(cols) for _, cols in writes]
+        ss = np.repeat(np.fromiter((s for s, _ in writes), dtype=np.int64, count=len(writes)), counts)
+        cc = np.fromiter((c for _, cols in writes for c in cols), dtype=np.int64, count=int(sum(counts)))
+        return int(np.count_nonzero(self.length[ss, cc] == self.nblocks[ss, cc] * self.bs))
 
     def worst_case(self, tokens: int) -> int:
         """Blocks a sequence of ``tokens`` fed tokens takes if every token reaches every layer."""
