@@ -21,7 +21,7 @@ from mor.claims import CLAIMS, SPEC_FILE, Claim, Seed, Spec, evaluate, kv_pairs,
 from mor.claims.registry import load_reanalyses
 from mor.config import ModelConfig, RunConfig, TrainConfig
 from mor.results import write_rows
-from mor.stats import Design, critical_t, interval
+from mor.stats import critical_t, interval
 
 SCHEMES = ("cycle", "sequence", "middle_cycle", "middle_sequence")
 CLAIM = {c.id: c for c in CLAIMS}
@@ -866,6 +866,26 @@ def test_the_pilot_counts_from_the_claims_own_first_seed_not_its_grids():
     row = evaluate(frames, claims, dataclasses.replace(DESIGN, looks=(20,), first_seed=9), specs).iloc[0]
     assert row["n seeds"] == 20 and abs(row["mean effect"]) < 0.2
     assert "9 pilot seed(s) below design's first fresh seed 109" in row["note"] and "3 seed(s) of its grid with no comparison" in row["note"]
+
+
+def test_the_pilot_counts_from_the_blocks_first_seed_as_the_grid_gives_it_when_its_runs_failed():
+    """The claim's block starts at seed 0, whose run failed (no row). Given the blocks' first
+    seeds (``first_seeds``, as a round of the design passes them from its grids) the pilot is
+    still 0-8 and the 20 fresh seeds 9-28 are read; read off the data, the claim's first seed
+    moves to 1 and the pilot swallows fresh seed 9. With every run present both agree."""
+    claims, specs = _family()
+    decided = {"grid": "sim", "runs": ["x"], "why": "t"}
+    claims, specs = claims[:1], {"a": dataclasses.replace(specs["a"], decided_by=decided)}
+    seeds = np.arange(29)
+    effect = np.where(seeds < 9, 5.0, 0.0) + 0.1 * np.random.default_rng(6).normal(size=29)
+    design, first = dataclasses.replace(DESIGN, looks=(20,), first_seed=9), {("sim", "x"): 0}
+    failed = {"sim": pd.DataFrame({"seed": seeds[1:], "a0": effect[1:]})}
+    row = evaluate(failed, claims, design, specs, first_seeds=first).iloc[0]
+    assert row["n seeds"] == 20 and abs(row["mean effect"]) < 0.2
+    assert "8 pilot seed(s) below design's first fresh seed 9 not read (they sized this design): 1, 2, 3, 4, 5, 6, 7, 8" in row["note"]
+    every = {"sim": pd.DataFrame({"seed": seeds, "a0": effect})}
+    pd.testing.assert_series_equal(evaluate(every, claims, design, specs, first_seeds=first).iloc[0],
+                                   evaluate(every, claims, design, specs).iloc[0])
 
 
 def test_aux_separates_describes_the_groups_overlap_beside_its_location_test():

@@ -5,6 +5,7 @@ CPU budget; blocks shared by claims are paid once. The round's files and command
 
 from __future__ import annotations
 
+import json
 
 import pandas as pd
 import pytest
@@ -141,6 +142,21 @@ def test_budget_and_run_counts_from_the_shipped_files():
                    ("deciding", "balancing"): 2}
 
 
+def _null_rows(runs, rng) -> list[dict]:
+    """Result rows of the deciding grid's runs with no effects (NLL, MaxVio and entropy noise)."""
+    import json
+
+    return [{"run_id": r.run_id, "grid": "deciding", "config_hash": r.config.config_hash, "git_commit": "abc",
+             "mode": "local", "scale": r.config.model.scale, "paper_scale": r.config.paper_scale,
+             "seed": r.config.train.seed, "variant": r.config.model.variant,
+             "tying": None if r.config.model.variant == "vanilla" else r.config.model.tying,
+             "num_recursions": r.config.model.num_recursions, "reduced": r.config.model.reduced, "n_params": 1,
+             "unique_layers": 1, "effective_layers": 1, "val_nll": 3.7 + rng.normal(0, 0.02),
+             "router_type": r.config.model.router.type if r.config.model.variant == "mor" else None,
+             "max_vio": rng.normal(1, 0.3), "entropy": rng.normal(1, 0.3), "config_json": json.dumps(r.config.to_dict())}
+            for r in runs]
+
+
 def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
     """Results of the deciding grid's 3 seeds with no effects. The command plans the local
     mode's design: of the deciding grid's claims only the balancing pair is in the local
@@ -155,16 +171,7 @@ def test_the_command_plans_from_results_on_disk(tmp_path, capsys):
     from mor.results import write_rows
 
     grid = load_grid(REPO / "grids" / "deciding.yaml", "local")
-    rng = np.random.default_rng(0)
-    rows = [{"run_id": r.run_id, "grid": "deciding", "config_hash": r.config.config_hash, "git_commit": "abc",
-             "mode": "local", "scale": r.config.model.scale, "paper_scale": r.config.paper_scale,
-             "seed": r.config.train.seed, "variant": r.config.model.variant,
-             "tying": None if r.config.model.variant == "vanilla" else r.config.model.tying,
-             "num_recursions": r.config.model.num_recursions, "reduced": r.config.model.reduced, "n_params": 1,
-             "unique_layers": 1, "effective_layers": 1, "val_nll": 3.7 + rng.normal(0, 0.02),
-             "router_type": r.config.model.router.type if r.config.model.variant == "mor" else None,
-             "max_vio": rng.normal(1, 0.3), "entropy": rng.normal(1, 0.3), "config_json": json.dumps(r.config.to_dict())}
-            for r in grid.runs]
+    rows = _null_rows(grid.runs, np.random.default_rng(0))
     (tmp_path / "results").mkdir()
     write_rows(tmp_path / "results" / "deciding.parquet", rows)
     import pandas as pd
@@ -224,3 +231,70 @@ def test_the_rule_reads_a_grids_own_seeds_off_the_grid_as_its_file_gives_them(mo
             raise_cost = {len(set(seed_offsets(o, reach + 4, first_seed)) - set(seed_offsets(o, reach, first_seed)))
                           for o in (own, held[(name, first)])}
             assert raise_cost == {4}, (name, first_seed, raise_cost)
+
+
+LATE_BLOCK = """
+name: g
+runs:
+  - name: a
+    axes: {model.scale: [135M], model.variant: [vanilla]}
+  - name: b
+    set: {model.variant: recursive, model.num_recursions: 2, train.seed: 100}
+    axes: {model.scale: [135M], model.tying: [cycle, sequence]}
+modes:
+  local: {scale_map: {135M: tiny}, seeds: 2}
+"""
+
+
+def test_a_block_starting_at_a_later_seed_counts_its_seeds_from_its_own_first(tmp_path):
+    """Block b starts at train.seed 100, a at 0. load_grid raises b from 100 (``seed_offsets``
+    are offsets from the block's own first seed), so its run count per seed and its reach count
+    from 100 too; counted from the grid's first (0), b trained no run a seed (so no claim of it
+    got seeds) and had built a reach of 106."""
+    from mor.claims.seeding import first_seeds, seeds_built
+
+    path = tmp_path / "g.yaml"
+    path.write_text(LATE_BLOCK)
+    grid = load_grid(path, "local", seeds={"b": seed_offsets(2, 6, 4)})
+    assert sorted({r.config.train.seed for r in grid.runs if r.block == "b"}) == [100, 101, 104, 105]
+    assert first_seeds(grid) == {("g", "a"): 0, ("g", "b"): 100}
+    assert runs_per_seed(grid) == {("g", "a"): 1, ("g", "b"): 2}
+    every = pd.DataFrame({"run_id": [r.run_id for r in grid.runs]})
+    assert seeds_built(grid, every) == {("g", "a"): 2, ("g", "b"): 6}
+    own_only = pd.DataFrame({"run_id": [r.run_id for r in grid.runs if r.config.train.seed in (0, 1, 100, 101)]})
+    assert seeds_built(grid, own_only) == {("g", "a"): 2, ("g", "b"): 2}
+    first_missing = pd.DataFrame({"run_id": [r.run_id for r in grid.runs if r.config.train.seed != 100]})
+    assert seeds_built(grid, first_missing) == {("g", "a"): 2, ("g", "b"): 0}
+    assert own_seeds_held(grid) == {("g", "a"): 2, ("g", "b"): 2}
+
+
+def test_a_round_counts_the_pilot_from_the_blocks_first_seed_when_its_first_runs_failed():
+    """The local design raises the balancing block past its pilot (offsets 0-2, then the 20 fresh
+    seeds 9-28). Its seed-0 runs failed (no rows): the round still counts the pilot from the
+    block's first seed as the grid gives it (``first_seeds``), so all 20 fresh seeds are read;
+    counted from the first seed with a comparison (1), the pilot would swallow fresh seed 9."""
+    import numpy as np
+
+    from mor.claims.registry import load_family
+    from mor.claims.seeding import next_round
+
+    local, specs = load_specs(mode="local")
+    reach = local.block_seeds(local.looks[0])
+    grid = round_grid(REPO / "grids" / "deciding.yaml", "local", {"balancing": reach}, local.first_seed)
+    runs = [r for r in grid.runs if not (r.block == "balancing" and r.config.train.seed == 0)]
+    frame = pd.DataFrame(_null_rows(runs, np.random.default_rng(1)))
+    record = next_round({"deciding": frame}, {"deciding": grid}, local, specs, load_budget(mode="local"),
+                        family=load_family("local"))
+    assert record["verdicts"]["balancing-maxvio"]["n"] == local.looks[0]
+    # the final table reads results, not grids: it takes the blocks' first seeds from the
+    # round's record (JSON, as plan.json holds it) and decides as the round did
+    from mor.claims.render import first_seeds_of
+    from mor.claims.verdict import evaluate
+
+    record = json.loads(json.dumps(record))
+    assert record["first_seeds"]["deciding"]["balancing"] == 0
+    first = first_seeds_of([record])
+    table = evaluate({"deciding": frame}, design=local, specs=specs, family=load_family("local"), first_seeds=first)
+    got = {r["claim"]: (r["verdict"], int(r.get("n seeds", 0) or 0)) for _, r in table.iterrows()}
+    assert got == {c: (v["verdict"], v["n"]) for c, v in record["verdicts"].items()}
+    assert first_seeds_of([{"round": 0}]) is None and first_seeds_of(None) is None  # an older plan.json: read off the data

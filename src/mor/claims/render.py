@@ -104,6 +104,16 @@ def reanalysis_notice(reanalyses: tuple[Reanalysis, ...], verdicts: dict[str, st
     return out
 
 
+def first_seeds_of(rounds: list[dict] | None) -> dict[tuple[str, str], int] | None:
+    """(grid, block) -> the block's first train.seed, as the last round recorded it
+    (``seeding.next_round``), so the table counts each pilot as the rounds did even where a
+    run at a block's first seed failed; None without rounds (``verdict._comparisons`` then
+    reads it off the data)."""
+    if not rounds or "first_seeds" not in rounds[-1]:
+        return None
+    return {(g, b): int(s) for g, blocks in rounds[-1]["first_seeds"].items() for b, s in blocks.items()}
+
+
 SHOWN = ["claim", "statement", "verdict", "n seeds", "mean effect", "raw lo", "raw hi", "interval", "p", "p Holm",
          "MDE", "chance next look", "paper effect", "seeds needed", "per seed", "note"]
 
@@ -120,7 +130,8 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
     design, specs = load_specs(spec, mode=mode)
     frames = load_frames(Path(results_dir), {g for c in CLAIMS for g in c.grids}, analyses_dir)
     family = load_family(mode, spec)
-    table = evaluate(frames, CLAIMS, design, specs, family=family)
+    first = first_seeds_of(rounds)
+    table = evaluate(frames, CLAIMS, design, specs, family=family, first_seeds=first)
     # every column of the table whatever was tested: a table where no claim reached a seed
     # (a design whose fresh seeds are not trained yet) has the same columns, empty
     table = table.reindex(columns=list(table.columns) + [c for c in SHOWN if c not in table.columns])
@@ -151,7 +162,7 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
         if skew:
             from mor.claims.skew import skew_markdown, skew_table
 
-            skews = skew_table(frames, design, specs, family)
+            skews = skew_table(frames, design, specs, family, first_seeds=first)
             skews.to_csv(tmp / "skew.csv", index=False)
             (tmp / "skew.md").write_text(skew_markdown(skews, design))
         body = "".join(f"<p><strong>Re-analysis.</strong> {html.escape(n)}</p>" for n in notices)

@@ -115,9 +115,9 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
         blocks = tuple(spec.decided_by["runs"])
         if not all(runs_per_seed.get((grid, b)) for b in blocks):
             continue  # a deciding block the grid (or the selected tags) lacks: no seed can build the claim
-        # The blocks' seeds count from the grid's first, the look's from the design's first fresh
-        # seed (the pilot's seeds below it are trained but never read), so a block goes to
-        # first_seed + the look. A seed the predicate dropped (a nan, an excluded cell) is
+        # A block's seeds count from its own first (``first_seeds``), the look's from the design's
+        # first fresh seed (the pilot's seeds below it are trained but never read), so a block
+        # goes to first_seed + the look. A seed the predicate dropped (a nan, an excluded cell) is
         # replaced: the blocks go to the look plus the seeds already lost, so the claim can
         # reach that look at all.
         built = min(seeds_now.get((grid, b), 0) for b in blocks)
@@ -147,25 +147,39 @@ def plan(table: pd.DataFrame, specs: dict[str, Spec], design: Design, budget: Bu
     return steps, {k: v for k, v in target.items() if v > seeds_now.get(k, 0)}
 
 
-def runs_per_seed(grid) -> dict[tuple[str, str], int]:
-    """(grid, block) -> the runs one seed of that block trains (a ``mor.grids.Grid``)."""
-    base = min(r.config.train.seed for r in grid.runs)
+def first_seeds(grid) -> dict[tuple[str, str], int]:
+    """(grid, block) -> the block's first train.seed. A block's seed offsets count from it
+    (``load_grid`` adds an offset to the block's own train.seed, ``seed_offsets``), never from the
+    grid's first: a grid file may start its blocks at different seeds."""
     out: dict[tuple[str, str], int] = {}
     for r in grid.runs:
-        if r.config.train.seed == base:
+        k = (grid.name, r.block)
+        out[k] = min(out.get(k, r.config.train.seed), r.config.train.seed)
+    return out
+
+
+def runs_per_seed(grid) -> dict[tuple[str, str], int]:
+    """(grid, block) -> the runs one seed of that block trains (a ``mor.grids.Grid``): its runs
+    at its own first seed (``first_seeds``; at the grid's first, a block starting later had none)."""
+    first = first_seeds(grid)
+    out: dict[tuple[str, str], int] = {}
+    for r in grid.runs:
+        if r.config.train.seed == first[(grid.name, r.block)]:
             out[(grid.name, r.block)] = out.get((grid.name, r.block), 0) + 1
     return out
 
 
 def seeds_built(grid, frame: pd.DataFrame) -> dict[tuple[str, str], int]:
-    """(grid, block) -> the reach that block has built: one past the highest seed offset up to
-    which every seed the grid holds (``seed_offsets``: a pilot's gap is not held) has every run
-    in the results frame; 0 when its first seed lacks a run."""
+    """(grid, block) -> the reach that block has built: one past the highest seed offset (from
+    the block's own first seed, ``first_seeds``) up to which every seed the grid holds
+    (``seed_offsets``: a pilot's gap is not held) has every run in the results frame; 0 when its
+    first seed lacks a run."""
     have = set(frame["run_id"]) if frame is not None else set()
-    base = min((r.config.train.seed for r in grid.runs), default=0)
+    first = first_seeds(grid)
     per: dict[tuple[str, str], dict[int, list[bool]]] = {}
     for r in grid.runs:
-        per.setdefault((grid.name, r.block), {}).setdefault(r.config.train.seed - base, []).append(r.run_id in have)
+        k = (grid.name, r.block)
+        per.setdefault(k, {}).setdefault(r.config.train.seed - first[k], []).append(r.run_id in have)
     out = {}
     for k, seeds in per.items():
         reach = 0
@@ -218,15 +232,16 @@ def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, spe
 
     so_far: dict[str, dict[str, int]] = (previous or {}).get("seeds", {})
     frames = dict(frames)
-    rps, now, own = {}, {}, {}
+    rps, now, own, first = {}, {}, {}, {}
     for g, grid in grids.items():
         if frames.get(g) is not None:
             frames[g] = frames[g][frames[g]["run_id"].isin({r.run_id for r in grid.runs})].reset_index(drop=True)
         rps.update(runs_per_seed(grid))
         now.update(seeds_built(grid, frames.get(g)))
         own.update(own_seeds_held(grid))
+        first.update(first_seeds(grid))
     spent = float((previous or {}).get("spent", 0.0))
-    table = evaluate(frames, CLAIMS, design, specs, family)
+    table = evaluate(frames, CLAIMS, design, specs, family, first)
     ranking: list[dict] = []
     steps, target = plan(table, specs, design, budget, rps, now, budget.total - spent, ranking, own)
     seeds = {g: dict(b) for g, b in so_far.items()}
@@ -256,4 +271,7 @@ def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, spe
         "ranking": ranking,
         "verdicts": {r["claim"]: {"verdict": r["verdict"], "n": int(r.get("n seeds", 0) or 0)}
                      for _, r in table.iterrows()},
+        # each block's first train.seed, from which its pilot counts: the final table reads it
+        # here (it reads results, not grids), so it decides as this round did
+        "first_seeds": {g: {b: s for (g_, b), s in sorted(first.items()) if g_ == g} for g in sorted({g for g, _ in first})},
     }

@@ -98,12 +98,13 @@ def lognormal_sigma(g: float) -> float:
 
 def skew_table(frames: dict[str, pd.DataFrame], design: stats.Design, specs: dict[str, Spec],
                family: tuple[str, ...] | None = None, claims: tuple[Claim, ...] = CLAIMS,
-               resamples: int = RESAMPLES, seed: int = SEED) -> pd.DataFrame:
+               resamples: int = RESAMPLES, seed: int = SEED,
+               first_seeds: dict[tuple[str, str], int] | None = None) -> pd.DataFrame:
     """One row per comparison of every claim of ``family`` (None: every claim) whose grids are
     built and which has at least 3 seeds: its n, mean, sd, G1 with its bootstrap interval, and
     the log-normal sigma of G1 and of the interval's ends (compare with ``design.skew``). The
     differences are the ones the verdict reads (``verdict._comparisons``, the seeds the test's
-    looks read)."""
+    looks read; ``first_seeds`` as ``verdict.evaluate`` takes it)."""
     from mor.claims.verdict import _comparisons
 
     members = {c.id for c in claims} if family is None else set(family)
@@ -111,7 +112,7 @@ def skew_table(frames: dict[str, pd.DataFrame], design: stats.Design, specs: dic
     for c in claims:
         if c.id not in members or any(g not in frames for g in c.grids):
             continue
-        m, labels, kept, _, metric = _comparisons(c, specs.get(c.id, Spec()), frames, design.first_seed, split)
+        m, labels, kept, _, metric = _comparisons(c, specs.get(c.id, Spec()), frames, design.first_seed, split, first_seeds)
         looks = design.looks_within(len(kept))
         m = m[:, :looks[-1]] if looks else m
         for k, label in enumerate(labels):

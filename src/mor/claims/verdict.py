@@ -41,7 +41,7 @@ def verdict_note(design: stats.Design) -> str:
     note = VERDICT_NOTE.format(looks=", ".join(map(str, design.looks)), weights=f"({w})", alpha=design.alpha,
                                rho=design.rho, first=design.looks[0], power=design.power)
     if design.first_seed:
-        note += (f" Seeds at offsets below {design.first_seed} (train.seed minus the first seed of the claim's grids, "
+        note += (f" Seeds at offsets below {design.first_seed} (train.seed minus the first seed of the claim's blocks, "
                  f"as the design raises blocks) are a pilot's: their results sized this design, so no test reads "
                  f"them, and 'n seeds' and the looks count the fresh seeds from offset {design.first_seed} on.")
     if design.spent_before:
@@ -65,16 +65,28 @@ def by_seed(df: pd.DataFrame) -> dict[int, pd.DataFrame]:
     return {int(keys[a]): rows.iloc[a:b] for a, b in zip(starts, np.r_[starts[1:], len(keys)])}
 
 
+def blocks_first_seed(spec: Spec, first: dict[tuple[str, str], int] | None) -> int | None:
+    """The first train.seed of the claim's deciding blocks (``decided_by``; ``first``:
+    ``mor.claims.seeding.first_seeds`` of its grid), None where ``first`` has none of them."""
+    d = spec.decided_by
+    known = [first[(d["grid"], b)] for b in d["runs"] if (d["grid"], b) in first] if d and first else []
+    return min(known) if known else None
+
+
 def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
-                 first_seed: int = 0, split: dict | None = None) -> tuple[np.ndarray, list[str], list[int], list[str], dict]:
+                 first_seed: int = 0, split: dict | None = None,
+                 first: dict[tuple[str, str], int] | None = None) -> tuple[np.ndarray, list[str], list[int], list[str], dict]:
     """(K x n matrix, comparison labels, seeds kept, notes, label -> metric): labels missing
     or nan in every seed are dropped, then every seed missing one of the rest; both are named
     in the notes. Seeds at offsets below ``first_seed`` (the design's pilot) are never read.
-    Offsets count from the first seed at which the claim's runs give a comparison (its
-    blocks' first seed), as ``mor.claims.seeding`` and ``Design.block_seeds`` count a block's
-    seeds: a block whose runs start at train.seed 100 has its pilot at 100..100 + first_seed - 1,
-    whatever seeds other blocks of its grid start at. ``split``: grid -> ``by_seed`` of its
-    frame, filled here as needed (evaluate() shares one between its claims)."""
+    Offsets count from the claim's blocks' first seed, as ``mor.claims.seeding`` and
+    ``Design.block_seeds`` count a block's seeds: a block whose runs start at train.seed 100 has
+    its pilot at 100..100 + first_seed - 1, whatever seeds other blocks of its grid start at.
+    That seed comes from the grid where the caller has it (``first``: (grid, block) -> the
+    block's first train.seed, ``blocks_first_seed``), so a failed run at it cannot move the pilot
+    onto a fresh seed; without it, it is the first seed at which the claim's runs give a
+    comparison. ``split``: grid -> ``by_seed`` of its frame, filled here as needed (evaluate()
+    shares one between its claims)."""
     seeds = seeds_of(frames, claim.grids)
     split = {} if split is None else split
     for g in claim.grids:
@@ -84,12 +96,14 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
     def compare(s):
         return claim.compare({g: split[g][s] for g in claim.grids}, spec)
 
-    per_seed, base = {}, seeds[0] if seeds else 0
-    for s in seeds:  # the claim's first seed: the first with any comparison (usually the grid's first)
-        per_seed[s] = compare(s)
-        if any(math.isfinite(v) for v in per_seed[s].values.values()):
-            base = s
-            break
+    per_seed, base = {}, blocks_first_seed(spec, first)
+    if base is None:  # no grid at hand: the first seed with any comparison (usually the blocks' first)
+        base = seeds[0] if seeds else 0
+        for s in seeds:
+            per_seed[s] = compare(s)
+            if any(math.isfinite(v) for v in per_seed[s].values.values()):
+                base = s
+                break
     pilot = [s for s in seeds if 0 <= s - base < first_seed]
     seeds = [s for s in seeds if s not in pilot]  # those before base have no comparison: noted below
     per_seed = {s: per_seed[s] if s in per_seed else compare(s) for s in seeds}
@@ -146,11 +160,14 @@ def floors(design: stats.Design, metrics: list[str]) -> np.ndarray:
 
 def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS,
              design: stats.Design | None = None, specs: dict[str, Spec] | None = None,
-             family: tuple[str, ...] | None = None) -> pd.DataFrame:
+             family: tuple[str, ...] | None = None,
+             first_seeds: dict[tuple[str, str], int] | None = None) -> pd.DataFrame:
     """One row per claim: n, the binding comparison's mean and raw interval, the sequential
     and Holm-adjusted p-values, the verdict, and MDE / seeds needed where undecided.
     ``family``: the mode's pre-registered Holm family (``registry.load_family``); a claim
-    outside it is shown, with its numbers, as "not tested in this mode"; None: every claim."""
+    outside it is shown, with its numbers, as "not tested in this mode"; None: every claim.
+    ``first_seeds``: (grid, block) -> the block's first train.seed (``mor.claims.seeding.first_seeds``),
+    from which a claim's pilot counts; None: read off the data (``_comparisons``)."""
     if design is None or specs is None:
         d, s = load_specs()
         design, specs = design or d, specs or s
@@ -168,7 +185,7 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
             rows.append({**row, "verdict": "not built", "n seeds": 0,
                          "note": f"results/{missing[0]}.parquet is not built; run its grid to decide this claim"})
             continue
-        m, labels, kept, notes, metric = _comparisons(c, spec, frames, design.first_seed, split)
+        m, labels, kept, notes, metric = _comparisons(c, spec, frames, design.first_seed, split, first_seeds)
         n = len(kept)
         equivalence = c.kind == "equivalence"
         row.update({"n seeds": n, "comparisons": len(labels), "_equivalence": equivalence})
