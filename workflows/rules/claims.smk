@@ -13,6 +13,17 @@
 # The looks are pre-registered and Holm runs over the mode's pre-registered family (design.family),
 # so which claims the data send seeds to (cheapest expected decision first) does not inflate the error rate (mor.claims.seeding's docstring,
 # tests/unit/test_stats.py). Tables and figures draw the grids' own seeds (results/<grid>.parquet).
+#
+# The rounds depend not on claims.yaml's mtime but on what they plan with (mor.claims.plan_inputs:
+# the mode's design, budget, family and the claims' numbers), as a digest in `params:` (the
+# params trigger, as a job's settings in common.smk): an edit the planning does not read (a
+# `reanalyses` record, a comment, a source, the other mode's budget) replans nothing and redraws
+# tables/claims alone, which reads claims.yaml itself; an edit it reads replans every round.
+from mor.claims.plan_inputs import plan_digest
+
+PLAN_DIGEST = checked(plan_digest, CLAIMS_SPEC, MODE)
+
+
 rule collect_round:
     input:
         round_run_results,
@@ -27,23 +38,24 @@ rule collect_round:
 checkpoint seeding:
     input:
         this_round_inputs,
-        design=str(CLAIMS_SPEC),  # pre-registered looks, spending, budget: an edit replans every round
     output:
         "results/claims/round{round}/plan.json",
     params:
         mode=MODE,
         previous=previous_plan_arg,
+        planned=PLAN_DIGEST,  # the looks, spending, budget and margins it plans with: an edit of them replans every round
     log:
         "logs/claims/round{round}/seeding.log",
     shell:
+        # the file it plans from goes in at parse time (f-string): where the checkout lies is no rerun trigger
         "{PY}.claims.rounds --results results/claims/round{wildcards.round} --analyses results --grids {GRIDS_DIR:q}"
-        " --mode {params.mode} {params.previous} --spec {input.design:q} --out {output:q} > {log:q} 2>&1"
+        f" --mode {{params.mode}} {{params.previous}} --spec {shlex.quote(str(CLAIMS_SPEC))} --out {{output:q}} > {{log:q}} 2>&1"
 
 
 rule claims:
     input:
         final_round_inputs,
-        design=str(CLAIMS_SPEC),
+        design=str(CLAIMS_SPEC),  # the whole file: the table draws its sources and re-analyses
     output:
         report(directory("tables/claims"), patterns=["{file}.html"], caption=CAPTION,
                category=section("tables/claims"), subcategory="tables/claims"),

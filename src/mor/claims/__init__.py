@@ -22,6 +22,7 @@ it imports nothing from ``mor.reports`` (the reports import it).
     verdict     evaluate(): the table's rows
     seeding     the adaptive design's rule: where the next round's seeds go (pure)
     rounds      one round from the files: results/claims/round<r>/plan.json (python -m mor.claims.rounds)
+    plan_inputs what a round plans with, as the digest that replans rounds (workflows/rules/claims.smk)
     render      load_frames(), render_claims(): tables/claims/
     skew        the skewness of each comparison's per-seed differences (skew.md with --skew)
 """
