@@ -259,6 +259,9 @@ def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, spe
         why = "no undecided claim can gain from seeds (past its last look, or its deciding runs are not in the grids)"
     else:
         why = f"the budget does not fit the next look of {', '.join(sorted(waiting))}"
+    first_by_grid: dict[str, dict[str, int]] = {}
+    for (g, b), s in sorted(first.items()):
+        first_by_grid.setdefault(g, {})[b] = s
     return {
         "round": 0 if previous is None else int(previous["round"]) + 1,
         "stop": not target,
@@ -273,5 +276,5 @@ def next_round(frames: dict[str, pd.DataFrame], grids: dict, design: Design, spe
                      for _, r in table.iterrows()},
         # each block's first train.seed, from which its pilot counts: the final table reads it
         # here (it reads results, not grids), so it decides as this round did
-        "first_seeds": {g: {b: s for (g_, b), s in sorted(first.items()) if g_ == g} for g in sorted({g for g, _ in first})},
+        "first_seeds": first_by_grid,
     }
