@@ -22,7 +22,9 @@ def test_nll_matches_a_hand_computed_cross_entropy():
     with torch.no_grad():
         logits = model(w[:, :-1]).logits
     want = torch.nn.functional.cross_entropy(logits.reshape(-1, 40), w[:, 1:].reshape(-1)).item()
-    assert got["val_nll"] == pytest.approx(want, rel=1e-6) and got["val_tokens"] == 24
+    # Batches of 2 against one of 3: other GEMM shapes, other kernels, other last bits. A mean
+    # of float32 cross-entropies is good to a few dozen ulps whatever the kernel (issue 54).
+    assert got["val_nll"] == pytest.approx(want, rel=32 * torch.finfo(torch.float32).eps) and got["val_tokens"] == 24
     assert "mean_depth" not in got and math.isfinite(got["val_nll"])
 
 

@@ -1,3 +1,5 @@
+import contextlib
+
 import pytest
 import torch
 
@@ -84,18 +86,34 @@ def test_explicit_capacity_must_match_recursions():
         ModelConfig(scale="tiny", variant="mor", num_recursions=3, router=RouterConfig(capacity=(1.0, 0.5)))
 
 
-def test_router_gradient_matches_finite_differences():
-    """The routers' gradient (through the gate weights) is the loss's
-    derivative: autograd along a random direction equals a central difference (float64)."""
-    from helpers.gradients import directional_check, float64_norms, lm_loss64
+def _router_gradient_check(planted: float | None = None):
+    from helpers.gradients import directional_check, float64_norms, lm_loss64, planted_gate_error
 
     cfg = ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=2)
     torch.manual_seed(0)
     model = build_model(cfg, SCALES["tiny"], 50).double()
     x = torch.randint(0, 50, (2, 10))
     params = list(model.routers.parameters())
-    with float64_norms():
-        autograd, fd = directional_check(model, params, lambda: lm_loss64(model, x))
+    plant = planted_gate_error(planted) if planted else contextlib.nullcontext()
+    with float64_norms(), plant:
+        check = directional_check(model, params, lambda: lm_loss64(model, x))
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
-    assert abs(autograd) > 1e-9, "a zero directional derivative would compare nothing"
-    assert autograd == pytest.approx(fd, rel=1e-5)
+    return check
+
+
+def test_router_gradient_matches_finite_differences():
+    """The routers' gradient (through the gate weights) is the loss's derivative: autograd
+    along a random direction equals the extrapolated central difference (float64) within the
+    difference's own error, and that error is small enough to see a 1 % wrong gradient."""
+    check = _router_gradient_check()
+    assert abs(check.autograd) > 1e-9, "a zero directional derivative would compare nothing"
+    assert check.resolution < 1e-3, f"the check cannot resolve a 1 % error: {check}"
+    assert check.agrees, check
+
+
+def test_router_gradient_check_catches_a_planted_one_percent_gate_error():
+    """The same check fails when the gate's backward is 1 % wrong (the bug it exists for)."""
+    check = _router_gradient_check(planted=1.01)
+    assert check.resolution < 1e-3
+    assert not check.agrees, check
+    assert check.autograd / check.reference == pytest.approx(1.01, rel=1e-3)
