@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from helpers.deadlines import deadline
-from helpers.slurm_jobs import JOB_S, job_ids, launch, sacct_states, squeue_state, wait_for
+from helpers.slurm_jobs import JOB_S, job_ids, job_report, launch, restarts, sacct_states, start_now, wait_for
 
 from mor.grids import load_grid
 
@@ -115,8 +115,11 @@ def test_usr2_checkpoints_the_step_boundary_requeues_and_resumes_two_ranks_bit_i
         seen = len(_logged_steps(run_dir))  # steps done when the signal leaves (at least)
         subprocess.run(["scancel", "--signal=USR2", jid], check=True, timeout=deadline(30))
         # rank 0 checkpoints, then submitit's handler runs `scontrol requeue`: the job pends again
-        wait_for(lambda: squeue_state(jid) == "PENDING" or launcher.poll() is not None, "the requeued job to pend", 60)
-        assert launcher.poll() is None, launcher.communicate()[0]
+        # the requeue as an event that stays (Slurm's restart count), not the PENDING a job may
+        # pass through between two polls; the launcher must still be waiting on the job
+        wait_for(lambda: restarts(jid) >= 1 or launcher.poll() is not None, "the job's requeue (Restarts=1)", 60,
+                 explain=lambda: job_report(jid))
+        assert launcher.poll() is None, f"{launcher.communicate()[0]}\n{job_report(jid)}"
 
         # Between the two sessions: one checkpoint, of the step the first session ended with.
         stopped = _logged_steps(run_dir)
@@ -127,7 +130,7 @@ def test_usr2_checkpoints_the_step_boundary_requeues_and_resumes_two_ranks_bit_i
         assert latest["path"] == f"step-{stopped[-1]:06d}", latest
         assert not (run_dir / "train_summary.json").exists()
 
-        subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True, timeout=deadline(30))  # not 121 s
+        start_now(jid)  # not Slurm's ~121 s requeue delay
         out, _ = launcher.communicate(timeout=deadline(JOB_S))
     finally:
         if launcher.poll() is None:

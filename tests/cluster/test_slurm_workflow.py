@@ -23,7 +23,8 @@ from mor.grids import load_grid
 from helpers.launch import single_process_reference
 from helpers.paths import REPO
 from helpers.slurm_jobs import (
-    JOB_S, env, job_ids, launch, sacct_states, squeue_state, wait_for, write_grid, write_presets,
+    JOB_S, env, job_ids, job_report, launch, restarts, sacct_states, squeue_state, start_now, wait_for,
+    write_grid, write_presets,
 )
 from helpers.workflow import reference_nll
 
@@ -116,6 +117,7 @@ def test_preempted_job_requeues_and_resumes_to_the_uninterrupted_result(slurm_cl
                  "the first checkpoint", every_s=0.05)
         assert launcher.poll() is None, launcher.communicate()[0]
         jid = job_ids(tmp_path)[f"{run.run_id}/train"]
+        slurm_log = tmp_path / "logs" / "slurm" / "rq" / run.run_id / "train" / f"{jid}_0_log.out"
         subprocess.run(["scontrol", "suspend", jid], check=True, timeout=deadline(30))
         wait_for(lambda: squeue_state(jid) == "SUSPENDED", "the job to be suspended", 60)
         assert not (run_dir / "train_summary.json").exists()  # frozen before the end
@@ -126,19 +128,24 @@ def test_preempted_job_requeues_and_resumes_to_the_uninterrupted_result(slurm_cl
         wait_for(lambda: len((run_dir / "train_log.jsonl").read_text().splitlines()) > steps_done,
                  "the job to train again", 60, every_s=0.02)
         subprocess.run(["scancel", "--signal=USR2", jid], check=True, timeout=deadline(30))  # as submitit's job._interrupt()
-        wait_for(lambda: squeue_state(jid) == "PENDING", "the requeued job to pend", 60)
-        subprocess.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=True, timeout=deadline(30))
+        # The requeue is an event that stays: Slurm's restart count (PENDING is a state the job
+        # may pass through between two polls). The launcher must still be waiting on the job.
+        wait_for(lambda: restarts(jid) >= 1 or launcher.poll() is not None, "the job's requeue (Restarts=1)", 60,
+                 explain=lambda: job_report(jid, slurm_log))
+        assert launcher.poll() is None, f"{launcher.communicate()[0]}\n{job_report(jid, slurm_log)}"
+        start_now(jid)
         out, _ = launcher.communicate(timeout=deadline(JOB_S))
     finally:
         if launcher.poll() is None:
             launcher.kill()
             launcher.wait()
-    assert launcher.returncode == 0, out
+    assert launcher.returncode == 0, f"{out}\n{job_report(jid, slurm_log)}"
+    assert restarts(jid) == 1, job_report(jid, slurm_log)  # requeued once, not twice
     summary = json.loads((run_dir / "train_summary.json").read_text())
     assert summary["steps"] == PREEMPT_STEPS and 10 <= summary["resumed_from"] < PREEMPT_STEPS, summary
     wait_for(lambda: sacct_states(jid)[-1:] == ["COMPLETED"], "sacct COMPLETED", 60)  # the result lands first
     assert sacct_states(jid) == ["REQUEUED", "COMPLETED"]
-    log = (tmp_path / "logs" / "slurm" / "rq" / run.run_id / "train" / f"{jid}_0_log.out").read_text()
+    log = slurm_log.read_text()
     assert "Calling checkpoint method" in log and f"Requeued job {jid}" in log  # submitit's own record
     assert log.count("Starting with JobEnvironment") == 2  # the job ran twice under one id
     steps = [json.loads(x)["step"] for x in (run_dir / "train_log.jsonl").read_text().splitlines()]

@@ -78,11 +78,54 @@ def squeue_state(job_id: str) -> str:
                           timeout=deadline(30), check=False).stdout.strip()
 
 
-def wait_for(pred, what: str, within_s: float = JOB_S, every_s: float = 0.2):
-    """Poll for an event; ``within_s`` (scaled by the machine factor) only bounds a hang."""
+def restarts(job_id: str) -> int:
+    """How many times Slurm has requeued the job (``scontrol show job``'s Restarts=): a count
+    that only grows, unlike the PENDING a requeued job may pass through between two polls."""
+    out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True,
+                         timeout=deadline(30), check=False).stdout
+    field = next((f for f in out.split() if f.startswith("Restarts=")), "Restarts=0")
+    return int(field.split("=", 1)[1])
+
+
+def start_now(job_id: str, within_s: float = 60) -> None:
+    """Let a requeued job start without Slurm's requeue delay (its BeginTime, ~2 min).
+
+    Slurm counts the restart while the first session still completes, and refuses the update
+    until the job pends again: so retry while it completes, update once it pends, and stop
+    once it runs or ended (then there is no delay left to skip)."""
+    def started() -> bool:
+        state = squeue_state(job_id)
+        if state == "PENDING":
+            return subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True,
+                                  timeout=deadline(30), check=False).returncode == 0
+        return state not in ("COMPLETING", "REQUEUED", "REQUEUE_FED", "CONFIGURING")
+
+    wait_for(started, f"job {job_id} to pend again, then to be released", within_s, explain=lambda: job_report(job_id))
+
+
+def job_report(job_id: str, log: Path | None = None) -> str:
+    """What the job did, for a failure message: squeue's state, every sacct record (state, exit
+    code, restarts' trace), ``scontrol show job`` and the tail of its Slurm log."""
+    def run(cmd):
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=deadline(30), check=False).stdout.strip()
+
+    parts = [f"squeue: {squeue_state(job_id) or '(gone)'}",
+             "sacct: " + run(["sacct", "-n", "-X", "-P", "--duplicates", "-j", job_id,
+                              "-o", "JobID,State,ExitCode,Start,End,Reason"]).replace("\n", "; "),
+             "scontrol: " + run(["scontrol", "-o", "show", "job", job_id])]
+    if log is not None and log.exists():
+        parts.append("log tail:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-25:]))
+    return "\n".join(parts)
+
+
+def wait_for(pred, what: str, within_s: float = JOB_S, every_s: float = 0.2, explain=None):
+    """Poll for an event; ``within_s`` (scaled by the machine factor) only bounds a hang.
+    ``explain``: a callable whose text joins the timeout message (what the job did)."""
     limit = deadline(within_s)
     end = time.monotonic() + limit
     while not (value := pred()):
-        assert time.monotonic() < end, f"timed out after {limit:.0f}s waiting for {what}"
+        if time.monotonic() >= end:
+            detail = f"\n{explain()}" if explain else ""
+            raise AssertionError(f"timed out after {limit:.0f}s waiting for {what}{detail}")
         time.sleep(every_s)
     return value
