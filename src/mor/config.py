@@ -30,7 +30,7 @@ Gating = Literal["weighted", "additive"]
 KVStrategy = Literal["recursion_wise", "shared", "shared_dagger"]
 Relaxation = Literal["none", "lora", "dora", "prefix", "recursion_pe"]
 WeightInit = Literal["crn", "global_rng"]
-DataOrder = Literal["sequence", "rank"]
+DataOrder = Literal["sequence", "rank", "pass"]
 TiedInit = Literal["stepwise", "average", "random", "upcycle"]
 
 
@@ -298,10 +298,17 @@ class TrainConfig:
     # run resumes on another GPU count unchanged; "rank" the (seed, step, draw, rank) draws of
     # every run before issue 22, whose data depend on the rank count (set it to reproduce them).
     data_order: DataOrder = "sequence"
+    # Passes over the pool a run under data_order "pass" may read (mor.data.sampler.check_pass):
+    # 1 = one pass without replacement, and a run longer than the pool stops before its first
+    # step; more states a repeat (each epoch its own seeded permutation, logged as data_epoch).
+    # Not part of the run id: it permits, it never changes which windows a run reads.
+    data_epochs: int = 1
 
     def __post_init__(self) -> None:
         own = "train"
         _check_choice(own, "data_order", self.data_order, DataOrder)
+        if isinstance(self.data_epochs, bool) or not isinstance(self.data_epochs, int) or self.data_epochs < 1:
+            raise ConfigError(f"train.data_epochs={self.data_epochs!r} must be an integer >= 1")
         for name in ("tokens", "seq_len", "global_batch", "micro_batch", "lr", "checkpoint_every", "log_every"):
             _check_positive(own, name, getattr(self, name))
         _check_positive(own, "budget_flops", self.budget_flops, allow_zero=True)

@@ -36,7 +36,11 @@ RETIRED_FIELDS = {("model", "attention"): "auto"}
 # (seed, s, j) whatever the draw size, and the passes the step is cut into are a memory
 # setting (like execution.micro_batch); under "rank" it keys the draws, and stays hashed.
 # (docs/grids.md, "Run identity", lists what is and is not in the id, and why.)
-ORDER_NEUTRAL_FIELDS = {"sequence": {("train", "micro_batch"): 16}}
+ORDER_NEUTRAL_FIELDS = {"sequence": {("train", "micro_batch"): 16}, "pass": {("train", "micro_batch"): 16}}
+# Fields that only permit, never change what is trained, and are not hashed at all:
+# train.data_epochs lets a run under data_order "pass" read the pool more than once; a run it
+# permits reads the same windows whatever larger value is stated (mor.data.sampler.check_pass).
+UNHASHED_FIELDS = (("train", "data_epochs"),)
 
 
 
@@ -56,6 +60,8 @@ def training_fields(run: Any) -> dict[str, Any]:
         out[section] = {**out[section], name: value}
     for (section, name), value in ORDER_NEUTRAL_FIELDS.get(run.train.data_order, {}).items():
         out[section] = {**out[section], name: value}
+    for section, name in UNHASHED_FIELDS:
+        out[section] = {k: v for k, v in out[section].items() if k != name}
     return out
 
 

@@ -36,7 +36,7 @@ from mor.atomic import atomic_path, sha256_file, write_json_atomic
 from mor.config import ExecConfig, RunConfig
 from mor.flops import train_flops
 from mor.layout import RunPaths
-from mor.data.sampler import TokenSampler, load_tokens
+from mor.data.sampler import TokenSampler, check_pass, load_tokens
 from mor.checkpoints.hf import start_model
 from mor.checkpoints.native import save_tensors
 from mor.model.build import pick_device
@@ -214,6 +214,10 @@ class Trainer:
         # job start costs ~1 min; per rank it would be that times the rank count); sizes by all
         self.sampler = TokenSampler(load_tokens(train_tokens, checksum=self.dist.is_main), t.seq_len, t.seed,
                                     global_batch=t.global_batch, order=t.data_order)
+        # data_order "pass": the run must fit the epochs it states (1: one pass without
+        # replacement), checked before any step is trained; None under the random orders
+        self.data_epochs = (check_pass(self.sampler, t.steps, t.data_epochs, str(train_tokens))
+                            if t.data_order == "pass" else None)
         per_rank = t.global_batch // self.dist.world_size
         if t.global_batch % self.dist.world_size:
             raise ValueError(f"train.global_batch={t.global_batch} is not divisible by {self.dist.world_size} ranks")
@@ -248,12 +252,20 @@ class Trainer:
 
     def restore_counters(self, state: dict) -> None:
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
+        saved = state.get("data_position")
+        if saved is not None and self.data_epochs is not None and saved != self.sampler.pass_position(self.step):
+            raise ValueError(f"run {self.run.run_id}: its checkpoint at step {self.step} stopped at {saved} of the "
+                             f"pass, but the pool read now puts that step at {self.sampler.pass_position(self.step)}: "
+                             "the token pool changed under the run; restore it or train the run afresh")
         self.train_time_s = float(state.get("train_time_s", 0.0))
         self.last_metrics = dict(state.get("last_metrics", {}))
 
     def state(self) -> dict:
-        return {"step": self.step, "tokens_seen": self.tokens_seen, "config_hash": self.run.config_hash,
-                "train_time_s": self.train_time_s, "last_metrics": self.last_metrics}
+        out = {"step": self.step, "tokens_seen": self.tokens_seen, "config_hash": self.run.config_hash,
+               "train_time_s": self.train_time_s, "last_metrics": self.last_metrics}
+        if self.data_epochs is not None:  # data_order "pass": where the next step reads (a check on resume)
+            out["data_position"] = self.sampler.pass_position(self.step)
+        return out
 
     def save(self) -> None:
         if self.dist.is_main:
@@ -348,8 +360,11 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens_seen += t.tokens_per_step
-        return {"step": self.step, "loss": lm_total, "aux_loss": aux_total, "lr": lr, "grad_norm": float(grad_norm),
-                **router_stats(self.model, out.routing)}
+        row = {"step": self.step, "loss": lm_total, "aux_loss": aux_total, "lr": lr, "grad_norm": float(grad_norm),
+               **router_stats(self.model, out.routing)}
+        if self.data_epochs is not None:  # data_order "pass": the pass (1, 2, ..) this step's last window is from
+            row["data_epoch"] = self.sampler.epochs_needed(self.step)
+        return row
 
     def micro_batches(self):
         """This rank's sequences of the current step, ``accum`` pairs (x, y) of (micro, T) each.
@@ -433,6 +448,8 @@ class Trainer:
             "device": str(self.device),
             "world_size": self.dist.world_size,
         }
+        if self.data_epochs is not None:  # data_order "pass": passes over the pool read (1 = without replacement)
+            summary["data_epochs"] = self.data_epochs
         params = self.full_params()  # a collective under FSDP: every rank takes part
         if self.dist.is_main:
             final = self.files.final
