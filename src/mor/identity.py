@@ -24,7 +24,7 @@ EVAL_FIELDS = ("eval",)
 # train.data_order likewise: its default "sequence" renamed every run, "rank" gives back
 # the ids, and the data, of the runs before.)
 LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0, ("model", "weight_init"): "global_rng",
-                ("train", "data_order"): "rank"}
+                ("train", "data_order"): "rank", ("train", "branch_run"): "", ("train", "branch_step"): 0}
 # Fields that left the identity for ExecConfig: a stored config (config.json, a results row)
 # may still carry them and parses (the value is dropped), and the hash keeps them at the one
 # value every shipped grid had, so no existing run id changes. A run that had set another
@@ -40,7 +40,8 @@ ORDER_NEUTRAL_FIELDS = {"sequence": {("train", "micro_batch"): 16}, "pass": {("t
 # Fields that only permit, never change what is trained, and are not hashed at all:
 # train.data_epochs lets a run under data_order "pass" read the pool more than once; a run it
 # permits reads the same windows whatever larger value is stated (mor.data.sampler.check_pass).
-UNHASHED_FIELDS = (("train", "data_epochs"),)
+# train.save_steps keeps extra checkpoints for decay branches (mor.branching): the run trains the same.
+UNHASHED_FIELDS = (("train", "data_epochs"), ("train", "save_steps"))
 
 
 

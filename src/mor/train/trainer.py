@@ -42,7 +42,7 @@ from mor.checkpoints.native import save_tensors
 from mor.model.build import pick_device
 from mor.model.transformer import MoRTransformer
 from mor.provenance import git_commit
-from mor.train.checkpoint import apply_checkpoint, load_latest, save_checkpoint
+from mor.train.checkpoint import apply_checkpoint, load_branch_point, load_latest, save_checkpoint
 from mor.train.execution import apply_execution
 from mor.train.schedule import wsd_lr
 from mor.train.stop import Preempted, StopRequest
@@ -267,9 +267,32 @@ class Trainer:
             out["data_position"] = self.sampler.pass_position(self.step)
         return out
 
-    def save(self) -> None:
+    # how a full tensor becomes what a parameter holds when a checkpoint is applied (FSDP: its shard)
+    _place = None
+
+    def save(self, ckpt_dir: Path | None = None, keep: int = 2) -> None:
         if self.dist.is_main:
-            save_checkpoint(self.ckpt_dir, self.model, self.optimizer, self.state())
+            save_checkpoint(ckpt_dir or self.ckpt_dir, self.model, self.optimizer, self.state(), keep=keep)
+
+    @property
+    def branch_dir(self) -> Path:
+        """Where the checkpoints kept for decay branches go (train.save_steps; never rotated)."""
+        return self.ckpt_dir / "branch"
+
+    def branch_source(self) -> Path:
+        """The checkpoint this decay branch starts from: its stable run's (a sibling run folder)
+        kept at train.branch_step (mor.branching)."""
+        t = self.run.train
+        return RunPaths.of(self.run_dir.parent / t.branch_run).checkpoints / "branch" / f"step-{t.branch_step:06d}"
+
+    def start_branch(self) -> None:
+        """Start a decay branch from its stable run's checkpoint at the branch step: weights,
+        AdamW moments and step counts, RNG, step and tokens seen; the steps after it are this run's."""
+        t = self.run.train
+        path = self.branch_source()
+        state, tensors, moments = load_branch_point(path, t.branch_run, t.branch_step)
+        apply_checkpoint(self.model, self.optimizer, path, state, tensors, moments, place=self._place)
+        self.restore_counters(state)
 
     def full_params(self) -> dict[str, torch.Tensor]:
         """Unsharded parameters by name, on CPU, on the main rank ({} elsewhere).
@@ -391,6 +414,8 @@ class Trainer:
                               "accumulation": self.accum, "world_size": self.dist.world_size},
             })
         resumed_from = self.step if self.resume() else None
+        if resumed_from is None and t.branch_run:  # a decay branch's first session: from its stable run
+            self.start_branch()
         if self.dist.is_main:  # one writer: ranks replacing the same file concurrently would race
             self._trim_log(self.step)
         log = open(self.files.train_log, "a") if self.dist.is_main else None
@@ -417,6 +442,8 @@ class Trainer:
                         curves.write(last)
                 bar.update(1)
                 bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:.0f}")
+                if self.step in t.save_steps:  # a decay branch starts here (mor.branching): kept for good
+                    self.save(self.branch_dir, keep=len(t.save_steps))
                 saved = self.step % t.checkpoint_every == 0 and self.step < t.steps
                 if saved:
                     self.save()
@@ -450,6 +477,8 @@ class Trainer:
         }
         if self.data_epochs is not None:  # data_order "pass": passes over the pool read (1 = without replacement)
             summary["data_epochs"] = self.data_epochs
+        if t.branch_run:  # a decay branch: the steps before branch_step are its stable run's
+            summary["branched_from"] = {"run": t.branch_run, "step": t.branch_step}
         params = self.full_params()  # a collective under FSDP: every rank takes part
         if self.dist.is_main:
             final = self.files.final
