@@ -30,7 +30,7 @@ Gating = Literal["weighted", "additive"]
 KVStrategy = Literal["recursion_wise", "shared", "shared_dagger"]
 Relaxation = Literal["none", "lora", "dora", "prefix", "recursion_pe"]
 WeightInit = Literal["crn", "global_rng"]
-DataOrder = Literal["sequence", "rank"]
+DataOrder = Literal["sequence", "rank", "pass"]
 TiedInit = Literal["stepwise", "average", "random", "upcycle"]
 
 
@@ -298,10 +298,26 @@ class TrainConfig:
     # run resumes on another GPU count unchanged; "rank" the (seed, step, draw, rank) draws of
     # every run before issue 22, whose data depend on the rank count (set it to reproduce them).
     data_order: DataOrder = "sequence"
+    # Passes over the pool a run under data_order "pass" may read (mor.data.sampler.check_pass):
+    # 1 = one pass without replacement, and a run longer than the pool stops before its first
+    # step; more states a repeat (each epoch its own seeded permutation, logged as data_epoch).
+    # Not part of the run id: it permits, it never changes which windows a run reads.
+    data_epochs: int = 1
+    # isoFLOP budgets the authors' way (issue 55 item 4, mor.branching, docs/isoflop.md): a run
+    # whose branch_run is set trains only its decay, from the checkpoint that run (the warmup-
+    # stable run of the largest budget, same model and data) saved at branch_step, which must
+    # be this run's decay start. Part of the run id (the branch IS the stable run plus its point).
+    branch_run: str = ""
+    branch_step: int = 0
+    # Steps at which this run keeps a checkpoint for a branch (checkpoints/branch/step-*), never
+    # rotated away. Not part of the run id: extra checkpoints change nothing that is trained.
+    save_steps: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         own = "train"
         _check_choice(own, "data_order", self.data_order, DataOrder)
+        if isinstance(self.data_epochs, bool) or not isinstance(self.data_epochs, int) or self.data_epochs < 1:
+            raise ConfigError(f"train.data_epochs={self.data_epochs!r} must be an integer >= 1")
         for name in ("tokens", "seq_len", "global_batch", "micro_batch", "lr", "checkpoint_every", "log_every"):
             _check_positive(own, name, getattr(self, name))
         _check_positive(own, "budget_flops", self.budget_flops, allow_zero=True)
@@ -317,6 +333,17 @@ class TrainConfig:
             raise ConfigError(
                 f"train.tokens={self.tokens} is less than one step of {self.global_batch}x{self.seq_len} tokens"
             )
+        if bool(self.branch_run) != bool(self.branch_step):
+            raise ConfigError(f"train.branch_run={self.branch_run!r} and train.branch_step={self.branch_step} "
+                              "go together: set both (a decay branch) or neither")
+        if self.branch_step and self.branch_step != self.decay_start:
+            raise ConfigError(f"train.branch_step={self.branch_step} must be this run's decay start "
+                              f"{self.decay_start} (steps {self.steps} - round({self.steps} x train.decay_frac "
+                              f"{self.decay_frac})): a branch trains its decay and nothing else")
+        if any(isinstance(s, bool) or not isinstance(s, int) or not 0 < s < self.steps for s in self.save_steps) \
+                or list(self.save_steps) != sorted(set(self.save_steps)):
+            raise ConfigError(f"train.save_steps={list(self.save_steps)} must be increasing integers in "
+                              f"(0, {self.steps})")
 
     @property
     def tokens_per_step(self) -> int:
@@ -325,6 +352,11 @@ class TrainConfig:
     @property
     def steps(self) -> int:
         return self.tokens // self.tokens_per_step
+
+    @property
+    def decay_start(self) -> int:
+        """The first step of the linear decay (mor.train.schedule.wsd_lr): steps - round(steps x decay_frac)."""
+        return self.steps - int(round(self.steps * self.decay_frac))
 
 
 @dataclass(frozen=True)

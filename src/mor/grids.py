@@ -37,6 +37,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from mor.branching import BranchError, branch_budgets
 from mor.budget import resolve_budget
 from mor.layout import RunPaths
 from mor.config import ConfigError, RunConfig, load_scales, run_config_from_dict
@@ -269,7 +270,14 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
     if runs:
         _validate_defaults(path, raw, list(runs.values()))
     _check_overrides(path, raw, mode)  # a value that cannot take effect in this mode
-    resolved = _resolve_run_references(path, raw["name"], list(runs.values()))
+    expanded = list(runs.values())
+    if mode_spec.get("branch_budgets"):  # one warmup-stable run per model, decay branches (mor.branching)
+        try:
+            expanded = branch_budgets(expanded, lambda r: r.config, lambda r, rc: Run(rc, r.block, r.tags),
+                                      where=f"{path}: modes.{mode}.branch_budgets: ")
+        except BranchError as e:
+            raise GridError(str(e)) from None
+    resolved = _resolve_run_references(path, raw["name"], expanded)
     return Grid(
         name=raw["name"],
         path=path,
@@ -340,6 +348,8 @@ def _mode_spec(path: Path, spec: dict, mode: str) -> dict:
         merged["seeds"] = spec.get("seeds", base.get("seeds"))
     if "evidence" in spec:
         merged["evidence"] = spec["evidence"]
+    if "branch_budgets" in spec:
+        merged["branch_budgets"] = spec["branch_budgets"]
     return merged
 
 

@@ -24,7 +24,7 @@ EVAL_FIELDS = ("eval",)
 # train.data_order likewise: its default "sequence" renamed every run, "rank" gives back
 # the ids, and the data, of the runs before.)
 LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0, ("model", "weight_init"): "global_rng",
-                ("train", "data_order"): "rank"}
+                ("train", "data_order"): "rank", ("train", "branch_run"): "", ("train", "branch_step"): 0}
 # Fields that left the identity for ExecConfig: a stored config (config.json, a results row)
 # may still carry them and parses (the value is dropped), and the hash keeps them at the one
 # value every shipped grid had, so no existing run id changes. A run that had set another
@@ -36,7 +36,12 @@ RETIRED_FIELDS = {("model", "attention"): "auto"}
 # (seed, s, j) whatever the draw size, and the passes the step is cut into are a memory
 # setting (like execution.micro_batch); under "rank" it keys the draws, and stays hashed.
 # (docs/grids.md, "Run identity", lists what is and is not in the id, and why.)
-ORDER_NEUTRAL_FIELDS = {"sequence": {("train", "micro_batch"): 16}}
+ORDER_NEUTRAL_FIELDS = {"sequence": {("train", "micro_batch"): 16}, "pass": {("train", "micro_batch"): 16}}
+# Fields that only permit, never change what is trained, and are not hashed at all:
+# train.data_epochs lets a run under data_order "pass" read the pool more than once; a run it
+# permits reads the same windows whatever larger value is stated (mor.data.sampler.check_pass).
+# train.save_steps keeps extra checkpoints for decay branches (mor.branching): the run trains the same.
+UNHASHED_FIELDS = (("train", "data_epochs"), ("train", "save_steps"))
 
 
 
@@ -56,6 +61,8 @@ def training_fields(run: Any) -> dict[str, Any]:
         out[section] = {**out[section], name: value}
     for (section, name), value in ORDER_NEUTRAL_FIELDS.get(run.train.data_order, {}).items():
         out[section] = {**out[section], name: value}
+    for section, name in UNHASHED_FIELDS:
+        out[section] = {k: v for k, v in out[section].items() if k != name}
     return out
 
 

@@ -140,7 +140,11 @@ def test_plan_shows_each_budgets_tokens_before_submitting():
     grid = load_grid(grid_path("table9"), "cluster")
     text = format_plan(grid, plan_grid(grid, presets), presets)
     jobs = [j for j in plan_grid(grid, presets) if j.kind == "train"]
-    assert len(jobs) == 36 and all(j.tokens == grid.run(j.run_id).config.train.tokens for j in jobs)
+    assert len(jobs) == 36 and all(j.model_tokens == grid.run(j.run_id).config.train.tokens for j in jobs)
+    # the 2e18 / 5e18 runs are decay branches (mor.branching): their job trains the decay alone
+    t = {j.run_id: grid.run(j.run_id).config.train for j in jobs}
+    assert sum(bool(t[j.run_id].branch_run) for j in jobs) == 24
+    assert all(j.tokens == (t[j.run_id].steps - t[j.run_id].branch_step) * t[j.run_id].tokens_per_step for j in jobs)
     mor_2e18 = [line for line in text.splitlines() if line.split()[:2] == ["2e+18", "mor"]]
     assert len(mor_2e18) == 1
     tokens = {r.config.paper_scale: r.config.train.tokens for r in grid.runs

@@ -135,7 +135,7 @@ def test_data_order_is_validated_at_the_config_boundary():
     stored = tiny_run().to_dict()
     stored["train"]["data_order"] = "shuffled"
     with pytest.raises(ConfigError, match=r"run\.train: train\.data_order='shuffled' is not allowed; "
-                                          r"choose one of \['sequence', 'rank'\]"):
+                                          r"choose one of \['sequence', 'rank', 'pass'\]"):
         run_config_from_dict(stored)
     stored["train"]["data_order"] = "rank"
     assert run_config_from_dict(stored).run_id == "tiny-vanilla-a00a7760"

@@ -333,8 +333,11 @@ def test_repository_settings_are_the_paper_corpus():
     from mor.data.fineweb import DEFAULT_SETTINGS, load_settings
 
     s = load_settings(DEFAULT_SETTINGS)
-    assert (s.source.path, s.source.name, s.train_tokens, s.val_tokens) == (
-        "HuggingFaceTB/smollm-corpus", "fineweb-edu-dedup", 20_000_000_000, 10_000_000)
+    assert (s.source.path, s.source.name, s.train_tokens, s.val_tokens, s.val_split) == (
+        "HuggingFaceTB/smollm-corpus", "fineweb-edu-dedup", 32_000_000_000, 10_000_000, "last_file")
+    # one pass without replacement (train.data_order: pass) must hold the longest cluster run: the
+    # authors' MoR-3 with KV sharing, 14,672 steps of 1,024 x 2,048 (../shared/AUTHORS_RUNS.md)
+    assert s.train_tokens >= 14_672 * 1_024 * 2_048 + 1
 
 
 def test_data_preset_is_cpu_only_and_one_task(tmp_path):
@@ -363,7 +366,7 @@ def test_plan_lists_the_data_job_with_its_cpu_hours(capsys):
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("HuggingFaceTB/SmolLM-135M"))
     rate = load_presets(REPO / "slurm" / "presets.yaml").data.tokens_per_s_per_cpu
-    assert "20.01B" in line and f"{20.01e9 / rate / 3600:.1f}" in line.split()
+    assert "32.01B" in line and f"{32.01e9 / rate / 3600:.1f}" in line.split()
     assert out.index("FineWeb-Edu preparation") < out.index("table10 (")
 
 
@@ -383,7 +386,7 @@ def test_slurm_dry_run_shows_the_data_job_with_its_preset(tmp_path):
     assert any(ln.split() == ["fineweb", "1"] for ln in out.splitlines())
     msg = next(ln for ln in out.splitlines() if "rule fineweb" in ln)
     assert "CPU Slurm job, preset 'data'" in msg and "32 CPUs, 0 GPUs, 64 GB, 24:00 h" in msg
-    assert "fineweb-edu-HuggingFaceTB--SmolLM-135M/train/manifest.json" in msg and "20.01B tokens" in msg
+    assert "fineweb-edu-HuggingFaceTB--SmolLM-135M/train/manifest.json" in msg and "32.01B tokens" in msg
 
 
 def test_hub_tokenizer_batch_encoding_matches_encode(tokenizer, dataset):

@@ -75,3 +75,55 @@ def test_cluster_dry_run_of_table9_plans_four_scales_and_three_budgets(tmp_path)
     grid = load_grid(REPO / "grids" / "table9.yaml", "cluster")
     assert {(r.config.model.scale, r.config.train.budget_flops) for r in grid.runs} == {
         (s, b) for s in ("135M", "360M", "730M", "1.7B") for b in (2e18, 5e18, 16.5e18)}
+
+
+BRANCH_GRID = """
+name: branch
+defaults:
+  data: {source: django-docs, tokenizer: bpe-4096}
+runs:
+  - name: vanilla
+    set: {model.variant: vanilla}
+    axes: {model.scale: [135M]}
+modes:
+  local:
+    scale_map: {135M: tiny}
+    branch_budgets: true
+    set:
+      train: {seq_len: 32, global_batch: 4, micro_batch: 4, checkpoint_every: 4, warmup_frac: 0.0}
+      eval: {nll_tokens: 256, batch: 4}
+    axes:
+      train.budget_flops: [2.0e9, 5.0e9, 16.5e9]
+reference: []
+"""
+
+
+def test_branched_budgets_through_snakemake_train_the_stable_run_once(tmp_path, data_root):
+    """Issue 55 item 4 with the real workflow: the two smaller budgets wait for the stable run,
+    start from its kept checkpoints and train only their decay; a second invocation trains nothing."""
+    import json
+
+    from mor.layout import RunPaths
+
+    grids = tmp_path / "grids"
+    grids.mkdir()
+    (grids / "branch.yaml").write_text(BRANCH_GRID)
+    grid = load_grid(grids / "branch.yaml", "local")
+    runs = {r.config.train.budget_flops: r.config for r in grid.runs}
+    stable = runs[16.5e9]
+    targets = [str(RunPaths("branch", r.run_id).summary) for r in runs.values()]
+    out = snakemake(*targets, "--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}")
+    assert job_counts(out.stdout + out.stderr)["train"] == 3
+    logs = {b: [json.loads(x)["step"] for x in (tmp_path / RunPaths("branch", r.run_id).train_log).read_text().splitlines()]
+            for b, r in runs.items()}
+    assert logs[16.5e9] == list(range(1, stable.train.steps + 1))
+    assert len(stable.train.save_steps) == 2
+    for b in (2.0e9, 5.0e9):
+        t = runs[b].train
+        assert t.branch_run == stable.run_id and t.branch_step in stable.train.save_steps
+        assert logs[b] == list(range(t.branch_step + 1, t.steps + 1))  # its decay, nothing before
+        summary = json.loads((tmp_path / RunPaths("branch", runs[b].run_id).summary).read_text())
+        assert summary["branched_from"] == {"run": stable.run_id, "step": t.branch_step}
+        assert (tmp_path / RunPaths("branch", stable.run_id).checkpoints / "branch" / f"step-{t.branch_step:06d}").is_dir()
+    again = snakemake(*targets, "--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}")
+    assert "Nothing to be done" in again.stdout + again.stderr

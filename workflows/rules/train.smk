@@ -1,9 +1,17 @@
 # One job per run: train (or resume from the last checkpoint) -> runs/<grid>/<run_id>/.
 
 
+def branch_source_inputs(wildcards):
+    """A decay branch (mor.branching) waits for its warmup-stable run, which keeps the branch's
+    starting checkpoint (checkpoints/branch/step-*) on the way to its own end."""
+    stable = run_config(wildcards).train.branch_run
+    return [str(layout.RunPaths(wildcards.grid, stable).summary)] if stable else []
+
+
 rule train:
     input:
-        unpack(rule_inputs(data=run_data_inputs, init=init_checkpoint_inputs)),  # token files; an up-training run's source
+        # token files; an up-training run's source; a decay branch's stable run
+        unpack(rule_inputs(data=run_data_inputs, init=init_checkpoint_inputs, branch=branch_source_inputs)),
     output:
         summary=KINDS["train"].outputs[0],  # runs/{grid}/{run_id}/train_summary.json
     params:

@@ -70,6 +70,7 @@ from typing import Mapping
 
 from mor import throughput_protocol
 from mor.analysis.sidecar import ARTIFACT_ANALYSES, applies
+from mor.branching import trained_steps
 from mor.budget import run_vocab
 from mor.config import ConfigError, RunConfig, model_shape
 from mor.flops import (capped_forward_flops_per_token, decode_flops_per_token, forward_flops_per_token, max_batch,
@@ -185,9 +186,11 @@ class Cost:
     note: str = ""
 
 
-def train_cost(run: RunConfig) -> Cost:
+def train_cost(run: RunConfig, straight: bool = False) -> Cost:
+    """The train job's FLOPs and tokens: a decay branch (mor.branching) trains only the steps
+    after its branch point; ``straight``: what the run would cost trained alone from step 0."""
     t = run.train
-    tokens = t.steps * t.tokens_per_step
+    tokens = (t.steps if straight else trained_steps(run)) * t.tokens_per_step
     return Cost(train_flops(run.model, model_shape(run.model), run_vocab(run), t.seq_len, tokens), tokens)
 
 
@@ -303,6 +306,12 @@ class JobEstimate:
     note: str = ""  # what the estimate could not count, or why it does not fit
     missing_preset: str = ""  # the preset key the kind lacks at this scale ('' = found)
     max_segments: int = 0  # 1 + the preset's max_timeouts: submitit gives up after that many time-outs (0 = none)
+    # train: the run's own tokens (a branch's include the stable run's share it starts from), the
+    # hours it would take trained alone from step 0 (= hours unless it is a decay branch), and
+    # the stable run it branches from ('' = none); mor.branching
+    model_tokens: int = 0
+    straight_hours: float = 0.0
+    branch_of: str = ""
 
     @property
     def gpu_hours(self) -> float:
@@ -387,11 +396,17 @@ def estimate(run: RunConfig, kind: str, preset: Preset, analysis: str = "", prot
     if kind not in RESUMABLE:  # it starts again after each time-out, until submitit gives up
         segments = min(segments, 1 + preset.max_timeouts)
     micro, mem, fits = memory_fit(run, preset) if kind == "train" else (0, 0.0, cost.fits)
+    straight, model_tokens = hours, 0
+    if kind == "train":
+        full = train_cost(run, straight=True)
+        straight = (preset.start_s + full.flops / (preset.tflops_per_gpu * 1e12 * devices)) / 3600
+        model_tokens = full.tokens
     return JobEstimate(run.run_id, kind, run.model.scale, preset.nodes, preset.gpus, preset.world_size,
                        limit, cost.flops, hours, segments, tokens=cost.tokens,
                        budget=run.train.budget_flops, paper_scale=run.paper_scale or run.model.scale,
                        variant=run.model.variant, micro_batch=micro, memory_gib=mem, fits=fits, analysis=analysis,
-                       note=cost.note, max_segments=1 + preset.max_timeouts)
+                       note=cost.note, max_segments=1 + preset.max_timeouts, model_tokens=model_tokens,
+                       straight_hours=straight, branch_of=run.train.branch_run)
 
 
 def _unpresetted(run: RunConfig, kind: str, key: str, analysis: str, protocol: dict | None) -> JobEstimate:

@@ -150,10 +150,23 @@ def format_budgets(jobs: list[JobEstimate]) -> list[str]:
         for v in dict.fromkeys(j.variant for j in trains):
             js = [j for j in trains if j.budget == b and j.variant == v]
             if js:
-                toks = ", ".join(f"{j.paper_scale} {_tokens(j.tokens)}" for j in js)
+                toks = ", ".join(f"{j.paper_scale} {_tokens(j.model_tokens or j.tokens)}" for j in js)
                 out.append(f"    {b:>9.3g} {v:<10} {toks:<56} {sum(j.gpu_hours for j in js):>9.1f} "
                            f"{sum(j.gpu_hours_requested for j in js):>9.1f}")
-    return out
+    return out + format_branches(trains)
+
+
+def format_branches(trains: list[JobEstimate]) -> list[str]:
+    """Decay branches (mor.branching): their GPU-hours against the same runs trained alone."""
+    branches = [j for j in trains if j.branch_of]
+    if not branches:
+        return []
+    gpus = lambda j: j.gpus or 0  # noqa: E731
+    alone = sum(j.straight_hours * gpus(j) for j in trains)
+    now = sum(j.gpu_hours for j in trains)
+    return [f"  branched decays: {len(branches)} of {len(trains)} budget runs train only their decay from a "
+            f"warmup-stable run's checkpoint; train GPU-h est {now:,.1f} branched against {alone:,.1f} as "
+            f"separate runs ({100 * (1 - now / alone) if alone else 0:.0f} % less)"]
 
 
 def format_data_plan(grids: list[Grid], presets: Presets, settings_path, data_root="data",

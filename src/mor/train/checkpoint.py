@@ -40,7 +40,8 @@ from mor.checkpoints.native import CheckpointError, check_names, read_state, rea
 
 TENSOR_FILES = ("model.safetensors", "optimizer.safetensors")
 
-__all__ = ["CheckpointError", "CheckpointMismatch", "save_checkpoint", "load_latest", "apply_checkpoint"]
+__all__ = ["CheckpointError", "CheckpointMismatch", "save_checkpoint", "load_latest", "apply_checkpoint",
+           "load_branch_point"]
 
 
 class CheckpointMismatch(CheckpointError):
@@ -128,6 +129,21 @@ def load_latest(ckpt_dir: Path, config_hash: str, warn: Callable[[str], None] | 
     if found:
         raise CheckpointError(_none_good(ckpt_dir, problems))
     return None
+
+
+def load_branch_point(path: Path, run_id: str, step: int) -> tuple[dict, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(state, model tensors, optimizer tensors) of the checkpoint a decay branch starts from
+    (mor.branching): ``path`` must be run ``run_id``'s intact checkpoint of step ``step``; any
+    other (a missing folder, another run's or step's, a torn file) stops the branch, naming it."""
+    if not path.is_dir():
+        raise CheckpointError(f"{path} does not exist: run {run_id} has kept no checkpoint at step {step} for this "
+                              f"branch (train it with train.save_steps holding {step}; a run finished before it kept "
+                              "branch points must be trained again)")
+    state = read_state(path, TENSOR_FILES)
+    if state.get("step") != step or not str(state.get("config_hash", "")).startswith(run_id[-8:]):
+        raise CheckpointMismatch(f"{path} holds step {state.get('step')} of training config {state.get('config_hash')}, "
+                                 f"not step {step} of run {run_id}")
+    return state, read_tensors(path / "model.safetensors"), read_tensors(path / "optimizer.safetensors")
 
 
 def _warn(msg: str) -> None:

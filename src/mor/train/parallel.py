@@ -102,10 +102,13 @@ class FSDPTrainer(Trainer):
                     states[n] = {"step": s["step"], **{k: v.cpu() for k, v in moments.items()}}
         return params, states
 
-    def save(self) -> None:
+    _place = staticmethod(shard_like)  # a decay branch's start keeps this rank's shard (Trainer.start_branch)
+
+    def save(self, ckpt_dir=None, keep: int = 2) -> None:
         params, states = self._gathered()
         if self.dist.is_main:
-            save_checkpoint(self.ckpt_dir, _FullState(params), _FullState(params, states), self.state())
+            save_checkpoint(ckpt_dir or self.ckpt_dir, _FullState(params), _FullState(params, states), self.state(),
+                            keep=keep)
         torch.distributed.barrier()
 
     def full_params(self) -> dict[str, torch.Tensor]:

@@ -36,13 +36,13 @@ from mor.atomic import atomic_path, sha256_file, write_json_atomic
 from mor.config import ExecConfig, RunConfig
 from mor.flops import train_flops
 from mor.layout import RunPaths
-from mor.data.sampler import TokenSampler, load_tokens
+from mor.data.sampler import TokenSampler, check_pass, load_tokens
 from mor.checkpoints.hf import start_model
 from mor.checkpoints.native import save_tensors
 from mor.model.build import pick_device
 from mor.model.transformer import MoRTransformer
 from mor.provenance import git_commit
-from mor.train.checkpoint import apply_checkpoint, load_latest, save_checkpoint
+from mor.train.checkpoint import apply_checkpoint, load_branch_point, load_latest, save_checkpoint
 from mor.train.execution import apply_execution
 from mor.train.schedule import wsd_lr
 from mor.train.stop import Preempted, StopRequest
@@ -214,6 +214,10 @@ class Trainer:
         # job start costs ~1 min; per rank it would be that times the rank count); sizes by all
         self.sampler = TokenSampler(load_tokens(train_tokens, checksum=self.dist.is_main), t.seq_len, t.seed,
                                     global_batch=t.global_batch, order=t.data_order)
+        # data_order "pass": the run must fit the epochs it states (1: one pass without
+        # replacement), checked before any step is trained; None under the random orders
+        self.data_epochs = (check_pass(self.sampler, t.steps, t.data_epochs, str(train_tokens))
+                            if t.data_order == "pass" else None)
         per_rank = t.global_batch // self.dist.world_size
         if t.global_batch % self.dist.world_size:
             raise ValueError(f"train.global_batch={t.global_batch} is not divisible by {self.dist.world_size} ranks")
@@ -248,16 +252,47 @@ class Trainer:
 
     def restore_counters(self, state: dict) -> None:
         self.step, self.tokens_seen = state["step"], state["tokens_seen"]
+        saved = state.get("data_position")
+        if saved is not None and self.data_epochs is not None and saved != self.sampler.pass_position(self.step):
+            raise ValueError(f"run {self.run.run_id}: its checkpoint at step {self.step} stopped at {saved} of the "
+                             f"pass, but the pool read now puts that step at {self.sampler.pass_position(self.step)}: "
+                             "the token pool changed under the run; restore it or train the run afresh")
         self.train_time_s = float(state.get("train_time_s", 0.0))
         self.last_metrics = dict(state.get("last_metrics", {}))
 
     def state(self) -> dict:
-        return {"step": self.step, "tokens_seen": self.tokens_seen, "config_hash": self.run.config_hash,
-                "train_time_s": self.train_time_s, "last_metrics": self.last_metrics}
+        out = {"step": self.step, "tokens_seen": self.tokens_seen, "config_hash": self.run.config_hash,
+               "train_time_s": self.train_time_s, "last_metrics": self.last_metrics}
+        if self.data_epochs is not None:  # data_order "pass": where the next step reads (a check on resume)
+            out["data_position"] = self.sampler.pass_position(self.step)
+        return out
 
-    def save(self) -> None:
+    # how a full tensor becomes what a parameter holds when a checkpoint is applied (FSDP: its shard)
+    _place = None
+
+    def save(self, ckpt_dir: Path | None = None, keep: int = 2) -> None:
         if self.dist.is_main:
-            save_checkpoint(self.ckpt_dir, self.model, self.optimizer, self.state())
+            save_checkpoint(ckpt_dir or self.ckpt_dir, self.model, self.optimizer, self.state(), keep=keep)
+
+    @property
+    def branch_dir(self) -> Path:
+        """Where the checkpoints kept for decay branches go (train.save_steps; never rotated)."""
+        return self.ckpt_dir / "branch"
+
+    def branch_source(self) -> Path:
+        """The checkpoint this decay branch starts from: its stable run's (a sibling run folder)
+        kept at train.branch_step (mor.branching)."""
+        t = self.run.train
+        return RunPaths.of(self.run_dir.parent / t.branch_run).checkpoints / "branch" / f"step-{t.branch_step:06d}"
+
+    def start_branch(self) -> None:
+        """Start a decay branch from its stable run's checkpoint at the branch step: weights,
+        AdamW moments and step counts, RNG, step and tokens seen; the steps after it are this run's."""
+        t = self.run.train
+        path = self.branch_source()
+        state, tensors, moments = load_branch_point(path, t.branch_run, t.branch_step)
+        apply_checkpoint(self.model, self.optimizer, path, state, tensors, moments, place=self._place)
+        self.restore_counters(state)
 
     def full_params(self) -> dict[str, torch.Tensor]:
         """Unsharded parameters by name, on CPU, on the main rank ({} elsewhere).
@@ -348,8 +383,11 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens_seen += t.tokens_per_step
-        return {"step": self.step, "loss": lm_total, "aux_loss": aux_total, "lr": lr, "grad_norm": float(grad_norm),
-                **router_stats(self.model, out.routing)}
+        row = {"step": self.step, "loss": lm_total, "aux_loss": aux_total, "lr": lr, "grad_norm": float(grad_norm),
+               **router_stats(self.model, out.routing)}
+        if self.data_epochs is not None:  # data_order "pass": the pass (1, 2, ..) this step's last window is from
+            row["data_epoch"] = self.sampler.epochs_needed(self.step)
+        return row
 
     def micro_batches(self):
         """This rank's sequences of the current step, ``accum`` pairs (x, y) of (micro, T) each.
@@ -376,6 +414,8 @@ class Trainer:
                               "accumulation": self.accum, "world_size": self.dist.world_size},
             })
         resumed_from = self.step if self.resume() else None
+        if resumed_from is None and t.branch_run:  # a decay branch's first session: from its stable run
+            self.start_branch()
         if self.dist.is_main:  # one writer: ranks replacing the same file concurrently would race
             self._trim_log(self.step)
         log = open(self.files.train_log, "a") if self.dist.is_main else None
@@ -402,6 +442,8 @@ class Trainer:
                         curves.write(last)
                 bar.update(1)
                 bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:.0f}")
+                if self.step in t.save_steps:  # a decay branch starts here (mor.branching): kept for good
+                    self.save(self.branch_dir, keep=len(t.save_steps))
                 saved = self.step % t.checkpoint_every == 0 and self.step < t.steps
                 if saved:
                     self.save()
@@ -433,6 +475,10 @@ class Trainer:
             "device": str(self.device),
             "world_size": self.dist.world_size,
         }
+        if self.data_epochs is not None:  # data_order "pass": passes over the pool read (1 = without replacement)
+            summary["data_epochs"] = self.data_epochs
+        if t.branch_run:  # a decay branch: the steps before branch_step are its stable run's
+            summary["branched_from"] = {"run": t.branch_run, "step": t.branch_step}
         params = self.full_params()  # a collective under FSDP: every rank takes part
         if self.dist.is_main:
             final = self.files.final
