@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
+from mor.depth import depth_moved
 from mor.identity import RETIRED_FIELDS, digest, eval_fields, training_fields
 from mor.yaml_io import YamlError, key_line, load_derived, where
 
@@ -431,8 +432,14 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def training_dict(self) -> dict[str, Any]:
-        """The fields that decide the trained weights (model, train, data), as hashed (mor.identity)."""
-        return training_fields(self)
+        """The fields that decide the trained weights (model, train, data), as hashed (mor.identity);
+        a model the authors' floor depth rule changed (issue 55, ``mor.depth.depth_moved``) carries
+        ``model.depth_rule: floor``, so its run id moves and the others' stay."""
+        out = training_fields(self)
+        m = self.model
+        if depth_moved(m.variant, m.tying, model_shape(m).layers, m.num_recursions, m.reduced):
+            out["model"] = {**out["model"], "depth_rule": "floor"}
+        return out
 
     def eval_dict(self) -> dict[str, Any]:
         """The fields that decide what the eval job measures of those weights."""
