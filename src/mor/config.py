@@ -281,6 +281,7 @@ class TrainConfig:
     lr: float = 3e-3
     min_lr_ratio: float = 0.0
     warmup_frac: float = 0.05
+    warmup_steps: int = 0  # > 0: the warmup in steps, not warmup_frac (the authors' 57 / 86; issue 55)
     decay_frac: float = 0.2
     weight_decay: float = 0.1
     beta1: float = 0.9
@@ -306,6 +307,7 @@ class TrainConfig:
         for name in ("tokens", "seq_len", "global_batch", "micro_batch", "lr", "checkpoint_every", "log_every"):
             _check_positive(own, name, getattr(self, name))
         _check_positive(own, "budget_flops", self.budget_flops, allow_zero=True)
+        _check_positive(own, "warmup_steps", self.warmup_steps, allow_zero=True)
         if self.global_batch % self.micro_batch:
             raise ConfigError(
                 f"train.global_batch={self.global_batch} is not a multiple of train.micro_batch={self.micro_batch}"
