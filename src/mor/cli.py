@@ -125,6 +125,18 @@ def _run_folder(path: Path) -> Path:
                                                         else f" ({path.parent} does not exist)"))
 
 
+def _recipe(a) -> int:
+    """Print the recipe (mor.recipe); exit 1 when a setting differs from the authors' released
+    config without a recorded reason."""
+    from mor.grids import grid_path, load_grid
+    from mor.recipe import format_recipe, recipe, unexplained
+
+    path = Path(a.grid) if a.grid.endswith(".yaml") else grid_path(a.grid)
+    settings = recipe(load_grid(path, a.mode))
+    sys.stdout.write(format_recipe(settings, a.format))
+    return 1 if unexplained(settings) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 on success; a domain error or a file system error (full disk, no permission) is one
     line on stderr and exit 2 (1 for a failed Slurm job); a closed pipe (``| head``) ends quietly."""
@@ -164,6 +176,12 @@ def _main(args: list[str]) -> int:
 
     for verb in LAUNCH_VERBS:  # listed in --help; parsed by mor.launch (see main)
         sub.add_parser(verb, help=f"= python -m mor.launch {verb} ...", add_help=False)
+
+    p = sub.add_parser("recipe", help="every training setting of a grid's runs with its source (paper, authors, ours)")
+    p.add_argument("--grid", required=True, help="grid file or name")
+    p.add_argument("--mode", default="cluster")
+    p.add_argument("--format", default="text", choices=("text", "csv"))
+    p.set_defaults(fn=_recipe)
 
     p = sub.add_parser("collect")
     p.add_argument("--grid", required=True, help="grid name")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
+from mor.depth import depth_moved
 from mor.identity import RETIRED_FIELDS, digest, eval_fields, training_fields
 from mor.yaml_io import YamlError, key_line, load_derived, where
 
@@ -280,6 +281,7 @@ class TrainConfig:
     lr: float = 3e-3
     min_lr_ratio: float = 0.0
     warmup_frac: float = 0.05
+    warmup_steps: int = 0  # > 0: the warmup in steps, not warmup_frac (the authors' 57 / 86; issue 55)
     decay_frac: float = 0.2
     weight_decay: float = 0.1
     beta1: float = 0.9
@@ -321,6 +323,7 @@ class TrainConfig:
         for name in ("tokens", "seq_len", "global_batch", "micro_batch", "lr", "checkpoint_every", "log_every"):
             _check_positive(own, name, getattr(self, name))
         _check_positive(own, "budget_flops", self.budget_flops, allow_zero=True)
+        _check_positive(own, "warmup_steps", self.warmup_steps, allow_zero=True)
         if self.global_batch % self.micro_batch:
             raise ConfigError(
                 f"train.global_batch={self.global_batch} is not a multiple of train.micro_batch={self.micro_batch}"
@@ -463,8 +466,14 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def training_dict(self) -> dict[str, Any]:
-        """The fields that decide the trained weights (model, train, data), as hashed (mor.identity)."""
-        return training_fields(self)
+        """The fields that decide the trained weights (model, train, data), as hashed (mor.identity);
+        a model the authors' floor depth rule changed (issue 55, ``mor.depth.depth_moved``) carries
+        ``model.depth_rule: floor``, so its run id moves and the others' stay."""
+        out = training_fields(self)
+        m = self.model
+        if depth_moved(m.variant, m.tying, model_shape(m).layers, m.num_recursions, m.reduced):
+            out["model"] = {**out["model"], "depth_rule": "floor"}
+        return out
 
     def eval_dict(self) -> dict[str, Any]:
         """The fields that decide what the eval job measures of those weights."""

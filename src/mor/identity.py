@@ -24,7 +24,8 @@ EVAL_FIELDS = ("eval",)
 # train.data_order likewise: its default "sequence" renamed every run, "rank" gives back
 # the ids, and the data, of the runs before.)
 LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0, ("model", "weight_init"): "global_rng",
-                ("train", "data_order"): "rank", ("train", "branch_run"): "", ("train", "branch_step"): 0}
+                ("train", "data_order"): "rank", ("train", "branch_run"): "", ("train", "branch_step"): 0,
+                ("train", "warmup_steps"): 0}
 # Fields that left the identity for ExecConfig: a stored config (config.json, a results row)
 # may still carry them and parses (the value is dropped), and the hash keeps them at the one
 # value every shipped grid had, so no existing run id changes. A run that had set another

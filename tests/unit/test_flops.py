@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from mor.config import ModelConfig, load_scales
@@ -101,7 +103,7 @@ def test_counts_use_the_model_s_own_plan_computed_once():
     plan = plan_for(cfg, s)
     assert plan == build_model(cfg, s, 50, device="meta").plan
     assert plan_for(dataclasses.replace(cfg), dataclasses.replace(s)) is plan  # an equal config: the same plan
-    deeper = plan_for(cfg, dataclasses.replace(s, layers=s.layers + 3))
+    deeper = plan_for(cfg, dataclasses.replace(s, layers=s.layers + 6))  # +3 floors to the same depth (issue 55)
     assert len(deeper.order) > len(plan.order)  # the depth is part of the key
 
 
@@ -121,8 +123,10 @@ def test_counting_is_what_the_built_model_holds(variant, kv, router, capacity, s
     from mor.flops import counting
     from mor.model.transformer import build_model
 
-    s = load_scales()["tiny"]
-    cfg = ModelConfig(scale="tiny", variant=variant, kv=kv, tying="sequence", num_recursions=3 if variant != "vanilla" else 2,
+    # 6 layers: Sequence Nr 3 gives 2 unique layers (tiny's 4 floor to 1, issue 55, and a lone
+    # unique layer reads no other layer's KV)
+    s = dataclasses.replace(load_scales()["tiny"], layers=6)
+    cfg = ModelConfig(scale="tiny", variant=variant, kv=kv, tying="sequence", layers=6, num_recursions=3 if variant != "vanilla" else 2,
                       router=RouterConfig(type=router, capacity=capacity))
     model = build_model(cfg, s, 50, device="meta")
     c = counting(cfg, s.layers)

@@ -16,9 +16,11 @@ SCALES = load_scales()
 VOCAB = 64
 
 
-def _build(seed: int = 0, **model) -> torch.nn.Module:
+def _build(seed: int = 0, layers: int = 5, **model) -> torch.nn.Module:
     cfg = ModelConfig(scale="tiny", **model)
-    shape = dataclasses.replace(SCALES["tiny"], layers=5)  # Middle-Cycle Nr=3 pads 5 to 1 + 3 + 1 = 5
+    # Middle-Cycle Nr=3: 5 layers = 1 + 3 + 1; Cycle / Sequence Nr=3 need 6 for 2 unique layers
+    # (the floor depth rule of issue 55 takes 5 to 3; the padding rule before took it to 6)
+    shape = dataclasses.replace(SCALES["tiny"], layers=layers)
     return build_model(cfg, shape, VOCAB, init_seed=seed)
 
 
@@ -30,8 +32,8 @@ def _by_canonical(model) -> dict[str, torch.Tensor]:
 def test_canonical_names_follow_the_vanilla_layer_each_replaces():
     van = _build(variant="vanilla")
     mc = _build(variant="recursive", tying="middle_cycle", num_recursions=3)
-    cyc = _build(variant="recursive", tying="cycle", num_recursions=3)
-    seq = _build(variant="recursive", tying="sequence", num_recursions=3)
+    cyc = _build(variant="recursive", tying="cycle", num_recursions=3, layers=6)
+    seq = _build(variant="recursive", tying="sequence", num_recursions=3, layers=6)
     layers = lambda m: sorted({k.split(".")[0] for k in _by_canonical(m) if k.startswith(("layer", "last"))})  # noqa: E731
     assert layers(van) == ["last", "layer0", "layer1", "layer2", "layer3"]
     assert mc.plan.order == [0, 1, 1, 1, 2] and layers(mc) == ["last", "layer0", "layer1"]

@@ -22,6 +22,14 @@ def test_wsd_schedule_shape():
     assert all(a >= b for a, b in zip(lrs[80:], lrs[81:]))
 
 
+def test_wsd_fixed_warmup_steps_override_the_fraction():
+    """The authors' released runs warm up a fixed 57 (Vanilla / Recursive) or 86 (MoR) steps
+    (train.warmup_steps, issue 55), whatever the run's length."""
+    lrs = [wsd_lr(s, 9438, 1.0, 0.01, 0.2, warmup_steps=57) for s in (0, 55, 56, 57, 7549, 7550)]
+    assert lrs[0] == pytest.approx(1 / 57) and lrs[1] < 1.0 and lrs[2] == lrs[3] == lrs[4] == 1.0
+    assert lrs[5] < 1.0  # decay: the last round(0.2 x 9438) = 1888 steps
+
+
 def test_loss_decreases_on_real_corpus(data_root, tmp_path):
     run = RunConfig(grid="test", model=ModelConfig(scale="tiny"),
                     train=TrainConfig(tokens=40 * 8 * 64, seq_len=64, global_batch=8, micro_batch=8,

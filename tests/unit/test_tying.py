@@ -33,20 +33,33 @@ def test_recursions_split_shared_part_evenly():
 @pytest.mark.parametrize(
     "scheme, layers, nr, depth",
     [
-        ("middle_cycle", 32, 4, 34),  # paper: MoR-4 at 360M uses 32 + 2 layers
+        # the authors' floor rule (issue 55, mor.depth): floor((L - unshared) / Nr) per recursion
+        ("middle_cycle", 32, 4, 30),  # 1 + 7x4 + 1; the paper's 34 comes from model.layers: 34
+        ("middle_cycle", 34, 4, 34),  # MoR-4 at 360M (App. E)
+        ("middle_cycle", 30, 3, 29),  # 135M Middle-Cycle Nr 3: 1 + 9x3 + 1 (AUTHORS_RUNS.md)
         ("middle_cycle", 30, 2, 30),
         ("cycle", 30, 3, 30),
-        ("cycle", 32, 3, 33),
-        ("middle_sequence", 30, 3, 32),
+        ("cycle", 32, 3, 30),
+        ("middle_sequence", 30, 3, 29),
+        ("middle_cycle", 3, 4, 6),  # too shallow: one layer per recursion, as before
     ],
 )
-def test_effective_depth_pads_to_divisible(scheme, layers, nr, depth):
+def test_effective_depth_floors(scheme, layers, nr, depth):
     assert effective_depth(scheme, layers, nr) == depth
+
+
+def test_depth_moved_names_the_changed_models():
+    from mor.depth import depth_moved, padded_depth
+    assert padded_depth("middle_cycle", 30, 3) == 32
+    assert depth_moved("mor", "middle_cycle", 30, 3)
+    assert not depth_moved("mor", "middle_cycle", 32, 3)
+    assert not depth_moved("vanilla", "middle_cycle", 32, 3)
+    assert depth_moved("vanilla", "middle_cycle", 32, 3, reduced=True)  # 11 -> 10 layers
 
 
 def test_reduced_depth_and_errors():
     assert reduced_depth(30, 3) == 10
-    assert reduced_depth(32, 3) == 11
+    assert reduced_depth(32, 3) == 10  # floor (issue 55); 11 before
     with pytest.raises(ValueError, match="cannot form"):
         tying_plan("cycle", 7, 3)
     with pytest.raises(ValueError, match="unknown tying scheme"):

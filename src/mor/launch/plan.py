@@ -140,18 +140,24 @@ def _tokens(n: int) -> str:
 
 def format_budgets(jobs: list[JobEstimate]) -> list[str]:
     """isoFLOP grids: per budget and variant, the tokens each scale's run will train
-    (mor.budget) and the GPU-hours, so a user sees what a budget buys before submitting."""
+    (mor.budget, the budget counted in the authors' FLOP convention, mor.flops_authors) and,
+    beside them, the training FLOPs those tokens really cost in our full count
+    (mor.flops.train_flops: 3 x forward with embeddings and head), so a user sees both what a
+    budget buys and what it spends before submitting."""
     trains = [j for j in jobs if j.kind == "train" and j.budget]
     if not trains:
         return []
-    out = ["  isoFLOP budgets: tokens per run derived from train.budget_flops (mor.budget)",
-           f"    {'budget':>9} {'variant':<10} {'tokens per scale':<56} {'GPU-h est':>9} {'GPU-h req':>9}"]
+    out = ["  isoFLOP budgets: tokens per run derived from train.budget_flops in the authors' FLOP convention "
+           "(mor.budget, mor.flops_authors); 'FLOPs (ours)': what they cost in our full training count",
+           f"    {'budget':>9} {'variant':<10} {'tokens per scale':<56} {'FLOPs (ours) per scale':<56} "
+           f"{'GPU-h est':>9} {'GPU-h req':>9}"]
     for b in sorted({j.budget for j in trains}):
         for v in dict.fromkeys(j.variant for j in trains):
             js = [j for j in trains if j.budget == b and j.variant == v]
             if js:
                 toks = ", ".join(f"{j.paper_scale} {_tokens(j.model_tokens or j.tokens)}" for j in js)
-                out.append(f"    {b:>9.3g} {v:<10} {toks:<56} {sum(j.gpu_hours for j in js):>9.1f} "
+                spent = ", ".join(f"{j.paper_scale} {j.flops:.3g}" for j in js)
+                out.append(f"    {b:>9.3g} {v:<10} {toks:<56} {spent:<56} {sum(j.gpu_hours for j in js):>9.1f} "
                            f"{sum(j.gpu_hours_requested for j in js):>9.1f}")
     return out + format_branches(trains)
 

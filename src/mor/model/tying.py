@@ -16,21 +16,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mor.depth import floor_depth
+
 SCHEMES = ("cycle", "sequence", "middle_cycle", "middle_sequence")
 
 
 def effective_depth(scheme: str, layers: int, num_recursions: int) -> int:
-    """Smallest depth >= ``layers`` the scheme can split into ``num_recursions`` recursions.
-
-    The paper pads rather than truncates: MoR-4 at 360M uses 32 + 2 = 34 layers so that
-    Middle-Cycle gives 1 + 8x4 + 1 (App. E).
+    """The depth a ``layers``-layer scale runs as ``num_recursions`` recursions: the authors'
+    floor rule (``mor.depth.floor_depth``), floor((L - unshared) / Nr) layers per recursion, the
+    rest dropped. Extra layers only through ``model.layers`` where the paper adds them (MoR-4 at
+    360M: 34 layers, 1 + 8x4 + 1, App. E). Before issue 55 this padded up (``mor.depth.padded_depth``).
     """
     _check(scheme, num_recursions)
-    unshared = 2 if scheme.startswith("middle") else 0
-    depth = max(layers, unshared + num_recursions)
-    while (depth - unshared) % num_recursions:
-        depth += 1
-    return depth
+    return floor_depth(scheme, layers, num_recursions)
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,7 @@ def tying_plan(scheme: str, depth: int, num_recursions: int) -> TyingPlan:
     if shared < num_recursions or shared % num_recursions:
         raise ValueError(
             f"tying {scheme!r}: {shared} shared layers cannot form {num_recursions} recursions; "
-            f"use effective_depth() to pad (got depth={depth})"
+            f"use effective_depth() for a depth it can split (got depth={depth})"
         )
     per = shared // num_recursions  # unique layers in the shared block
     offset = 1 if middle else 0
@@ -81,7 +79,7 @@ def model_plan(cfg, scale_layers: int) -> TyingPlan:
     """The tying plan of a model config (``mor.config.ModelConfig``) at a scale of
     ``scale_layers`` layers: the one place the depth is decided (``model.layers`` overrides
     the scale's; reduced vanilla takes a Cycle model's unique-layer count; recursive and
-    MoR pad to the scheme, ``effective_depth``). The model, FLOP counts and KV sizing call it."""
+    MoR take the authors' floor depth, ``effective_depth``). The model, FLOP counts and KV sizing call it."""
     layers = cfg.layers or scale_layers
     if cfg.variant == "vanilla":
         return vanilla_plan(reduced_depth(layers, cfg.num_recursions) if cfg.reduced else layers)
@@ -89,7 +87,8 @@ def model_plan(cfg, scale_layers: int) -> TyingPlan:
 
 
 def reduced_depth(layers: int, num_recursions: int) -> int:
-    """Depth of the 'reduced' vanilla baseline: the unique layers of a Cycle model."""
+    """Depth of the 'reduced' vanilla baseline: the unique layers of a Cycle model, floor(L / Nr)
+    (the authors' floor rule; 11 for 32 layers at Nr 3 before issue 55, now 10)."""
     return effective_depth("cycle", layers, num_recursions) // num_recursions
 
 

@@ -21,7 +21,7 @@ from mor.analysis.sidecar import TOKENIZER_ARTIFACTS
 # an idle machine, several seconds on a loaded one). The ablation tables are one function
 # (mor.reports.ablation.render_ablation) with the spec of that name (ablation.SPECS; the names
 # are listed here so the keys need no import, and tests/unit/test_reports.py checks they match).
-ABLATIONS = ("deciding", "table11", "table12", "table13", "table14", "table15", "table16")
+ABLATIONS = ("deciding", "table3", "table11", "table12", "table13", "table14", "table15", "table16")
 RENDERERS = {
     "tables/table9": "table9:render",
     "figures/fig5a": "fig5a:render",

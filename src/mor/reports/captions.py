@@ -18,6 +18,7 @@ from mor.claims import CLAIMS
 from mor.layout import RESULTS, grid_results
 
 SECTIONS = {
+    "tables/table3": "3.1 Main results (the released runs)",
     "tables/table9": "5.1 Compute-optimal scaling (isoFLOP)", "figures/fig5a": "5.1 Compute-optimal scaling (isoFLOP)",
     "tables/table10": "App. F Parameter sharing", "figures/fig6": "App. F Parameter sharing",
     "figures/fig4b": "App. F Parameter sharing", "tables/table11": "App. F Parameter sharing",

@@ -28,11 +28,14 @@ SEED = {2: 42, 3: 48, 4: 51}
 
 
 def mor_config(nr: int) -> ModelConfig:
-    return ModelConfig(scale="360M", variant="mor", tying="middle_cycle", num_recursions=nr, kv="recursion_wise")
+    """MoR-Nr at 360M; MoR-4 at App. E's 34 layers (1 + 8x4 + 1): the floor depth rule (mor.depth)
+    would give 32 layers 1 + 7x4 + 1 = 30, so the paper's extra layers are set here."""
+    return ModelConfig(scale="360M", variant="mor", tying="middle_cycle", num_recursions=nr, kv="recursion_wise",
+                       layers=34 if nr == 4 else 0)
 
 
 def vanilla_for(nr: int) -> ModelConfig:
-    """App. E: MoR-4 pads 360M's 32 layers to 34, and so does its vanilla baseline."""
+    """App. E: MoR-4 runs 34 layers, and so does its vanilla baseline."""
     return ModelConfig(scale="360M", layers=34 if nr == 4 else 0)
 
 

@@ -352,7 +352,7 @@ class Trainer:
         t = self.run.train
         model = self.ddp_model or self.model
         model.train()
-        lr = wsd_lr(self.step, t.steps, t.lr, t.warmup_frac, t.decay_frac, t.min_lr_ratio)
+        lr = wsd_lr(self.step, t.steps, t.lr, t.warmup_frac, t.decay_frac, t.min_lr_ratio, t.warmup_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         warm = self.run.model.router.capacity_warmup_steps
