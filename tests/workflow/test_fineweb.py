@@ -334,10 +334,16 @@ def test_repository_settings_are_the_paper_corpus():
 
     s = load_settings(DEFAULT_SETTINGS)
     assert (s.source.path, s.source.name, s.train_tokens, s.val_tokens, s.val_split) == (
-        "HuggingFaceTB/smollm-corpus", "fineweb-edu-dedup", 32_000_000_000, 10_000_000, "last_file")
-    # one pass without replacement (train.data_order: pass) must hold the longest cluster run: the
-    # authors' MoR-3 with KV sharing, 14,672 steps of 1,024 x 2,048 (../shared/AUTHORS_RUNS.md)
-    assert s.train_tokens >= 14_672 * 1_024 * 2_048 + 1
+        "HuggingFaceTB/smollm-corpus", "fineweb-edu-dedup", 88_000_000_000, 10_000_000, "last_file")
+    # one pass without replacement (train.data_order: pass) must hold the longest cluster run of
+    # every grid (the pool is read once; a run past its end would be refused at its first step)
+    from mor.grids import load_grid
+
+    longest = max((r.config.train.steps * r.config.train.global_batch * r.config.train.seq_len + 1, g.name)
+                  for g in sorted((REPO / "grids").glob("*.yaml")) if g.name != "scales.yaml"
+                  for r in load_grid(g, "cluster").runs if r.config.train.data_order == "pass")
+    assert longest[0] >= 14_672 * 1_024 * 2_048 + 1  # at least the authors' longest released run
+    assert s.train_tokens >= longest[0], longest
 
 
 def test_data_preset_is_cpu_only_and_one_task(tmp_path):
