@@ -45,6 +45,11 @@ def _collect(a) -> int:
 
 def _report(a) -> int:
     from mor.reports import render
+    from mor.results import check_drawn_from
+
+    # drawn only from exactly the runs the grid lists in this mode under the tags in force
+    grid = load_grid(a.grid, a.mode)
+    check_drawn_from(a.results, [r.run_id for r in grid.select(a.tags)], grid.name, a.mode, a.tags)
 
     for path in render(a.artifact, a.results, a.grid, a.mode, a.data_root):
         print(f"wrote {path}")
@@ -176,6 +181,7 @@ def _main(args: list[str]) -> int:
     p.add_argument("--results", required=True)
     p.add_argument("--grid", required=True, help="grid file (for reference numbers)")
     p.add_argument("--mode", default="local")
+    p.add_argument("--tags", nargs="*", default=[], help="the grid blocks in force (as the workflow's `tags`); [] = all")
     p.add_argument("--data-root", default="data", help="where the tokenizer is (tables/figures that decode tokens)")
     p.set_defaults(fn=_report)
 
