@@ -210,7 +210,9 @@ def _main(args: list[str]) -> int:
     p.add_argument("--results", default="results", help="results folder (the model card's validation NLL)")
     p.add_argument("--routing", default="causal", choices=("causal", "topk"),
                    help="expert-choice routing the exported forward uses by default (causal: generation)")
-    p.add_argument("--force", action="store_true", help="replace OUT_DIR when it is not empty (else refused)")
+    p.add_argument("--force", action="store_true",
+                   help="replace OUT_DIR when it is an earlier export (its .mor-export.json lists what it wrote); any "
+                   "other non-empty folder, a run, runs/, results/ and the repository are refused, --force or not")
     p.set_defaults(fn=_export_hf)
 
     a = ap.parse_args(args)
