@@ -104,7 +104,7 @@ def test_trained_run_exports_with_equal_logits_and_tokens(trained, data_root, na
 def test_config_card_and_files(trained):
     run, run_dir, folder = trained["mor-expert-choice"]
     assert sorted(p.name for p in folder.iterdir()) == [
-        "README.md", "config.json", "generation_config.json", "model.safetensors", "modeling_mor.py",
+        ".mor-export.json", "README.md", "config.json", "generation_config.json", "model.safetensors", "modeling_mor.py",
         "tokenizer.json", "tokenizer_config.json"]
     cfg = json.loads((folder / "config.json").read_text())
     mine = run.to_dict()["model"]
