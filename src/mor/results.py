@@ -216,16 +216,18 @@ def parquet_identity(path: str | Path) -> tuple[list[str], set[str]]:
     return t.column("run_id").to_pylist(), set(t.column("mode").to_pylist())
 
 
-def check_mode(path: str | Path, mode: str, also: str = "") -> None:
-    """``path`` (a grid's results) holds rows of ``mode`` only; else one line naming the mode it holds."""
+def check_mode(path: str | Path, mode: str, also: tuple[str, ...] = ()) -> None:
+    """``path`` (a grid's results) holds rows of ``mode`` only; else one line naming the mode it
+    holds, and what to move (``path`` and ``also``, the tables and figures drawn from it)."""
     modes = parquet_identity(path)[1] - {mode}
     if modes:
         other = sorted(modes)[0]
+        files = [str(path), *also]
         raise ResultsError(
             f"{path}: holds mode {other}'s results ({PROFILES.get(other, other)}), and this workflow runs mode {mode} "
             f"({PROFILES.get(mode, mode)}); the two modes never share a checkout's results/, tables/ and figures/: "
             f"run {PROFILES.get(mode, mode)} in another checkout (or with --directory elsewhere), or move "
-            + " and ".join(filter(None, [str(path), also])) + " away first")
+            + (", ".join(files[:-1]) + " and " if len(files) > 1 else "") + files[-1] + " away first")
 
 
 def check_drawn_from(path: str | Path, want: list[str], grid: str, mode: str, tags: list[str] | None) -> None:

@@ -30,6 +30,7 @@ defaults:
   eval: {lm_eval_tasks: [mor_piqa], lm_eval_limit: 8}
 runs:
   - label: Vanilla
+    tags: [ci]
     set: {model.variant: vanilla}
     axes: {model.scale: [135M]}
   - label: "{model_tying}"
@@ -50,8 +51,8 @@ def dry_run(workdir: Path, *args: str, config: tuple[str, ...] = (), check: bool
     return out.returncode, out.stdout + out.stderr
 
 
-def plan(workdir: Path, *args: str) -> dict[str, int]:
-    text = dry_run(workdir, *args)[1]
+def plan(workdir: Path, *args: str, config: tuple[str, ...] = ()) -> dict[str, int]:
+    text = dry_run(workdir, *args, config=config)[1]
     return {} if "Nothing to be done" in text else job_counts(text)
 
 
@@ -125,6 +126,17 @@ def test_a_table_newer_than_its_edited_grid_is_refused_until_rebuilt(tmp_path):
         "train": 1, "lmeval": 1, "eval": 1, "collect": 1, "curves": 1, "table": 1}
 
 
+def test_a_tags_change_without_metadata_is_refused_naming_the_extra_run(tmp_path):
+    clone = clone_with_results(tmp_path)
+    (extra,) = [r for r in run_ids(clone) if "recursive" in r]  # the block without the ci tag
+    code, text = dry_run(clone, "tables/table10", config=("tags=[ci]",), check=False)
+    assert code != 0
+    line = [ln for ln in text.splitlines() if ln.startswith("error:")]
+    assert len(line) == 1 and f"extra 1: {extra}" in line[0] and "tags ['ci']" in line[0], text[-2000:]
+    assert plan(clone, "tables/table10", "--forcerun", "collect", config=("tags=[ci]",)) == {
+        "collect": 1, "curves": 1, "table": 1}
+
+
 def test_the_drawing_step_refuses_a_merge_that_is_not_the_grids_runs(tmp_path, capsys):
     from mor.cli import main
 
@@ -140,6 +152,12 @@ def test_the_drawing_step_refuses_a_merge_that_is_not_the_grids_runs(tmp_path, c
     (missing,) = set(ids) - set(old)
     assert err.count("\n") == 0 and f"missing 1: {missing}" in err and "extra 1: 135M-vanilla-00000000" in err, err
     assert not (tmp_path / "tables").exists()
+    full = [i for i in ids if "-cycle-" not in i]  # the merge before the axis value was added
+    pq.write_table(pa.table({"run_id": full, "mode": ["local"] * len(full)}), merged)
+    assert main(["report", "--artifact", "tables/table10", "--results", str(merged), "--grid", str(grid),
+                 "--tags", "ci"]) == 2
+    err = capsys.readouterr().err
+    assert "(mode local, tags ['ci'])" in err and "extra 1: 135M-recursive-middlecycle" in err and "missing 1" not in err
 
 
 def test_one_modes_results_are_never_drawn_over_by_the_other(tmp_path):

@@ -193,7 +193,7 @@ def grid_outputs_of_this_mode(grid):
     path = Path(layout.GRID_RESULTS_PATTERN.format(grid=grid))
     if grid not in _MODE_CHECKED and path.exists():
         drawn = [a for a in [*grid_named(grid).artifacts, f"figures/curves/{grid}"] if Path(a).exists()]
-        checked(check_mode, path, MODE, also=" and ".join(drawn))
+        checked(check_mode, path, MODE, also=tuple(drawn))
     _MODE_CHECKED.add(grid)
 
 
@@ -238,7 +238,8 @@ def check_not_left_stale(artifact, grid, rows):
     from mor.results import ResultsError, parquet_identity
 
     merged, drawn = Path(layout.GRID_RESULTS_PATTERN.format(grid=grid)), Path(artifact)
-    if not (merged.exists() and drawn.exists()) or forced() & {"collect", str(merged), artifact}:
+    drawer = {"tables": "table", "figures": "figure"}[artifact.split("/")[0]]
+    if not (merged.exists() and drawn.exists()) or forced() & {"collect", drawer, str(merged), artifact}:
         return
     want = {Path(r).stem for r in rows}
     have = set(parquet_identity(merged)[0])
