@@ -200,9 +200,9 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
     raw = _load_yaml(path)
     _validate_structure(path, raw)
     if raw["name"] != path.stem:
-        raise GridError(f"{path}: key name: {raw['name']!r} must equal the file name {path.stem!r}")
+        raise GridError(f"{_lines(path).at(['name'])}: key name: {raw['name']!r} must equal the file name {path.stem!r}")
     if mode not in raw["modes"]:
-        raise GridError(f"{path}: key modes: no {mode!r} mode; grid defines {sorted(raw['modes'])}")
+        raise GridError(f"{_lines(path).at(['modes'])}: key modes: no {mode!r} mode; grid defines {sorted(raw['modes'])}")
     _lines(path)  # a key given twice in one mapping (YAML would keep one silently)
     _check_keys(path, raw, mode)  # a key no run config field has, named where it is written
     mode_spec = _mode_spec(path, raw["modes"][mode], mode)
@@ -210,7 +210,8 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
     scale_map = {str(k): str(v) for k, v in mode_spec.get("scale_map", {}).items()}
     for paper, actual in scale_map.items():
         if actual not in scales:
-            raise GridError(f"{path}: key modes.{mode}.scale_map.{paper}: unknown scale {actual!r}; known {sorted(scales)}")
+            raise GridError(f"{_lines(path).at(['modes', mode, 'scale_map'], paper)}: key modes.{mode}.scale_map.{paper}: "
+                            f"unknown scale {actual!r}; known {sorted(scales)}")
 
     names = [block.get("name", f"block{b}") for b, block in enumerate(raw["runs"])]
     for name, n in (seeds or {}).items():
@@ -229,7 +230,7 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
     for b, block in enumerate(raw["runs"]):
         name = block.get("name", f"block{b}")
         if name in block_names:
-            raise GridError(f"{path}: runs[{b}]: block name {name!r} is already used by runs[{block_names[name]}]; "
+            raise GridError(f"{_lines(path).at(['runs', b, 'name'])}: runs[{b}]: block name {name!r} is already used by runs[{block_names[name]}]; "
                             "block names must be unique (model.init_checkpoint '@<block>' refers to them)")
         block_names[name] = b
         if "only_modes" in block and mode not in block["only_modes"]:
@@ -237,7 +238,8 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
         axes = dict(block.get("axes", {}))
         for key, values in mode_spec.get("axes", {}).items():  # the mode's axes apply to every block
             if key in axes:
-                raise GridError(f"{path}: runs[{b}] ({name}): key axes.{key} is also an axis of modes.{mode}; "
+                raise GridError(f"{_lines(path).at(['runs', b, 'axes'], key)}: runs[{b}] ({name}): key axes.{key} is also an "
+                                f"axis of modes.{mode} ({_lines(path).at(['modes', mode, 'axes'], key)}); "
                                 "name it in one place")
             axes[key] = values
         keys = list(axes)
@@ -335,9 +337,11 @@ def _mode_spec(path: Path, spec: dict, mode: str) -> dict:
     base = _load_yaml(base_file)
     unknown = sorted(set(base) - {"set", "scale_map", "seeds"})
     if unknown:
-        raise GridError(f"{base_file}: unknown key(s) {unknown}; allowed keys are ['scale_map', 'seeds', 'set']")
+        raise GridError(f"{where(base_file, key_line(base_file, [unknown[0]]))}: unknown key(s) {unknown}; allowed keys "
+                        "are ['scale_map', 'seeds', 'set']")
     if "seeds" in base and (isinstance(base["seeds"], bool) or not isinstance(base["seeds"], int) or base["seeds"] < 1):
-        raise GridError(f"{base_file}: key seeds: expected an integer >= 1, got {base['seeds']!r}")
+        raise GridError(f"{where(base_file, key_line(base_file, ['seeds']))}: key seeds: expected an integer >= 1, "
+                        f"got {base['seeds']!r}")
     merged: dict = {"set": {}}
     merge(merged["set"], base.get("set", {}))
     merge(merged["set"], spec.get("set", {}))
@@ -658,7 +662,8 @@ def _base_file(path: Path, spec: dict, mode: str) -> Path | None:
     if not base_file.exists():
         base_file = GRIDS_DIR / "modes" / f"{spec['base']}.yaml"
     if not base_file.exists():
-        raise GridError(f"{path}: key modes.{mode}.base: no file grids/modes/{spec['base']}.yaml")
+        raise GridError(f"{_lines(path).at(['modes', mode, 'base'])}: key modes.{mode}.base: no file "
+                        f"grids/modes/{spec['base']}.yaml")
     return base_file
 
 

@@ -80,7 +80,7 @@ def test_duplicate_block_names_are_an_error(tmp_path):
     set: {model.variant: vanilla, model.reduced: true, model.num_recursions: 2}
     axes: {model.scale: [135M]}
 modes:""")
-    with pytest.raises(GridError, match=r"g\.yaml: runs\[1\]: block name 'vanilla' is already used by runs\[0\]"):
+    with pytest.raises(GridError, match=r"g\.yaml, line \d+: runs\[1\]: block name 'vanilla' is already used by runs\[0\]"):
         load_grid(_write(tmp_path, text), "local")
 
 
@@ -107,10 +107,10 @@ modes:
         (lambda t: t.replace("axes: {model.scale: [135M]}", "axes: {model.scale: [135M], model.tying: [zigzag]}"),
          r"g\.yaml, line 4: key model\.tying \(runs\[0\] \(block0\) axes\): runs\[0\].*model\.tying='zigzag' is not allowed; choose one of \['cycle', 'sequence', 'middle_cycle', 'middle_sequence'\]"),
         (lambda t: t.replace("train.tokens: 4096", "train.tokenz: 4096"), r"g\.yaml, line 6: key train\.tokenz \(modes\.local\.set\): train has no field 'tokenz' \(did you mean train\.tokens\?\)"),
-        (lambda t: t.replace("{135M: tiny}", "{135M: huge}"), r"g\.yaml: key modes\.local\.scale_map\.135M: unknown scale 'huge'"),
+        (lambda t: t.replace("{135M: tiny}", "{135M: huge}"), r"g\.yaml, line 6: key modes\.local\.scale_map\.135M: unknown scale 'huge'"),
         (lambda t: t.replace("[135M]", "[999M]"), r"g\.yaml, line 4: key model\.scale \(runs\[0\] \(block0\) axes\): .*model\.scale='999M' has no entry in the mode's scale_map"),
         (lambda t: t.replace("train.tokens: 4096", "train.tokens: 10"), r"g\.yaml, line 6: key train\.tokens \(modes\.local\.set\): .*less than one step"),
-        (lambda t: t.replace("name: g", "name: other"), r"g\.yaml: key name: 'other' must equal the file name"),
+        (lambda t: t.replace("name: g", "name: other"), r"g\.yaml, line 2: key name: 'other' must equal the file name"),
         (lambda t: t + "  : [\n", r"g\.yaml, line \d+: not valid YAML"),
     ],
 )
