@@ -45,6 +45,11 @@ def _collect(a) -> int:
 
 def _report(a) -> int:
     from mor.reports import render
+    from mor.results import check_drawn_from
+
+    # drawn only from exactly the runs the grid lists in this mode under the tags in force
+    grid = load_grid(a.grid, a.mode)
+    check_drawn_from(a.results, [r.run_id for r in grid.select(a.tags)], grid.name, a.mode, a.tags)
 
     for path in render(a.artifact, a.results, a.grid, a.mode, a.data_root):
         print(f"wrote {path}")
@@ -194,6 +199,7 @@ def _main(args: list[str]) -> int:
     p.add_argument("--results", required=True)
     p.add_argument("--grid", required=True, help="grid file (for reference numbers)")
     p.add_argument("--mode", default="local")
+    p.add_argument("--tags", nargs="*", default=[], help="the grid blocks in force (as the workflow's `tags`); [] = all")
     p.add_argument("--data-root", default="data", help="where the tokenizer is (tables/figures that decode tokens)")
     p.set_defaults(fn=_report)
 
@@ -222,7 +228,9 @@ def _main(args: list[str]) -> int:
     p.add_argument("--results", default="results", help="results folder (the model card's validation NLL)")
     p.add_argument("--routing", default="causal", choices=("causal", "topk"),
                    help="expert-choice routing the exported forward uses by default (causal: generation)")
-    p.add_argument("--force", action="store_true", help="replace OUT_DIR when it is not empty (else refused)")
+    p.add_argument("--force", action="store_true",
+                   help="replace OUT_DIR when it is an earlier export (its .mor-export.json lists what it wrote); any "
+                   "other non-empty folder, a run, runs/, results/ and the repository are refused, --force or not")
     p.set_defaults(fn=_export_hf)
 
     a = ap.parse_args(args)

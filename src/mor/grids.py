@@ -201,16 +201,18 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
     raw = _load_yaml(path)
     _validate_structure(path, raw)
     if raw["name"] != path.stem:
-        raise GridError(f"{path}: key name: {raw['name']!r} must equal the file name {path.stem!r}")
+        raise GridError(f"{_lines(path).at(['name'])}: key name: {raw['name']!r} must equal the file name {path.stem!r}")
     if mode not in raw["modes"]:
-        raise GridError(f"{path}: key modes: no {mode!r} mode; grid defines {sorted(raw['modes'])}")
+        raise GridError(f"{_lines(path).at(['modes'])}: key modes: no {mode!r} mode; grid defines {sorted(raw['modes'])}")
     _lines(path)  # a key given twice in one mapping (YAML would keep one silently)
+    _check_keys(path, raw, mode)  # a key no run config field has, named where it is written
     mode_spec = _mode_spec(path, raw["modes"][mode], mode)
     scales = load_scales()
     scale_map = {str(k): str(v) for k, v in mode_spec.get("scale_map", {}).items()}
     for paper, actual in scale_map.items():
         if actual not in scales:
-            raise GridError(f"{path}: key modes.{mode}.scale_map.{paper}: unknown scale {actual!r}; known {sorted(scales)}")
+            raise GridError(f"{_lines(path).at(['modes', mode, 'scale_map'], paper)}: key modes.{mode}.scale_map.{paper}: "
+                            f"unknown scale {actual!r}; known {sorted(scales)}")
 
     names = [block.get("name", f"block{b}") for b, block in enumerate(raw["runs"])]
     for name, n in (seeds or {}).items():
@@ -229,7 +231,7 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
     for b, block in enumerate(raw["runs"]):
         name = block.get("name", f"block{b}")
         if name in block_names:
-            raise GridError(f"{path}: runs[{b}]: block name {name!r} is already used by runs[{block_names[name]}]; "
+            raise GridError(f"{_lines(path).at(['runs', b, 'name'])}: runs[{b}]: block name {name!r} is already used by runs[{block_names[name]}]; "
                             "block names must be unique (model.init_checkpoint '@<block>' refers to them)")
         block_names[name] = b
         if "only_modes" in block and mode not in block["only_modes"]:
@@ -237,7 +239,8 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
         axes = dict(block.get("axes", {}))
         for key, values in mode_spec.get("axes", {}).items():  # the mode's axes apply to every block
             if key in axes:
-                raise GridError(f"{path}: runs[{b}] ({name}): key axes.{key} is also an axis of modes.{mode}; "
+                raise GridError(f"{_lines(path).at(['runs', b, 'axes'], key)}: runs[{b}] ({name}): key axes.{key} is also an "
+                                f"axis of modes.{mode} ({_lines(path).at(['modes', mode, 'axes'], key)}); "
                                 "name it in one place")
             axes[key] = values
         keys = list(axes)
@@ -250,7 +253,10 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
             for k, v in zip(keys, values):
                 set_dotted(cfg, k, v)
             where = f"{path}: runs[{b}] ({name}) with " + ", ".join(f"{k}={v}" for k, v in zip(keys, values))
-            run = _resolve(cfg, raw["name"], scale_map, scales, where, block.get("label", ""), values, keys)
+            try:
+                run = _resolve(cfg, raw["name"], scale_map, scales, where, block.get("label", ""), values, keys)
+            except GridError as e:
+                raise GridError(_located(str(e), path, raw, mode, b, where)) from None
             own = mode_spec.get("seeds", 1)
             count = (seeds or {}).get(name, own)
             for seed in sorted(count) if isinstance(count, (list, tuple)) else range(count):  # repeats: seeds base, base+1, ... (data order, init)
@@ -261,7 +267,7 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
                     rc = _added_seed(rc)
                 rid = rc.run_id
                 if rid in runs:
-                    raise GridError(f"{where}: resolves to the same training config (run {rid}) as {origin[rid]}; "
+                    raise GridError(f"{_lines(path).at(['runs', b])}: {where.removeprefix(f'{path}: ')}: resolves to the same training config (run {rid}) as {origin[rid]}; "
                                     "two runs would share one run directory. Remove one, or make them differ in a "
                                     "model / train / data field (labels and eval settings are not part of a run's "
                                     "identity)")
@@ -277,7 +283,11 @@ def load_grid(path: str | Path, mode: str = "local", seeds: dict[str, int | list
                                       where=f"{path}: modes.{mode}.branch_budgets: ")
         except BranchError as e:
             raise GridError(str(e)) from None
-    resolved = _resolve_run_references(path, raw["name"], expanded)
+    try:
+        resolved = _resolve_run_references(path, raw["name"], expanded)
+    except GridError as e:  # at the line of the block's model.init_checkpoint
+        block = next((b for b, name in enumerate(names) if f"block {name!r}:" in str(e)), None)
+        raise (e if block is None else GridError(_located(str(e), path, raw, mode, block, str(path)))) from None
     return Grid(
         name=raw["name"],
         path=path,
@@ -300,7 +310,7 @@ def _resolve_run_references(path: Path, grid_name: str, runs: list[Run]) -> list
             sources = [r for r in runs if r.block == ref[1:] and r.config.paper_scale == run.config.paper_scale
                        and not r.config.model.init_checkpoint.startswith("@")]
             if len(sources) != 1:
-                raise GridError(f"{path}: block {run.block!r}: model.init_checkpoint={ref!r} must name a block with "
+                raise GridError(f"{path}: block {run.block!r}: key model.init_checkpoint={ref!r} must name a block with "
                                 f"exactly one run at scale {run.config.paper_scale}; found {len(sources)}")
             model = dataclasses.replace(run.config.model, init_checkpoint=str(RunPaths(grid_name, sources[0].run_id).final))
             run = Run(dataclasses.replace(run.config, model=model), run.block, run.tags)
@@ -335,9 +345,11 @@ def _mode_spec(path: Path, spec: dict, mode: str) -> dict:
     base = _load_yaml(base_file)
     unknown = sorted(set(base) - {"set", "scale_map", "seeds"})
     if unknown:
-        raise GridError(f"{base_file}: unknown key(s) {unknown}; allowed keys are ['scale_map', 'seeds', 'set']")
+        raise GridError(f"{where(base_file, key_line(base_file, [unknown[0]]))}: unknown key(s) {unknown}; allowed keys "
+                        "are ['scale_map', 'seeds', 'set']")
     if "seeds" in base and (isinstance(base["seeds"], bool) or not isinstance(base["seeds"], int) or base["seeds"] < 1):
-        raise GridError(f"{base_file}: key seeds: expected an integer >= 1, got {base['seeds']!r}")
+        raise GridError(f"{where(base_file, key_line(base_file, ['seeds']))}: key seeds: expected an integer >= 1, "
+                        f"got {base['seeds']!r}")
     merged: dict = {"set": {}}
     merge(merged["set"], base.get("set", {}))
     merge(merged["set"], spec.get("set", {}))
@@ -368,8 +380,9 @@ def _resolve(cfg, grid_name, scale_map, scales, where, label_fmt, values, keys) 
     cfg["paper_scale"] = paper_scale
     try:
         cfg["label"] = label_fmt.format(**{k.replace(".", "_"): v for k, v in zip(keys, values)}) if label_fmt else ""
-    except KeyError as e:
-        raise GridError(f"{where}: key label: unknown placeholder {e}") from None
+    except (KeyError, IndexError) as e:
+        raise GridError(f"{where}: key label: placeholder {{{e.args[0]}}} names no axis of this block; its placeholders "
+                        f"are {sorted(k.replace('.', '_') for k in keys)}") from None
     try:
         rc = resolve_budget(run_config_from_dict(cfg, where="run"))  # train.budget_flops -> train.tokens
     except ConfigError as e:
@@ -538,6 +551,100 @@ def _fields(key: str, line: int, node) -> list[tuple[str, int, bool]]:
     return out
 
 
+# --- Keys named where they are written -----------------------------------------------------
+# A key no run config field has (`model.tyng`, `train.lrr`) is reported at its own line, in the
+# layer that wrote it, before any run is expanded; a value a run's config refuses is reported at
+# the line of the key that set it for that run (its axis, its block, the mode, the defaults).
+def _written_layers(path: Path, raw: dict, mode: str, block: int | None = None) -> list[_Layer]:
+    """The places that write run config keys, highest priority first: every block's axes,
+    mode_set (each mode) and set, the mode's axes and set, its base file's set, the defaults.
+    ``block``: that block's layers only (and the grid-wide ones), for one run's value error."""
+    lines = _lines(path)
+    layers = []
+    for b, blk in enumerate(raw["runs"]):
+        if block is not None and b != block:
+            continue
+        name = blk.get("name", f"block{b}")
+        layers.append(_Layer(f"runs[{b}] ({name}) axes", dict(blk.get("axes") or {}), lines, ("runs", b, "axes")))
+        for m, values in (blk.get("mode_set") or {}).items():
+            if block is None or m == mode:
+                layers.append(_Layer(f"runs[{b}] ({name}) mode_set.{m}", _flat(values or {}), lines,
+                                     ("runs", b, "mode_set", m)))
+        layers.append(_Layer(f"runs[{b}] ({name}) set", _flat(blk.get("set") or {}), lines, ("runs", b, "set")))
+    for m, spec in raw["modes"].items():
+        if m != mode and block is not None or not isinstance(spec, dict):
+            continue
+        layers.append(_Layer(f"modes.{m}.axes", dict(spec.get("axes") or {}), lines, ("modes", m, "axes")))
+        layers.append(_Layer(f"modes.{m}.set", _flat(spec.get("set") or {}), lines, ("modes", m, "set")))
+        base_file = _base_file(path, spec, m)
+        if base_file is not None:
+            layers.append(_Layer(f"the mode's base ({display_path(base_file)}) set",
+                                 _flat(_load_yaml(base_file).get("set") or {}), _lines(base_file), ("set",)))
+    layers.append(_Layer("defaults", _flat(raw.get("defaults") or {}), lines, ("defaults",)))
+    return layers
+
+
+def _field_error(dotted: str) -> str | None:
+    """Why ``dotted`` names no field of a run's config (RunConfig and its sections), or None."""
+    import difflib
+    import typing
+
+    from mor.config import RETIRED_FIELDS
+
+    cls, parts = RunConfig, dotted.split(".")
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            return None  # below a field holding a mapping or a value (eval.lm_eval_limits.<task>)
+        names = [f.name for f in dataclasses.fields(cls)]
+        if part not in names:
+            if i == 1 and (parts[0], part) in RETIRED_FIELDS:
+                return None  # refused with its own message when the run is built
+            owner = ".".join(parts[:i]) or "a run's config"
+            near = difflib.get_close_matches(part, names, n=1)
+            return (f"{owner} has no field {part!r}" + (f" (did you mean {'.'.join([*parts[:i], near[0]])}?)" if near else "")
+                    + f"; its fields are {sorted(names)}")
+        cls = typing.get_type_hints(cls)[part]
+    return None
+
+
+def _check_keys(path: Path, raw: dict, mode: str) -> None:
+    """Every key a grid writes for its runs names a run config field; else a GridError at the
+    key's own line, naming the key as written and the layer it is in."""
+    for layer in _written_layers(path, raw, mode):
+        for key in layer.values:
+            why = _field_error(str(key))
+            if why:
+                raise GridError(f"{layer.at(key)}: key {key} ({layer.name}): {why}")
+
+
+_CONFIG_KEY = re.compile(r"\b((?:model|train|data|eval)(?:\.\w+)+)=")  # model.tying='x' in a ConfigError
+_CONFIG_SECTION = re.compile(r"\brun\.((?:model|train|data|eval)(?:\.\w+)*): unknown key\(s\) \['(\w+)'")
+_CONFIG_FIELD = re.compile(r"\brun\.((?:model|train|data|eval)(?:\.\w+)+):")  # run.model.num_recursions: expected ...
+
+
+def _located(message: str, path: Path, raw: dict, mode: str, block: int, where: str) -> str:
+    """``message`` (about one run, prefixed ``where``) prefixed with the file and line of the key
+    whose value it refuses, as that run took it (its axis, its block, its mode, the defaults)."""
+    key = None
+    if ": key label:" in message:
+        return message.replace(f"{path}: ", f"{_lines(path).at(['runs', block, 'label'])}: ", 1)
+    m = _CONFIG_SECTION.search(message)
+    if m:
+        key = f"{m.group(1)}.{m.group(2)}"
+    else:
+        rest = message.removeprefix(where)
+        m = (_CONFIG_FIELD.search(rest) or _CONFIG_KEY.search(rest) or re.search(r": key ((?:\w+\.)+\w+)", rest)
+             or re.search(r"\brun\.\w+: ((?:model|train|data|eval)(?:\.\w+)+)", rest))  # the first key a rule names
+        key = m.group(1) if m else None
+    if key is None:
+        return message
+    for layer in _written_layers(path, raw, mode, block):
+        written = next((k for k in layer.values if k == key or key.startswith(f"{k}.")), None)
+        if written is not None:
+            return f"{layer.at(written)}: key {written} ({layer.name}): " + message.removeprefix(f"{path}: ")
+    return message
+
+
 def _validate_defaults(path: Path, raw: dict, runs: list[Run]) -> None:
     """Check each ``defaults`` value as a block's ``set`` is checked, whether or not a run keeps
     it: on top of a run of the grid (the first where it fits the run's other fields: a default
@@ -565,7 +672,8 @@ def _base_file(path: Path, spec: dict, mode: str) -> Path | None:
     if not base_file.exists():
         base_file = GRIDS_DIR / "modes" / f"{spec['base']}.yaml"
     if not base_file.exists():
-        raise GridError(f"{path}: key modes.{mode}.base: no file grids/modes/{spec['base']}.yaml")
+        raise GridError(f"{_lines(path).at(['modes', mode, 'base'])}: key modes.{mode}.base: no file "
+                        f"grids/modes/{spec['base']}.yaml")
     return base_file
 
 

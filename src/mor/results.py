@@ -197,3 +197,61 @@ def read_frame(path: str | Path):
 
 def config_of(row: dict[str, Any]) -> dict[str, Any]:
     return json.loads(row["config_json"])
+
+
+# What a table or figure is drawn from: exactly the runs its grid lists under the tags in force,
+# all of one mode. The workflow's table and figure rules wait for each of those runs' rows (so a
+# new run is trained however Snakemake's metadata stands), and the drawing step checks the merged
+# file against the grid before drawing (mor.cli report), so a stale merge fails, never draws.
+PROFILES = {"local": "--profile local", "cluster": "--profile slurm"}  # each mode's profile (local/, slurm/)
+
+
+def parquet_identity(path: str | Path) -> tuple[list[str], set[str]]:
+    """The run ids and the modes in a grid's results file (two columns read, not the rows)."""
+    try:
+        t = pq.read_table(path, columns=["run_id", "mode"])
+    except (OSError, pa.ArrowInvalid, KeyError) as e:
+        raise ResultsError(f"{path}: unreadable parquet ({e}); delete it and re-run the workflow, "
+                           "which writes it again from the run's files") from None
+    return t.column("run_id").to_pylist(), set(t.column("mode").to_pylist())
+
+
+def check_mode(path: str | Path, mode: str, also: tuple[str, ...] = ()) -> None:
+    """``path`` (a grid's results) holds rows of ``mode`` only; else one line naming the mode it
+    holds, and what to move (``path`` and ``also``, the tables and figures drawn from it)."""
+    modes = parquet_identity(path)[1] - {mode}
+    if modes:
+        other = sorted(modes)[0]
+        files = [str(path), *also]
+        raise ResultsError(
+            f"{path}: holds mode {other}'s results ({PROFILES.get(other, other)}), and this workflow runs mode {mode} "
+            f"({PROFILES.get(mode, mode)}); the two modes never share a checkout's results/, tables/ and figures/: "
+            f"run {PROFILES.get(mode, mode)} in another checkout (or with --directory elsewhere), or move "
+            + (", ".join(files[:-1]) + " and " if len(files) > 1 else "") + files[-1] + " away first")
+
+
+def check_drawn_from(path: str | Path, want: list[str], grid: str, mode: str, tags: list[str] | None) -> None:
+    """The run ids of ``path`` (a grid's merged results) are exactly ``want``, the runs grid file
+    ``grid`` lists in ``mode`` under ``tags``: a missing or extra run is one line naming them."""
+    check_mode(path, mode)
+    have = parquet_identity(path)[0]
+    missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+    if missing or extra:
+        def some(ids):
+            return ", ".join(ids[:4]) + (f" (+{len(ids) - 4} more)" if len(ids) > 4 else "")
+
+        under = f"tags {sorted(tags)}" if tags else "all tags"
+        raise ResultsError(
+            f"{path}: not the runs grid {grid} lists (mode {mode}, {under}): "
+            + "; ".join(filter(None, [f"missing {len(missing)}: {some(missing)}" if missing else "",
+                                      f"extra {len(extra)}: {some(extra)}" if extra else ""]))
+            + f"; nothing drawn. Rebuild it from the grid's runs: snakemake {path} --forcerun collect "
+            "(with the same --profile and --config), which trains what is missing")
+
+
+def run_list_hash(run_ids: list[str]) -> str:
+    """A short hash of a run list (the rules' `params`, so a changed list re-runs them where
+    Snakemake keeps metadata; without it the inputs and mor.cli's check decide)."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(sorted(run_ids)).encode()).hexdigest()[:16]

@@ -104,7 +104,7 @@ def test_trained_run_exports_with_equal_logits_and_tokens(trained, data_root, na
 def test_config_card_and_files(trained):
     run, run_dir, folder = trained["mor-expert-choice"]
     assert sorted(p.name for p in folder.iterdir()) == [
-        "README.md", "config.json", "generation_config.json", "model.safetensors", "modeling_mor.py",
+        ".mor-export.json", "README.md", "config.json", "generation_config.json", "model.safetensors", "modeling_mor.py",
         "tokenizer.json", "tokenizer_config.json"]
     cfg = json.loads((folder / "config.json").read_text())
     mine = run.to_dict()["model"]
@@ -262,3 +262,64 @@ def test_cli_exports_and_refuses(trained, data_root, tmp_path, capsys):
     (unfinished / "train_summary.json").unlink()
     assert main(["export-hf", str(unfinished), str(tmp_path / "hf2"), "--data-root", str(data_root)]) == 2
     assert "the run has not finished" in capsys.readouterr().err and not (tmp_path / "hf2").exists()
+
+
+# export-hf never deletes what it did not write (issue 57, item 2): --force replaces an earlier
+# export (its .mor-export.json lists its files) and refuses everything else.
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_force_refuses_a_folder_it_did_not_write(tmp_path):
+    run_dir = fake_run(tmp_path, tiny_run().model)
+    out = tmp_path / "mine"
+    (out / "sub").mkdir(parents=True)
+    (out / "notes.txt").write_text("keep me")
+    (out / "sub" / "data.bin").write_bytes(b"\0\1")
+    before = tree(tmp_path)
+    for force in (False, True):
+        with pytest.raises(ExportError, match=r"mine: not empty \(notes.txt, sub\) and not an earlier export"):
+            export_run(run_dir, out, force=force)
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["runs", "runs/g", "runs/g/run", "results", ".", "..", "file"])
+def test_force_never_writes_over_runs_results_a_run_or_the_repository(tmp_path, monkeypatch, capsys, where):
+    from mor.cli import main
+
+    repo = tmp_path / "checkout"
+    (repo / "runs" / "g").mkdir(parents=True)
+    monkeypatch.chdir(repo)
+    (repo / "Snakefile").write_text("# a checkout\n")
+    run_dir = fake_run(repo / "runs" / "g", tiny_run().model)
+    (repo / "results").mkdir()
+    (repo / "results" / "g.parquet").write_bytes(b"PAR1")
+    (repo / "file").write_text("a file")
+    before = tree(tmp_path)
+    rc = main(["export-hf", "runs/g/run", where, "--force"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {where}: ") and err.count("\n") == 1, err
+    assert ("never writes over it, with or without --force" in err) or "a file is there" in err
+    assert tree(tmp_path) == before  # nothing deleted, nothing written
+
+
+def test_force_replaces_an_earlier_export_and_only_it(tmp_path, data_root):
+    import json
+
+    run_dir = fake_run(tmp_path, tiny_run().model)
+    out = tmp_path / "hf"
+    (tmp_path / "beside.txt").write_text("untouched")
+    export_run(run_dir, out, data_root=data_root)
+    marker = json.loads((out / ".mor-export.json").read_text())
+    assert set(marker["files"]) == set(tree(out)) - {".mor-export.json"} and "model.safetensors" in marker["files"]
+    with pytest.raises(ExportError, match="hf: an earlier export; pass --force to replace it"):
+        export_run(run_dir, out, data_root=data_root)
+    (out / "model.safetensors").write_bytes(b"stale")  # replaced: the new export's own weights are there
+    export_run(run_dir, out, data_root=data_root, force=True)
+    assert (out / "model.safetensors").read_bytes() != b"stale"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["beside.txt", "hf", "run"]  # no leftover temporaries
+    (out / "notes.txt").write_text("mine")  # a file the user put into an export is never deleted
+    with pytest.raises(ExportError, match=r"hf: an earlier export, holding files export-hf did not write \(notes.txt\)"):
+        export_run(run_dir, out, data_root=data_root, force=True)
+    assert (out / "notes.txt").read_text() == "mine"

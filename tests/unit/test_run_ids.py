@@ -109,25 +109,27 @@ def test_export_paths_say_what_they_found(tmp_path, capsys, monkeypatch):
     assert _run_folder(Path("135M-vanilla-r")) == Path("runs/table10/135M-vanilla-reduced2-1234abcd")  # a bare id
 
 
-def test_export_refuses_a_non_empty_folder_unless_forced_and_writes_with_the_umask(tmp_path, capsys, data_root):
+def test_export_refuses_a_folder_it_did_not_write_even_forced_and_writes_with_the_umask(tmp_path, capsys, data_root):
     run_dir = _finished_run(tmp_path / "runs" / "test" / "run")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "mine.txt").write_text("a co-author's notes")
+    for force in ([], ["--force"]):
+        assert main(["export-hf", str(run_dir), str(mine), "--data-root", str(data_root), *force]) == 2
+        assert f"{mine}: not empty (mine.txt) and not an earlier export" in _error(capsys)
+        assert (mine / "mine.txt").read_text() == "a co-author's notes"
     out = tmp_path / "hf"
-    out.mkdir()
-    (out / "mine.txt").write_text("a co-author's notes")
     args = ["export-hf", str(run_dir), str(out), "--data-root", str(data_root)]
-    assert main(args) == 2
-    assert f"{out}: not empty (mine.txt); export into a new folder, or pass --force" in _error(capsys)
-    assert (out / "mine.txt").read_text() == "a co-author's notes"
     old = os.umask(0o022)
     try:
-        assert main([*args, "--force"]) == 0
+        assert main(args) == 0
     finally:
         os.umask(old)
-    assert not (out / "mine.txt").exists() and (out / "model.safetensors").exists()
+    assert (out / "model.safetensors").exists()
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir() if p.is_file()}
     assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
     assert main(args) == 2  # a finished export is not overwritten silently either
-    assert "not empty" in _error(capsys)
+    assert "an earlier export; pass --force to replace it" in _error(capsys)
 
 
 def test_status_takes_a_run_by_any_unique_prefix_and_shows_an_id_that_pastes(tmp_path):

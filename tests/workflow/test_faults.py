@@ -289,17 +289,20 @@ def test_a_full_disk_during_collection_and_rendering_keeps_the_previous_outputs(
     from helpers.tiny import _row
 
     from mor.cli import main
-    from mor.config import ModelConfig, RunConfig
+    from mor.grids import load_grid
     from mor.results import write_rows
 
-    mk = lambda **kw: RunConfig(grid="table10", paper_scale="135M", model=ModelConfig(scale="small", **kw))  # noqa: E731
-    runs = [mk(), mk(variant="vanilla", reduced=True, num_recursions=2), mk(variant="recursive", tying="cycle",
-                                                                            num_recursions=2)]
+    grid = tmp_path / "table10.yaml"  # three runs (mor report draws exactly the runs its grid lists)
+    grid.write_text("name: table10\ndefaults: {model.scale: 135M}\nruns:\n"
+                    "  - {name: vanilla, set: {model.variant: vanilla}}\n"
+                    "  - {name: reduced, set: {model.variant: vanilla, model.reduced: true, model.num_recursions: 2}}\n"
+                    "  - {name: cycle, set: {model.variant: recursive, model.tying: cycle, model.num_recursions: 2}}\n"
+                    "modes:\n  local: {scale_map: {135M: small}}\n"
+                    "reference:\n  - {paper_scale: 135M, variant: recursive, tying: cycle, num_recursions: 2, val_nll: 3.0071}\n")
+    runs = [r.config for r in load_grid(grid, "local").runs]
     rows = [tmp_path / "rows" / f"{i}.parquet" for i in range(len(runs))]
     for path, run, nll in zip(rows, runs, (5.0, 5.4, 5.2)):
         write_rows(path, [_row(run, val_nll=nll)])
-    grid = tmp_path / "table10.yaml"
-    grid.write_text("reference:\n  - {paper_scale: 135M, variant: recursive, tying: cycle, num_recursions: 2, val_nll: 3.0071}\n")
     with tmpfs(tmp_path / "disk", "4m") as mnt:
         monkeypatch.chdir(mnt)
         table, artifact = mnt / "table10.parquet", mnt / "tables" / "table10"

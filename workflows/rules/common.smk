@@ -13,7 +13,7 @@ from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS  # what each job kind runs and writes (the rules' outputs)
 from mor import layout  # the one spelling of the run-folder layout (RunPaths, the *_PATTERN strings)
 from mor.lm_eval import is_local_task
-from mor.results import SCHEMA_VERSION
+from mor.results import SCHEMA_VERSION, check_mode, run_list_hash
 from mor.workflow_config import check_use, checked, stop, tag_list
 
 MODE = config["mode"]
@@ -177,16 +177,95 @@ def init_checkpoint_inputs(wildcards):
     return []
 
 
+_MODE_CHECKED = set()
+
+
+def forced():
+    """What this invocation forces (--forcerun, -F, -f; known once the DAG is built, not at parse)."""
+    dag = workflow.dag_settings
+    return {"collect"} if dag.forceall or dag.forcetargets else {str(f) for f in dag.forcerun}
+
+
+def grid_outputs_of_this_mode(grid):
+    """A grid's merged results, where present, hold this mode's runs: a local run's
+    results/<grid>.parquet (and the tables and figures drawn from it) is never merged over or
+    drawn over by the cluster profile, nor the reverse (one line naming the mode and what to move)."""
+    path = Path(layout.GRID_RESULTS_PATTERN.format(grid=grid))
+    if grid not in _MODE_CHECKED and path.exists():
+        drawn = [a for a in [*grid_named(grid).artifacts, f"figures/curves/{grid}"] if Path(a).exists()]
+        checked(check_mode, path, MODE, also=tuple(drawn))
+    _MODE_CHECKED.add(grid)
+
+
+def grid_rows(grid):
+    """The result rows of exactly the runs a grid lists under the tags in force."""
+    grid_outputs_of_this_mode(grid)
+    return [str(layout.RunPaths(grid, r.run_id).row) for r in grid_named(grid).select(TAGS)]
+
+
 def grid_run_results(wildcards):
-    return [str(layout.RunPaths(wildcards.grid, r.run_id).row) for r in grid_named(wildcards.grid).select(TAGS)]
+    return grid_rows(wildcards.grid)
+
+
+def artifact_grid(kind, wildcards):
+    artifact = f"{kind}/{wildcards.name}"
+    if artifact not in ARTIFACT_GRID:
+        stop(LookupError(f"{artifact}: no grid in {GRIDS_DIR} lists it under artifacts; known: {ALL_ARTIFACTS}"))
+    return ARTIFACT_GRID[artifact]
 
 
 def artifact_results(kind):
+    """A table's or figure's inputs: its grid's merged results, and the rows of each run the grid
+    lists. The rows make the DAG itself follow the grid's run list: a run added to the grid is a
+    missing row, so its train / lmeval / eval jobs (and the merge) are planned whenever the
+    artifact is redrawn, whatever Snakemake's metadata holds (a copied results folder, no
+    .snakemake, --rerun-triggers mtime). mor.cli report then checks the merge against the grid."""
+
     def inner(wildcards):
-        artifact = f"{kind}/{wildcards.name}"
-        if artifact not in ARTIFACT_GRID:
-            stop(LookupError(f"{artifact}: no grid in {GRIDS_DIR} lists it under artifacts; known: {ALL_ARTIFACTS}"))
-        return f"results/{ARTIFACT_GRID[artifact]}.parquet"
+        grid = artifact_grid(kind, wildcards)
+        rows = grid_rows(grid)
+        checked(check_not_left_stale, f"{kind}/{wildcards.name}", grid, rows)
+        return {"results": layout.GRID_RESULTS_PATTERN.format(grid=grid), "rows": rows}
+
+    return inner
+
+
+def check_not_left_stale(artifact, grid, rows):
+    """The one case the inputs cannot catch: a drawn artifact newer than everything it reads
+    (results copied after the grid was edited, a `tags` change without Snakemake's metadata),
+    whose merged results are not the grid's run list. Snakemake would call it up to date; this
+    stops with the runs missing or extra and the command that rebuilds it."""
+    from mor.results import ResultsError, parquet_identity
+
+    merged, drawn = Path(layout.GRID_RESULTS_PATTERN.format(grid=grid)), Path(artifact)
+    drawer = {"tables": "table", "figures": "figure"}[artifact.split("/")[0]]
+    if not (merged.exists() and drawn.exists()) or forced() & {"collect", drawer, str(merged), artifact}:
+        return
+    want = {Path(r).stem for r in rows}
+    have = set(parquet_identity(merged)[0])
+    if want == have:
+        return
+    t = drawn.stat().st_mtime
+    newer = [p for p in [grid_named(grid).path, merged] if p.stat().st_mtime > t]
+    newer += [r for r in rows if Path(r).exists() and Path(r).stat().st_mtime > merged.stat().st_mtime]
+    if newer:  # Snakemake redraws it (mtime): mor.cli report checks the merge then
+        return
+    missing, extra = sorted(want - have), sorted(have - want)
+    raise ResultsError(
+        f"{artifact}: drawn from {merged}, which is not the runs grid {grid} lists now (mode {MODE}, "
+        + (f"tags {TAGS}" if TAGS else "all tags") + "): "
+        + "; ".join(filter(None, [f"missing {len(missing)}: {', '.join(missing[:4])}" if missing else "",
+                                  f"extra {len(extra)}: {', '.join(extra[:4])}" if extra else ""]))
+        + f"; and nothing Snakemake can see is newer than it. Rebuild it: snakemake {artifact} --forcerun collect "
+        "(same --profile and --config), which trains what is missing")
+
+
+def artifact_run_list(kind):
+    """The rule's `params` trigger: the hash of the run list it is drawn from (a tags change redraws it)."""
+
+    def inner(wildcards):
+        grid = artifact_grid(kind, wildcards)
+        return run_list_hash([r.run_id for r in grid_named(grid).select(TAGS)])
 
     return inner
 

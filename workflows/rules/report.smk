@@ -19,7 +19,7 @@ config["mor_curve_caption"] = curves_caption  # (common.smk)
 
 rule table:
     input:
-        results=artifact_results("tables"),
+        unpack(artifact_results("tables")),  # results: the grid's parquet; rows: each of its runs' rows (common.smk)
         grid=artifact_grid_file("tables"),
         analyses=artifact_analyses("tables"),  # analysis files (workflows/rules/analysis.smk), tokenizer, if any
         curves=artifact_curves("tables"),  # the grid's training curves (rule curves) come with it
@@ -28,18 +28,20 @@ rule table:
                category=artifact_section("tables"), subcategory="tables/{name}"),
     params:
         mode=MODE,
+        tags=" ".join(shlex.quote(t) for t in TAGS),  # the drawing step checks the runs under them
+        runs=artifact_run_list("tables"),  # the run list it is drawn from: a changed list redraws it
     log:
         "logs/report/tables-{name}.log",
     wildcard_constraints:
         name=r"(?!claims$)[A-Za-z0-9_-]+",  # tables/claims is rule claims
     shell:
         "{PY} report --artifact tables/{wildcards.name} --results {input.results:q} --grid {input.grid:q}"
-        " --mode {params.mode} --data-root {DATA:q} > {log:q} 2>&1"
+        " --mode {params.mode} --tags {params.tags} --data-root {DATA:q} > {log:q} 2>&1"
 
 
 rule figure:
     input:
-        results=artifact_results("figures"),
+        unpack(artifact_results("figures")),  # results: the grid's parquet; rows: each of its runs' rows (common.smk)
         grid=artifact_grid_file("figures"),
         analyses=artifact_analyses("figures"),  # analysis files (workflows/rules/analysis.smk), tokenizer, if any
         curves=artifact_curves("figures"),  # the grid's training curves (rule curves) come with it
@@ -48,11 +50,13 @@ rule figure:
                category=artifact_section("figures"), subcategory="figures/{name}"),
     params:
         mode=MODE,
+        tags=" ".join(shlex.quote(t) for t in TAGS),  # the drawing step checks the runs under them
+        runs=artifact_run_list("figures"),  # the run list it is drawn from: a changed list redraws it
     log:
         "logs/report/figures-{name}.log",
     shell:
         "{PY} report --artifact figures/{wildcards.name} --results {input.results:q} --grid {input.grid:q}"
-        " --mode {params.mode} --data-root {DATA:q} > {log:q} 2>&1"
+        " --mode {params.mode} --tags {params.tags} --data-root {DATA:q} > {log:q} 2>&1"
 
 
 # Training loss (and MoR router loss) against tokens for every run of a grid, from the train

@@ -11,6 +11,7 @@
       generation_config.json   greedy
       tokenizer.json, tokenizer_config.json, special_tokens_map.json
       README.md                model card: training config, grid, commit, val NLL, routing
+      .mor-export.json         the files above: `--force` replaces such a folder, and only it
 
 ``AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True)`` loads it. Every
 variant, tying scheme, KV strategy, router and relaxation (LoRA / DoRA / prefix / recursion
@@ -209,10 +210,69 @@ def write_tokenizer(spec: str, out: Path) -> None:
     tok.save_pretrained(str(out))
 
 
+# What export-hf writes beside the model: the files it wrote, so that `--force` replaces an
+# earlier export (and nothing else: a folder holding a file it did not write is refused).
+MARKER = ".mor-export.json"
+
+
+def _repositories() -> list[Path]:
+    """This package's checkout and the working directory's, where they are checkouts (a Snakefile)."""
+    here = Path(__file__).resolve().parents[3]  # src/mor/export_hf/__init__.py -> the checkout
+    return [p for p in {here, Path.cwd().resolve()} if (p / "Snakefile").exists() or (p / ".git").exists()]
+
+
+def check_destination(out_dir: Path, run_dir: Path, results: Path, force: bool) -> None:
+    """``out_dir`` may be written: absent, an empty folder, or (with ``force``) an earlier export
+    holding only the files its marker lists. Never, even with ``force``: a run folder, ``runs/``,
+    ``results/``, a repository, or any folder holding one of them (they would be deleted)."""
+    from mor.layout import RESULTS, RUNS
+
+    target = out_dir.resolve()
+    guarded = {run_dir.resolve(): "the run being exported", Path(RUNS).resolve(): "the runs folder",
+               Path(RESULTS).resolve(): "the results folder", results.resolve(): "the results folder"}
+    if run_dir.resolve().parent.parent.name == RUNS:
+        guarded[run_dir.resolve().parent.parent] = "the runs folder"
+    guarded.update({repo: "the repository" for repo in _repositories()})
+    for path, what in guarded.items():
+        if path == target or target in path.parents:
+            held = "is" if path == target else f"holds {path}:"
+            raise ExportError(f"{out_dir}: {held} {what}; export-hf never writes over it, with or without --force: "
+                              "export into a new folder (e.g. exports/<name>)")
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise ExportError(f"{out_dir}: a file is there; export into a folder (export-hf replaces only a folder it wrote)")
+    if (out_dir / "config.json").exists() and (out_dir / "train_summary.json").exists() or (out_dir / "final").is_dir():
+        raise ExportError(f"{out_dir}: a run folder; export-hf never writes over it, with or without --force: "
+                          "export into a new folder")
+    names = sorted(p.name for p in out_dir.iterdir())
+    if not names:
+        return
+    try:
+        ours = set(json.loads((out_dir / MARKER).read_text())["files"]) | {MARKER}
+    except (OSError, ValueError, KeyError, TypeError):
+        ours = None
+    if ours is None:
+        names = names[:4]
+        raise ExportError(f"{out_dir}: not empty ({', '.join(names)}{' ...' if len(names) == 4 else ''}) and not an "
+                          f"earlier export (no {MARKER}); export-hf deletes only what it wrote, --force included: "
+                          "export into a new folder, or empty this one yourself")
+    held = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if not p.is_dir())
+    dirs = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_dir())
+    foreign = [f for f in held if f not in ours] + [d for d in dirs if not any(f.startswith(d + "/") for f in ours)]
+    if foreign:
+        raise ExportError(f"{out_dir}: an earlier export, holding files export-hf did not write "
+                          f"({', '.join(foreign[:4])}{' ...' if len(foreign) > 4 else ''}); move them out, then "
+                          "export again with --force (it deletes only what it wrote)")
+    if not force:
+        raise ExportError(f"{out_dir}: an earlier export; pass --force to replace it, or export into a new folder")
+
+
 def export_run(run_dir: str | Path, out_dir: str | Path, data_root: str | Path = "data",
                results: str | Path = "results", routing: str = "causal", force: bool = False) -> Path:
-    """Write ``out_dir`` from the finished run in ``run_dir`` (atomically: all or nothing). A
-    non-empty ``out_dir`` (an earlier export, anything else) is refused unless ``force``."""
+    """Write ``out_dir`` from the finished run in ``run_dir`` (atomically: all or nothing), with
+    the marker listing what it wrote. ``out_dir`` is checked first (check_destination): an
+    earlier export is replaced only with ``force``; anything else non-empty is refused."""
     from safetensors.torch import save_file
 
     from mor.trained import open_run
@@ -220,11 +280,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, data_root: str | Path =
     if routing not in ROUTINGS:
         raise ExportError(f"routing={routing!r}; choose one of {list(ROUTINGS)}")
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    if out_dir.exists() and not force and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        held = sorted(p.name for p in out_dir.iterdir())[:4] if out_dir.is_dir() else []
-        raise ExportError(f"{out_dir}: not empty ({', '.join(held)}{' ...' if len(held) == 4 else ''}); export into a "
-                          "new folder, or pass --force to replace it" if held else
-                          f"{out_dir}: a file is there; export into a folder, or pass --force to replace it")
+    check_destination(out_dir, run_dir, Path(results), force)
     files = RunPaths.of(run_dir)
     meta = _read_json(files.config, "run config")
     run = run_config_from_dict(meta["config"])
@@ -245,6 +301,10 @@ def export_run(run_dir: str | Path, out_dir: str | Path, data_root: str | Path =
         shutil.copy2(MODELING_FILE, tmp / MODELING_FILE.name)
         write_tokenizer(data_paths(run.data, Path(data_root)).tokenizer, tmp)
         (tmp / "README.md").write_text(model_card(run, meta, summary, nll, routing))
+        written = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
+        (tmp / MARKER).write_text(json.dumps({"run_id": run.run_id, "grid": run.grid, "run_dir": str(run_dir),
+                                              "files": written}, indent=2) + "\n")
+        check_destination(out_dir, run_dir, Path(results), force)  # as it is now, just before replacing it
         replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
