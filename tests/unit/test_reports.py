@@ -149,25 +149,56 @@ def test_accuracy_columns_show_each_task_and_the_average_with_stderr(tmp_path, m
     se = {"mor_piqa": 0.05, "mor_lambada": 0.0, "mor_arc_easy": 0.046}
     write_rows(tmp_path / "r.parquet", [
         _row(runs[0], val_nll=5.0, val_nll_causal=5.0, accuracy=acc, accuracy_stderr=se, avg_accuracy=0.2833,
-             avg_accuracy_stderr=0.0227),
+             avg_accuracy_stderr=0.0227, accuracy_topk=acc, accuracy_topk_stderr=se, avg_accuracy_topk=0.2833,
+             avg_accuracy_topk_stderr=0.0227),
         _row(runs[1], val_nll=5.1, val_nll_causal=5.3)])  # no lm-eval: blank accuracy cells
     grid = tmp_path / "table15.yaml"
     grid.write_text("reference: []\n")
     csv_file, _, md_file, _ = render("tables/table15", str(tmp_path / "r.parquet"), str(grid))
     csv = pd.read_csv(csv_file)
     cols = list(csv.columns)
-    assert cols.index("LAMBADA") < cols.index("PIQA") < cols.index("ARC-e")  # the paper's order
+    assert cols.index("LAMBADA (causal)") < cols.index("PIQA (causal)") < cols.index("ARC-e (causal)")  # the paper's order
     van = csv[csv["variant"] == "vanilla"].iloc[0]
-    assert van["PIQA"] == 0.55 and van["PIQA stderr"] == 0.05 and van["Avg acc"] == 0.2833
-    assert sorted(csv["NLL (causal)"]) == [5.0, 5.3]  # a table with MoR rows shows it
+    assert van["PIQA (causal)"] == 0.55 and van["PIQA (causal) stderr"] == 0.05 and van["Avg acc (causal)"] == 0.2833
+    assert sorted(csv["NLL (causal)"]) == [5.0, 5.3] and sorted(csv["NLL (top-k, sees future)"]) == [5.0, 5.1]
     md = md_file.read_text()
     assert "0.550 ± 0.050" in md and "0.283 ± 0.023" in md and "stderr" not in md.split("\n\n")[-1].split("\n")[0]
     # each column says its direction and n says what it counts; LAMBADA, 0 in every row, is explained
     header = [c.strip() for c in md.split("\n\n")[-1].split("\n")[0].strip("|").split("|")]
-    assert {"NLL ↓", "NLL (causal) ↓", "Avg acc ↑", "LAMBADA ↑", "PIQA ↑", "n (seeds)"} <= set(header), header
+    assert {"NLL (top-k, sees future) ↓", "NLL (causal) ↓", "Avg acc (causal) ↑", "Avg acc (top-k, sees future) ↑",
+            "LAMBADA (causal) ↑", "PIQA (top-k, sees future) ↑", "n (seeds)"} <= set(header), header
     assert "LAMBADA reads 0.000 ± 0.000 in every row" in md and "PIQA reads" not in md
     html = next(f for f in md_file.parent.iterdir() if f.suffix == ".html").read_text()
-    assert "<th>NLL ↓</th>" in html and "<th>n (seeds)</th>" in html  # the report's view says them too
+    assert "<th>NLL (causal) ↓</th>" in html and "<th>n (seeds)</th>" in html  # the report's view says them too
+
+
+def test_tables_with_paper_numbers_show_both_protocols_the_paper_beside_the_authors(tmp_path, monkeypatch):
+    """Table 10 and an ablation table: NLL and accuracy under the authors' protocol (labelled as
+    seeing future tokens) and the causal one, each 'Paper' column right after the authors'
+    protocol, and the note says which is which."""
+    monkeypatch.chdir(tmp_path)
+    mk = lambda grid, **kw: RunConfig(grid=grid, paper_scale="135M", model=ModelConfig(scale="small", **kw))  # noqa: E731
+    for grid_name, artifact in (("table10", "tables/table10"), ("table15", "tables/table15")):
+        runs = [mk(grid_name), mk(grid_name, variant="mor", tying="cycle", num_recursions=2)]
+        write_rows(tmp_path / "r.parquet", [
+            _row(runs[0], val_nll=5.0, val_nll_causal=5.0, accuracy={"mor_piqa": 0.5}, avg_accuracy=0.5,
+                 accuracy_topk={"mor_piqa": 0.5}, avg_accuracy_topk=0.5),
+            _row(runs[1], val_nll=5.1, val_nll_causal=5.3, accuracy={"mor_piqa": 0.52}, avg_accuracy=0.52,
+                 accuracy_topk={"mor_piqa": 0.61}, avg_accuracy_topk=0.61)])
+        grid = tmp_path / f"{grid_name}.yaml"
+        grid.write_text("reference:\n  - {paper_scale: 135M, variant: mor, tying: cycle, num_recursions: 2, "
+                        "val_nll: 2.9, avg_accuracy: 0.43}\n")
+        csv_file, _, md_file, _ = render(artifact, str(tmp_path / "r.parquet"), str(grid))
+        csv = pd.read_csv(csv_file)
+        cols = list(csv.columns)
+        top, causal = "NLL (top-k, sees future)", "NLL (causal)"
+        assert cols.index(top) < cols.index("Paper NLL") < cols.index(causal), cols
+        assert cols.index("Avg acc (top-k, sees future)") < cols.index("Paper Avg acc") < cols.index("Avg acc (causal)")
+        mor = csv[csv["Paper NLL"].notna()].iloc[0]
+        assert (mor[top], mor[causal], mor["Paper NLL"]) == (5.1, 5.3, 2.9)
+        assert (mor["PIQA (top-k, sees future)"], mor["PIQA (causal)"], mor["Paper Avg acc"]) == (0.61, 0.52, 0.43)
+        md = md_file.read_text()
+        assert "'(top-k, sees future)': the authors' protocol" in md and "each 'Paper' column stands beside it" in md
 
 
 def test_caption_states_claims_verdicts_runs_and_evidence(tmp_path):

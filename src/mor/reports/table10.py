@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from mor.reports.common import (ACC_NOTE, latex, reading_note, TYING_NAMES, evidence_note, OutputDir, accuracy_cells, has_mor, load_results, reference_value,
-                                metric_cells, result_tasks, run_count, scale_key, seed_count, seeds_in, shown)
+from mor.reports.common import (ACC_NOTE, PROTOCOL_NOTE, latex, reading_note, TYING_NAMES, evidence_note, OutputDir,
+                                load_results, protocol_accuracy_cells, protocol_nll_cells, reference_value, result_tasks,
+                                run_count, scale_key, seed_count, seeds_in, shown)
 
 
 # What 'dNLL vs reduced' compares with (App. F; grids/table10.yaml). App. F's text compares the
@@ -34,7 +35,6 @@ REDUCED_NOTE = ("'dNLL vs reduced' = the row's NLL minus that of the Vanilla (re
 def build_table(df: pd.DataFrame, ref: list[dict]) -> pd.DataFrame:
     rows = []
     tasks = result_tasks(df)
-    causal = has_mor(df)  # MoR rows: the causal-routing NLL beside the teacher-forced one
     scale_order = {s: i for i, s in enumerate(sorted(df["paper_scale"].unique(), key=scale_key))}
     for _, r in df.iterrows():
         reduced = bool(r["reduced"])
@@ -49,12 +49,10 @@ def build_table(df: pd.DataFrame, ref: list[dict]) -> pd.DataFrame:
         rows.append({
             "Scale": r["paper_scale"], "Local scale": r["scale"], "Nr": nr, "Model": model,
             "Params": int(r["n_params"]), "Layers (unique/effective)": f"{r['unique_layers']}/{r['effective_layers']}",
-            **metric_cells(r, "val_nll", "NLL"), **seed_count(r),
-            **({"NLL (causal)": None if pd.isna(r["val_nll_causal"]) else round(float(r["val_nll_causal"]), 4)}
-               if causal else {}),
-            "Paper NLL": reference_value(ref, r, "val_nll"),
+            **protocol_nll_cells(r, reference_value(ref, r, "val_nll")), **seed_count(r),
             "dNLL vs reduced": None if delta is None else round(float(delta), 4),
-            **accuracy_cells(r, tasks),
+            **protocol_accuracy_cells(r, tasks, reference_value(ref, r, "avg_accuracy"),
+                                      with_paper=any("avg_accuracy" in x for x in ref)),
             "run_id": r["run_id"],
             "_order": (scale_order[r["paper_scale"]], 0 if nr == "-" else int(nr), 0 if reduced else 1, model),
         })
@@ -67,7 +65,7 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     table = build_table(df, ref)
     commits = sorted(df["git_commit"].unique())
     note = (f"Reproduced in mode '{mode}' from {results} ({run_count(df)} runs, seed(s) {seeds_in(df)}, commit(s) {', '.join(c[:12] for c in commits)}). "
-            "'Paper NLL' is the value stated in the paper (App. F) where it gives one. " + REDUCED_NOTE + " " + ACC_NOTE
+            "'Paper NLL' is the value stated in the paper (App. F) where it gives one. " + PROTOCOL_NOTE + " " + REDUCED_NOTE + " " + ACC_NOTE
             + " " + reading_note(table))
     note += " " + evidence_note(grid, mode)
     od = OutputDir(out)
