@@ -15,7 +15,7 @@ from typing import Callable
 import pandas as pd
 
 from mor.claims import pick
-from mor.reports.common import (ACC_NOTE, PROTOCOL_NOTE, latex, reading_note, evidence_note, OutputDir, load_results, metric_cells,
+from mor.reports.common import (ACC_NOTE, PROTOCOL_NOTE, latex, reading_note, table_note, OutputDir, load_results, metric_cells,
                                 protocol_accuracy_cells, protocol_nll_cells, reference_value, result_tasks, run_count,
                                 seed_count, shown)
 
@@ -100,8 +100,10 @@ def render_ablation(spec: AblationSpec, results: Path, grid: Path, out: Path, mo
     with od as d:
         printed = shown(table)
         (d / f"{spec.name}.md").write_text(
-            f"# {spec.title}\n\nReproduced in mode '{mode}' from {results} ({run_count(df)} runs, commit(s) {commits}). "
-            f"{PROTOCOL_NOTE} {ACC_NOTE} {reading_note(table)} {evidence_note(grid, mode)}{' ' + spec.paper_note(df) if spec.paper_note else ''}\n\n" + printed.to_markdown(index=False) + "\n")
+            f"# {spec.title}\n\n"
+            + table_note(grid, mode, f"Reproduced in mode '{mode}' from {results} ({run_count(df)} runs, commit(s) {commits}).",
+                         PROTOCOL_NOTE, ACC_NOTE, reading_note(table), spec.paper_note(df) if spec.paper_note else "")
+            + "\n\n" + printed.to_markdown(index=False) + "\n")
         table.to_csv(d / f"{spec.name}.csv", index=False)
         (d / f"{spec.name}.tex").write_text(latex(printed.drop(columns=["run_id"])))
     return od.files()

@@ -241,6 +241,41 @@ def evidence_note(grid: Path, mode: str) -> str:
     return EVIDENCE_NOTES[kind].format(grid=Path(grid).stem, seeds=spec.get("seeds", 1))
 
 
+def table_note(grid: Path, mode: str, *parts: str) -> str:
+    """A table's note with its evidence level as the first sentence (issue 57: Table 10's was the
+    last of ~290 words), then ``parts``. Where the mode states none, it says so."""
+    evidence = evidence_note(grid, mode) or f"Evidence: not stated by the grid (grids/{Path(grid).stem}.yaml, mode {mode})."
+    return " ".join(p.strip() for p in (evidence, *parts) if p and p.strip())
+
+
+# A difference of two NLLs inside the seed spread is marked, not printed as 4 bare decimals.
+SPREAD_MARK = "≈"
+
+
+def spread_of(sds: list, n_seeds: int, mode: str) -> float | None:
+    """The seed spread a difference between rows is read against: the larger seed sd of the rows
+    compared where they have seeds (n > 1), LOCAL_NLL_SEED_SPREAD for one seed in mode local (the
+    stated 0.04-0.10, docs/paper.md), None where nothing says how large it is."""
+    known = [float(s) for s in sds if s is not None and not pd.isna(s)]
+    if n_seeds > 1 and known:
+        return max(known)
+    return LOCAL_NLL_SEED_SPREAD if mode == "local" else None
+
+
+def inside_spread(delta: float | None, spread: float | None) -> bool | None:
+    """|delta| < spread (True: no evidence of a difference); None where either is unknown."""
+    if delta is None or spread is None or pd.isna(delta):
+        return None
+    return abs(float(delta)) < spread
+
+
+def marked(delta, inside) -> str:
+    """A difference as printed: 3 decimals, SPREAD_MARK after it when inside the seed spread."""
+    if delta is None or pd.isna(delta):
+        return ""
+    return f"{float(delta):+.3f}" + (f" {SPREAD_MARK}" if inside is True else "")
+
+
 def reference_value(ref: list[dict], row: pd.Series, metric: str) -> float | None:
     for r in ref:
         if metric in r and all(r.get(k, _default(k)) == _norm(row.get(k), k) for k in REF_KEYS):
