@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from mor.reports.common import (ACC_NOTE, PROTOCOL_NOTE, SPREAD_MARK, latex, reading_note, TYING_NAMES, OutputDir,
-                                direction_header, inside_spread, load_results, marked, spread_of, table_note, protocol_accuracy_cells, protocol_nll_cells, reference_value, result_tasks,
-                                run_count, scale_key, seed_count, seeds_in, shown)
+from mor.reports.common import (ACC_NOTE, LOCAL_NLL_SEED_SPREAD, PROTOCOL_NOTE, SPREAD_MARK, TYING_NAMES, OutputDir,
+                                direction_header, inside_spread, latex, load_results, marked, protocol_accuracy_cells,
+                                protocol_nll_cells, reading_note, reference_value, result_tasks, run_count, scale_key,
+                                seed_count, seeds_in, shown, spread_of, table_note)
 
 
 # What 'dNLL vs reduced' compares with (App. F; grids/table10.yaml). App. F's text compares the
@@ -33,7 +34,7 @@ REDUCED_NOTE = ("'dNLL vs reduced' = the row's NLL minus that of the Vanilla (re
 
 
 SPREAD_NOTE = (f"'{SPREAD_MARK}' after a 'dNLL vs reduced': the difference is inside the seed spread (smaller than the "
-               "larger seed sd of the two rows, or, for one seed in mode local, than the stated local spread 0.10), so it is "
+               f"larger seed sd of the two rows, or, for one seed in mode local, than the stated local spread {LOCAL_NLL_SEED_SPREAD:.2f}), so it is "
                "no evidence of a difference either way ('dNLL inside seed spread' in the .csv).")
 
 
