@@ -142,6 +142,30 @@ def test_fig6_puts_each_paper_number_on_its_own_scheme_without_overlap(tmp_path,
     assert _legend_bars(fig) == {"Nr=2": False, "Nr=3": False}  # what is drawn: markers without bars
 
 
+def test_fig6_legend_colour_of_an_nr_is_its_colour_in_every_panel(tmp_path, monkeypatch, drawn_figures):
+    """The real local run drew 135M with Nr 3 alone in Nr 2's colour beside a 360M panel with both;
+    the one legend entry per Nr must be the colour every panel draws it in."""
+    from matplotlib.colors import to_hex
+
+    monkeypatch.chdir(tmp_path)
+    mk = lambda scale, local, nr: RunConfig(grid="table10", paper_scale=scale, model=ModelConfig(  # noqa: E731
+        scale=local, variant="recursive", tying="cycle", num_recursions=nr))
+    write_rows(tmp_path / "r.parquet", [_row(mk("135M", "small", 3), val_nll=5.0), _row(mk("360M", "base", 2), val_nll=4.9),
+                                        _row(mk("360M", "base", 3), val_nll=4.8)])
+    grid = tmp_path / "table10.yaml"
+    grid.write_text("reference: []\n")
+    render("figures/fig6", str(tmp_path / "r.parquet"), str(grid))
+    [fig] = drawn_figures
+    drawn = {}
+    for ax in fig.axes:
+        for c in ax.containers:
+            drawn.setdefault(c.get_label(), set()).add(to_hex(c.lines[0].get_color()))
+    assert all(len(colours) == 1 for colours in drawn.values()) and drawn["Nr=2"] != drawn["Nr=3"], drawn
+    legend = {t.get_text(): to_hex(h.get_color()) for t, h in zip(fig.legends[0].get_texts(), fig.legends[0].legend_handles)}
+    assert legend == {k: next(iter(v)) for k, v in drawn.items()}
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Nr=2", "Nr=3"]
+
+
 def test_fig6_axis_does_not_magnify_a_gap_inside_the_seed_spread(tmp_path, monkeypatch, drawn_figures):
     """Two seeds per scheme, means 0.02 apart with an sd of ~0.05: the y-axis spans at least
     SPAN_PER_SPREAD sds (the gap fills under a fifth of it), each point has a ±1 sd bar, and the

@@ -60,6 +60,11 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     sns.set_theme(style="whitegrid", context="paper")
     fig, axes = plt.subplots(1, len(scales), figsize=(4.4 * len(scales), 3.9), squeeze=False)
     order = [t for t in TYING_NAMES.values() if t in set(rec["Tying"])]
+    # one colour and one dodge offset per Nr over every panel, so the one legend entry of an Nr is
+    # what each panel draws for it (a panel holding Nr 3 alone used Nr 2's colour)
+    all_nrs = sorted(int(n) for n in rec["num_recursions"].unique())
+    colour = {nr: plt.cm.Blues(0.45 + 0.5 * j / max(1, len(all_nrs) - 1)) for j, nr in enumerate(all_nrs)}
+    offset = {nr: (j - (len(all_nrs) - 1) / 2) * 0.5 / len(all_nrs) for j, nr in enumerate(all_nrs)}
     drawn = []
     legend: dict[str, object] = {}  # label -> handle, over every panel (a label drawn in one panel only is kept)
     for ax, scale in zip(axes[0], scales):
@@ -69,13 +74,12 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
         # bar their sd; points, not bars: the axis need not start at zero. seaborn's pointplot would
         # draw the same points, but not as one ErrorbarContainer per Nr whose legend glyph has a bar
         # exactly when the points do (yerr None for one seed: a marker, no bar, in the legend too)
-        for j, nr in enumerate(nrs):
+        for nr in nrs:
             g = sub[sub["num_recursions"] == nr].copy()
-            g["x"] = [order.index(t) + (j - (len(nrs) - 1) / 2) * 0.5 / len(nrs) for t in g["Tying"]]
+            g["x"] = [order.index(t) + offset[nr] for t in g["Tying"]]
             sd = g["val_nll sd"].astype(float)
             ax.errorbar(g["x"], g["val_nll"], yerr=None if sd.isna().all() else sd.fillna(0).to_numpy(float),
-                        fmt="o", color=plt.cm.Blues(0.45 + 0.5 * j / max(1, len(nrs) - 1)), ms=5, capsize=3,
-                        label=f"Nr={nr}")
+                        fmt="o", color=colour[nr], ms=5, capsize=3, label=f"Nr={nr}")
             drawn += [{"scale": scale, "series": r["Tying"], "num_recursions": nr, "val_nll": r["val_nll"],
                        "val_nll_sd": r["val_nll sd"], "n": r["n_seeds"]} for _, r in g.iterrows()]
         van = fold_seeds(df[(df["paper_scale"] == scale) & (df["variant"] == "vanilla")], ("val_nll",))
@@ -95,7 +99,8 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
         ax.set_ylabel("validation NLL (lower is better)")
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)
-    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=len(legend), fontsize=7, frameon=False)
+    labels = sorted(legend, key=lambda k: (not k.startswith("Nr="), k))  # the points by Nr, then the lines
+    fig.legend([legend[k] for k in labels], labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
     fig.suptitle("Figure 6: parameter-sharing strategies")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return save_figure(fig, out, "fig6", pd.DataFrame(drawn), note=figure_note(rec, grid, mode))
