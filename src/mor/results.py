@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from mor.atomic import atomic_path
 
-SCHEMA_VERSION = 7  # 7: one-window decode figures with whole-run values beside (decode_*_run_*); 6: decode batching figures, realised speed-up, same-depth baseline; 5: decode throughput (mor.engine.job); 4: budget_flops, mfu, model_flops_per_s; 3: val_nll_causal, accuracy stderr / acc_norm maps
+SCHEMA_VERSION = 8  # 8: lm-eval accuracy under the authors' top-k protocol too (accuracy_topk, ...); 7: one-window decode figures with whole-run values beside (decode_*_run_*); 6: decode batching figures, realised speed-up, same-depth baseline; 5: decode throughput (mor.engine.job); 4: budget_flops, mfu, model_flops_per_s; 3: val_nll_causal, accuracy stderr / acc_norm maps
 
 RUN_SCHEMA = pa.schema(
     [
@@ -63,6 +63,12 @@ RUN_SCHEMA = pa.schema(
         ("accuracy_norm_stderr", pa.map_(pa.string(), pa.float64())),
         ("avg_accuracy", pa.float64()),
         ("avg_accuracy_stderr", pa.float64()),  # sqrt(sum of squared task stderrs) / number of tasks
+        # the same under the authors' protocol (mor.lm_eval.adapter, 'topk'): expert-choice top-k over the
+        # whole right-padded request, the router seeing future tokens; the columns above are the causal one
+        ("accuracy_topk", pa.map_(pa.string(), pa.float64())),
+        ("accuracy_topk_stderr", pa.map_(pa.string(), pa.float64())),
+        ("avg_accuracy_topk", pa.float64()),
+        ("avg_accuracy_topk_stderr", pa.float64()),
         # decoding throughput (App. E, mor.engine.job; null for runs without a throughput job):
         # tokens/s over the forward passes and over the wall time, mean live sequences / the
         # engine's admission limit (occupancy), rows per shared-block pass / batch (row_fill) and

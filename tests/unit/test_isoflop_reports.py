@@ -124,7 +124,7 @@ def test_table11_shows_the_paper_numbers_beside_ours(tmp_path, monkeypatch):
                     "  - {paper_scale: 730M, variant: recursive, tying: cycle, num_recursions: 3, val_nll: 2.7573, avg_accuracy: 0.4190}\n")
     csv = pd.read_csv(render("tables/table11", str(tmp_path / "r.parquet"), str(grid))[0]).set_index("tying")
     assert csv.loc["middle_cycle", "Paper NLL"] == 2.7552 and csv.loc["cycle", "Paper Avg acc"] == 0.419
-    assert csv.loc["cycle", "layers"] == 12 and csv.loc["cycle", "NLL"] == 5.1
+    assert csv.loc["cycle", "layers"] == 12 and csv.loc["cycle", "NLL (top-k, sees future)"] == 5.1
 
 
 def test_fig4b_draws_the_mean_over_seeds(tmp_path, monkeypatch):
@@ -149,5 +149,5 @@ def test_fig4b_draws_the_mean_over_seeds(tmp_path, monkeypatch):
     assert drawn.loc["Cycle", "val_nll"] == pytest.approx(5.1)
     assert drawn.loc["Vanilla", "val_nll"] == pytest.approx(4.85)
     table = pd.read_csv(render("tables/table10", str(tmp_path / "r.parquet"), str(grid))[0]).set_index("Model")
-    assert table.loc["Cycle", "NLL"] == pytest.approx(5.1) and table.loc["Cycle", "n"] == 2
-    assert table.loc["Cycle", "NLL sd"] == pytest.approx(0.1414, abs=1e-4)  # sd of 5.0, 5.2
+    assert table.loc["Cycle", "NLL (top-k, sees future)"] == pytest.approx(5.1) and table.loc["Cycle", "n"] == 2
+    assert table.loc["Cycle", "NLL (top-k, sees future) sd"] == pytest.approx(0.1414, abs=1e-4)  # sd of 5.0, 5.2

@@ -371,3 +371,89 @@ def test_the_mor_lm_eval_command_runs_lm_eval_with_the_adapter(runs, data_root, 
     right = sum(int(max(range(2), key=lambda i: lm.loglikelihood([_req("loglikelihood", (d["query"], d["choices"][i]))],
                                                                   disable_tqdm=True)[0][0]) == d["gold"]) for d in docs)
     assert got["acc,none"] == pytest.approx(right / 10)
+
+
+# ---------------------------------------------------------------- the authors' protocol (issue 56)
+PAIRS = [(3, 1), (5, 4), (12, 2), (20, 7), (8, 1), (2, 9)]
+
+
+def _pairs():
+    words = TEXT.split(" ")
+    return [(" ".join(words[:k]), " " + " ".join(words[k:k + n])) for k, n in PAIRS]
+
+
+def _scores(lm, pairs):
+    return [ll for ll, _ in lm.loglikelihood([_req("loglikelihood", p) for p in pairs], disable_tqdm=True)]
+
+
+@pytest.mark.parametrize("name", ["vanilla", "recursive", "mor-aux_loss"])
+def test_topk_protocol_is_the_training_forward_and_differs_only_where_routing_does(runs, data_root, name):
+    """Under 'topk' a request scored alone is the training forward model(x); a model without a
+    router scores identically under both protocols, an expert-choice MoR does not."""
+    causal, topk = _lm(runs[name], data_root, batch_size=3), _lm(runs[name], data_root, batch_size=3, protocol="topk")
+    pairs = _pairs()
+    a, b = _scores(causal, pairs), _scores(topk, pairs)
+    if name == "mor-aux_loss":
+        assert max(abs(x - y) for x, y in zip(a, b)) > 1e-4, "top-k and causal routing scored alike: nothing tested"
+    else:
+        assert a == b
+    ctx, cont = pairs[1]
+    whole, c = topk.tok.encode(ctx + cont), topk.tok.encode(ctx)
+    with torch.no_grad():  # alone: no padding, so exactly the training forward on (ctx + cont)[:-1]
+        lp = F.log_softmax(topk.model(torch.tensor([whole[:-1]])).logits[0].float(), -1)
+    want = float(lp[len(c) - 1:].gather(-1, torch.tensor(whole[len(c):])[:, None]).sum())
+    assert _scores(_lm(runs[name], data_root, batch_size=1, protocol="topk"), [pairs[1]])[0] == pytest.approx(want, abs=1e-4)
+
+
+def test_topk_protocol_routes_over_the_right_padding_of_its_batch(runs, data_root):
+    """As the authors' HF evaluation ran it: a short request batched with a longer one is right-
+    padded, and under top-k its router ranks the padding too (its score moves); the causal
+    protocol's score does not depend on what shares the batch."""
+    short, long = _pairs()[0], _pairs()[3]
+    for protocol, moves in (("topk", True), ("causal", False)):
+        lm = _lm(runs["mor-aux_loss"], data_root, batch_size=2, protocol=protocol)
+        alone = _scores(lm, [short])[0]
+        batched = _scores(lm, [short, long])[0]
+        assert (abs(alone - batched) > 1e-5) == moves, (protocol, alone, batched)
+
+
+def test_protocol_is_checked(runs, data_root):
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        _lm(runs["vanilla"], data_root, protocol="future")
+
+
+def _decisive(model) -> None:
+    """A 4-step model barely reads its depth: routers x50 (decisive routing, as in the parity
+    runs of issue 56) and N(0, 0.1) added to the layers' matrices, so where a token goes changes
+    which choice wins (seeded: on these 40 PIQA documents the accuracies are 22 vs 23 / 40)."""
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.routers.parameters():
+            p.mul_(50)
+        for p in model.unique_layers.parameters():
+            if p.dim() == 2:
+                p.add_(torch.randn(p.shape, generator=g) * 0.1)
+
+
+def test_lmeval_job_scores_accuracy_under_both_protocols(runs, data_root, real_tasks, tmp_path, monkeypatch):
+    """The job's second accuracy: a harness run under top-k for a routed model (made decisive:
+    the accuracies differ), the causal one itself for a model without a router; both reach the
+    result row as their own columns."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf"))
+    from mor.lm_eval.job import accuracy_columns, evaluate_tasks, topk_tasks
+
+    settings = {"tasks": ["mor_piqa"], "limits": {"mor_piqa": 40}, "num_fewshot": 0}
+    out = {}
+    for name in ("vanilla", "mor-aux_loss"):
+        lm = _lm(runs[name], data_root, batch_size=8)
+        _decisive(lm.model)
+        causal = evaluate_tasks(lm, settings, real_tasks)
+        out[name] = (causal, topk_tasks(lm, settings, real_tasks, causal))
+        assert lm.protocol == "causal"  # put back for whatever scores next
+    van_causal, van_topk = out["vanilla"]
+    assert van_topk is van_causal
+    mor_causal, mor_topk = out["mor-aux_loss"]
+    assert mor_topk["mor_piqa"]["acc"] != mor_causal["mor_piqa"]["acc"], (mor_causal, mor_topk)
+    row = accuracy_columns({"tasks": mor_causal, "tasks_topk": mor_topk})
+    assert row["accuracy_topk"] == {"mor_piqa": mor_topk["mor_piqa"]["acc"]}
+    assert row["avg_accuracy"] == mor_causal["mor_piqa"]["acc"] and row["avg_accuracy_topk"] == mor_topk["mor_piqa"]["acc"]

@@ -368,8 +368,11 @@ def test_lmeval_jobs_fill_the_accuracy_columns_and_rerun_only_on_their_settings(
         se = [m["acc_stderr"] for m in res["tasks"].values()]
         assert r["avg_accuracy_stderr"] == pytest.approx((se[0] ** 2 + se[1] ** 2) ** 0.5 / 2)
         assert r["val_nll_causal"] == r["val_nll"]  # vanilla / recursive: causal already
+        # the authors' top-k protocol: the same forward without a router, so the same numbers, in their own columns
+        assert res["tasks_topk"] == res["tasks"] and dict(r["accuracy_topk"]) == acc
+        assert r["avg_accuracy_topk"] == r["avg_accuracy"]
     md = (tmp_path / "tables" / "table10" / "table10.md").read_text()
-    assert "PIQA" in md and "WinoGrande" in md and " ± " in md
+    assert "PIQA (causal)" in md and "WinoGrande (top-k, sees future)" in md and " ± " in md
 
     # the NLL settings: the evals alone; the lm-eval settings: the lmeval jobs and the evals
     grid.write_text(LMEVAL_GRID.replace("nll_tokens: 2048", "nll_tokens: 1024"))

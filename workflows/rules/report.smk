@@ -3,6 +3,8 @@
 # its paper section, with a caption (workflows/report/artifact.rst -> mor.reports.captions).
 # The report opens on the results (mor.reports.landing): workflow.rst's landing text, the claims
 # and the training curves first in the menu, the DAG one click away under Workflow.
+from functools import partial
+
 from mor.reports.captions import Captions, section  # section: the claims rule (claims.smk)
 from mor.reports.landing import CURVES_CATEGORY, landing_rst
 
@@ -12,7 +14,8 @@ report: "../report/workflow.rst"
 
 # read when the report is rendered (claims verdicts, run counts, commits): never a param
 config["mor_captions"] = Captions(ARTIFACT_GRID, grids_dir=GRIDS_DIR)
-config["mor_landing"] = landing_rst  # workflow.rst passes the category names
+# workflow.rst passes the category names and the files shown (the counts are of those: mor.reports.landing)
+config["mor_landing"] = partial(landing_rst, artifact_grid=ARTIFACT_GRID)
 CAPTION = "../report/artifact.rst"
 config["mor_curve_caption"] = curves_caption  # (common.smk)
 

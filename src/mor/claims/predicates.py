@@ -6,6 +6,12 @@ claim of "A is best" has one comparison per competitor and per cell, never their
 holds only if every one of them holds (``mor.stats.superiority_p``). A comparison whose run
 is missing is nan (the seed is then dropped and counted, ``mor.claims.verdict``); a
 comparison a predicate leaves out on purpose is named in ``Seed.dropped``.
+
+Protocol: the NLL comparisons read ``val_nll``, the authors' evaluation protocol (the training
+forward, expert-choice top-k over the whole sequence, the router seeing future tokens), the
+one the paper's NLL sentences were measured with; never ``val_nll_causal`` (the decoding
+decision). No claim reads an lm-eval accuracy (docs/accuracy.md, "Which one a table and a
+claim read").
 """
 
 from __future__ import annotations

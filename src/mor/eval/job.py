@@ -47,7 +47,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
         if not math.isfinite(metrics[key]):
             raise FloatingPointError(f"run {run_id}: validation NLL ({key}) is {metrics[key]} (weights {final}); "
                                      "no result row was written")
-    accuracy = {"accuracy": {}, "avg_accuracy": None}
+    accuracy = {"accuracy": {}, "avg_accuracy": None, "accuracy_topk": {}, "avg_accuracy_topk": None}
     if run.eval.lm_eval_tasks:  # written by this run's lmeval job (mor.lm_eval.job), a workflow input
         accuracy = accuracy_columns(read_result(files.lm_eval, run.eval, run_id))
     # written by this run's throughput job (workflows/rules/throughput.smk) when its grid draws fig4a

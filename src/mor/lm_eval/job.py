@@ -6,7 +6,13 @@ It reads the run's ``eval.lm_eval_*`` settings from the grid and writes, atomica
 
     {"settings": {...}, "lm_eval_version": "0.4.13", "seconds": 12.3,
      "tasks": {"mor_piqa": {"acc": 0.55, "acc_stderr": 0.05, "acc_norm": 0.5, "acc_norm_stderr": 0.05,
-                            "n": 100, "num_fewshot": 0}, ...}}
+                            "n": 100, "num_fewshot": 0}, ...},
+     "tasks_topk": {...the same keys...}}
+
+``tasks`` is scored under the causal protocol, ``tasks_topk`` under the authors' (top-k over
+the whole right-padded request, the router seeing future tokens; mor.lm_eval.adapter). A
+model without a router scores the same under both (its forward is causal, the adapter calls
+the same code), so for it ``tasks_topk`` is a copy of ``tasks``, not a second harness run.
 
 The eval job copies it into the run's result row (``mor.eval.job.eval_job``). Tasks named
 ``mor_*`` are the offline copies of ``mor.lm_eval.tasks`` (``--tasks-dir``); the hub and
@@ -27,13 +33,14 @@ from mor.lm_eval import is_local_task, offline_env
 
 from mor.layout import LM_EVAL_FILE  # runs/<grid>/<run_id>/lm_eval.json: this job's output, read by the eval job
 METRICS = ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr")
+PROTOCOLS = ("causal", "topk")  # mor.lm_eval.adapter.PROTOCOLS; in the settings, so an older JSON re-runs
 
 
 def lm_eval_settings(eval_cfg) -> dict:
     """What decides the lmeval job's output: its own settings, nothing of the NLL eval."""
     tasks = list(eval_cfg.lm_eval_tasks)
     return {"tasks": tasks, "limits": {t: eval_cfg.lm_eval_limit_for(t) for t in tasks},
-            "num_fewshot": eval_cfg.lm_eval_fewshot, "batch": eval_cfg.batch}
+            "num_fewshot": eval_cfg.lm_eval_fewshot, "batch": eval_cfg.batch, "protocols": list(PROTOCOLS)}
 
 
 def _finite(v):
@@ -68,6 +75,18 @@ def evaluate_tasks(lm, settings: dict, tasks_dir: str | Path | None) -> dict:
     return out
 
 
+def topk_tasks(lm, settings: dict, tasks_dir, causal: dict) -> dict:
+    """The tasks under the authors' top-k protocol: a second harness run on the same model for a
+    routed one; ``causal`` itself for a model without a router (the adapter's forward is the same)."""
+    if not lm.model.routers:
+        return causal
+    lm.protocol = "topk"
+    try:
+        return evaluate_tasks(lm, settings, tasks_dir)
+    finally:
+        lm.protocol = "causal"
+
+
 def lmeval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
                device: str = "auto", threads: int = 0, tasks_dir: str | None = None) -> dict:
     """Score one trained run on its grid's lm-eval tasks; write ``out`` (JSON)."""
@@ -94,6 +113,7 @@ def lmeval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_r
         lm = MoRLM(run_dir=run_dir, data_root=data_root, device=device, batch_size=max(16, run.eval.batch),
                    threads=threads or None)
         result["tasks"] = evaluate_tasks(lm, settings, tasks_dir)
+        result["tasks_topk"] = topk_tasks(lm, settings, tasks_dir, result["tasks"])
         result["lm_eval_version"] = lm_eval.__version__
     result["seconds"] = round(time.time() - t0, 2)
     write_json_atomic(out, result)
@@ -116,23 +136,33 @@ def read_result(path: Path, eval_cfg, run_id: str) -> dict:
     return result
 
 
-def accuracy_columns(result: dict) -> dict:
-    """The result row's accuracy columns from an lmeval JSON (see mor.results)."""
-    tasks = result.get("tasks", {})
+def _picked(tasks: dict) -> tuple[dict, float | None, float | None]:
+    """{metric: {task: value}}, the mean acc over tasks and its stderr."""
     pick = {m: {t: r[m] for t, r in tasks.items() if r.get(m) is not None} for m in METRICS}
     accs = list(pick["acc"].values())
     ses = [pick["acc_stderr"].get(t) for t in pick["acc"]]
     avg = sum(accs) / len(accs) if accs else None
     # independent tasks: the mean's stderr is sqrt(sum se_i^2) / n
     avg_se = math.sqrt(sum(s * s for s in ses)) / len(ses) if accs and all(s is not None for s in ses) else None
+    return pick, avg, avg_se
+
+
+def accuracy_columns(result: dict) -> dict:
+    """The result row's accuracy columns from an lmeval JSON (see mor.results): the causal
+    protocol's as ``accuracy*`` / ``avg_accuracy*``, the authors' top-k one as ``*_topk``."""
+    pick, avg, avg_se = _picked(result.get("tasks", {}))
+    top, top_avg, top_se = _picked(result.get("tasks_topk", {}))
     return {"accuracy": pick["acc"], "accuracy_stderr": pick["acc_stderr"], "accuracy_norm": pick["acc_norm"],
-            "accuracy_norm_stderr": pick["acc_norm_stderr"], "avg_accuracy": avg, "avg_accuracy_stderr": avg_se}
+            "accuracy_norm_stderr": pick["acc_norm_stderr"], "avg_accuracy": avg, "avg_accuracy_stderr": avg_se,
+            "accuracy_topk": top["acc"], "accuracy_topk_stderr": top["acc_stderr"],
+            "avg_accuracy_topk": top_avg, "avg_accuracy_topk_stderr": top_se}
 
 
 def summary(r: dict) -> str:
     """The one line a finished lmeval job prints."""
     accs = ", ".join(f"{t} {m['acc']:.3f}±{m['acc_stderr'] or 0:.3f}" for t, m in r["tasks"].items() if m["acc"] is not None)
-    return f"lmeval {r['run_id']}: {accs or 'no tasks'} ({r['seconds']:.1f}s)"
+    topk = ", ".join(f"{t} {m['acc']:.3f}" for t, m in r.get("tasks_topk", {}).items() if m["acc"] is not None)
+    return f"lmeval {r['run_id']}: causal {accs or 'no tasks'}; top-k (sees future) {topk or '-'} ({r['seconds']:.1f}s)"
 
 
 def job_settings(run, mode: str, wildcards: dict) -> dict:

@@ -15,8 +15,9 @@ from typing import Callable
 import pandas as pd
 
 from mor.claims import pick
-from mor.reports.common import (ACC_NOTE, latex, reading_note, evidence_note, OutputDir, accuracy_cells, has_mor, load_results, metric_cells, reference_value,
-                                result_tasks, run_count, seed_count, shown)
+from mor.reports.common import (ACC_NOTE, PROTOCOL_NOTE, latex, reading_note, table_note, OutputDir, load_results, metric_cells,
+                                protocol_accuracy_cells, protocol_nll_cells, reference_value, result_tasks, run_count,
+                                seed_count, shown)
 
 IGNORED = {"grid", "label", "model.scale"}  # identity, not ablation axes
 METRIC_NAMES = {
@@ -66,20 +67,18 @@ def build_table(df: pd.DataFrame, ref: list[dict], metrics: tuple[str, ...]) -> 
     configs = [json.loads(c) for c in df["config_json"]]
     axes = varying_axes(configs)
     tasks = result_tasks(df)
-    if has_mor(df) and "val_nll" in metrics:  # MoR rows: the causal-routing NLL beside the teacher-forced one
-        i = metrics.index("val_nll") + 1
-        metrics = metrics[:i] + ("val_nll_causal",) + metrics[i:]
+    papers = {m for x in ref for m in x}  # the metrics the paper gives a number for
     rows = []
     for cfg, (_, r) in zip(configs, df.iterrows()):
         flat = flatten(cfg)
         row = {"Scale": r["paper_scale"]}
         row.update({k.removeprefix("model.").removeprefix("router."): flat.get(k) for k in axes})
         for m in metrics:
-            if m == "avg_accuracy":  # the average, its stderr and every task's acc
-                row.update(accuracy_cells(r, tasks))
-                paper = reference_value(ref, r, m)
-                if paper is not None:
-                    row["Paper Avg acc"] = paper
+            if m == "val_nll":  # both evaluation protocols, the paper's number beside the authors'
+                row.update(protocol_nll_cells(r, reference_value(ref, r, m), with_paper=m in papers))
+                continue
+            if m == "avg_accuracy":  # the average, its stderr and every task's acc, under both protocols
+                row.update(protocol_accuracy_cells(r, tasks, reference_value(ref, r, m), with_paper=m in papers))
                 continue
             row.update(metric_cells(r, m, METRIC_NAMES.get(m, m)))
             paper = reference_value(ref, r, m)
@@ -101,8 +100,10 @@ def render_ablation(spec: AblationSpec, results: Path, grid: Path, out: Path, mo
     with od as d:
         printed = shown(table)
         (d / f"{spec.name}.md").write_text(
-            f"# {spec.title}\n\nReproduced in mode '{mode}' from {results} ({run_count(df)} runs, commit(s) {commits}). "
-            f"{ACC_NOTE} {reading_note(table)} {evidence_note(grid, mode)}{' ' + spec.paper_note(df) if spec.paper_note else ''}\n\n" + printed.to_markdown(index=False) + "\n")
+            f"# {spec.title}\n\n"
+            + table_note(grid, mode, f"Reproduced in mode '{mode}' from {results} ({run_count(df)} runs, commit(s) {commits}).",
+                         PROTOCOL_NOTE, ACC_NOTE, reading_note(table), spec.paper_note(df) if spec.paper_note else "")
+            + "\n\n" + printed.to_markdown(index=False) + "\n")
         table.to_csv(d / f"{spec.name}.csv", index=False)
         (d / f"{spec.name}.tex").write_text(latex(printed.drop(columns=["run_id"])))
     return od.files()

@@ -26,16 +26,30 @@ ACC_NOTE = ("Accuracies: lm-eval's acc ± stderr per task and their mean ('Avg a
             "not with lm-eval's published numbers; near chance at CPU scale.")  # suffix of a stderr column; the .md shows "value ± stderr" in one cell
 
 
+# The two evaluation protocols (issue 56; mor.lm_eval.adapter, mor.eval.nll), as the tables label them.
+# The authors' is the one the paper's numbers were measured with: a 'Paper ...' column sits beside it.
+TOPK = "top-k, sees future"
+CAUSAL = "causal"
+PROTOCOL_COLUMNS = {TOPK: ("val_nll", "accuracy_topk", "avg_accuracy_topk"),
+                    CAUSAL: ("val_nll_causal", "accuracy", "avg_accuracy")}
+PROTOCOL_NOTE = (f"Two evaluation protocols side by side, for NLL and accuracy. '({TOPK})': the authors' protocol, the "
+                 "training forward (expert-choice top-k over the whole right-padded request, so the router sees tokens "
+                 "after the one scored and the padding), the one the paper's numbers were measured with: each 'Paper' "
+                 f"column stands beside it. '({CAUSAL})': each token routed on its past alone, as decoding does. A model "
+                 "without a router (Vanilla, Recursive) runs one causal forward under both, so its two columns agree.")
+
+
 def task_name(task: str) -> str:
     base = task.removeprefix("mor_").removesuffix("_openai")
     return TASK_NAMES.get(base, task)
 
 
-def accuracy_cells(row: pd.Series, tasks: list[str]) -> dict:
+def accuracy_cells(row: pd.Series, tasks: list[str], acc_col: str = "accuracy", avg_col: str = "avg_accuracy") -> dict:
     """'Avg acc' (the mean over tasks of lm-eval's acc) and each task's acc, each followed by
-    its stderr column; None where a run has no accuracy (lm-eval not run)."""
-    acc, se = row.get("accuracy") or {}, row.get("accuracy_stderr") or {}
-    avg, avg_se = row.get("avg_accuracy"), row.get("avg_accuracy_stderr")
+    its stderr column; None where a run has no accuracy (lm-eval not run). ``acc_col`` /
+    ``avg_col``: the protocol's columns (``PROTOCOL_COLUMNS``; the causal one by default)."""
+    acc, se = _as_map(row.get(acc_col)), _as_map(row.get(f"{acc_col}_stderr"))
+    avg, avg_se = row.get(avg_col), row.get(f"{avg_col}_stderr")
     out = {"Avg acc": _round(avg), f"Avg acc{SE}": _round(avg_se)}
     for t in tasks:
         out[task_name(t)] = _round(acc.get(t))
@@ -43,9 +57,48 @@ def accuracy_cells(row: pd.Series, tasks: list[str]) -> dict:
     return out
 
 
+def protocol_name(name: str, protocol: str) -> str:
+    """A column's name under a protocol: 'NLL (causal)', 'PIQA (top-k, sees future)'."""
+    return f"{name} ({protocol})"
+
+
+def protocol_nll_cells(row: pd.Series, paper: float | None = None, with_paper: bool = True, digits: int = 4) -> dict:
+    """The NLL under each protocol (with its seed sd where folded), the paper's number
+    (``paper``, blank when None) right after the authors' one; ``with_paper`` False: no such column."""
+    out = metric_cells(row, "val_nll", protocol_name("NLL", TOPK), digits)
+    if with_paper:
+        out["Paper NLL"] = paper
+    out.update(metric_cells(row, "val_nll_causal", protocol_name("NLL", CAUSAL), digits))
+    return out
+
+
+def protocol_accuracy_cells(row: pd.Series, tasks: list[str], paper_avg: float | None = None,
+                            with_paper: bool = True) -> dict:
+    """``accuracy_cells`` under each protocol, labelled, the authors' first and the paper's
+    average accuracy (``paper_avg``, blank when None) right after theirs; ``with_paper`` False:
+    no such column."""
+    out = {}
+    for protocol, (_, acc, avg) in PROTOCOL_COLUMNS.items():
+        cells = accuracy_cells(row, tasks, acc, avg)
+        out.update({(protocol_name(k, protocol) if not k.endswith(SE) else protocol_name(k[:-len(SE)], protocol) + SE): v
+                    for k, v in cells.items()})
+        if protocol == TOPK and with_paper:
+            out["Paper Avg acc"] = paper_avg
+    return out
+
+
+def _as_map(v) -> dict:
+    """A task -> value map cell (a dict, pyarrow's list of pairs, or null) as a dict."""
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return {}
+    return dict(v)
+
+
 def result_tasks(df: pd.DataFrame) -> list[str]:
-    """The lm-eval tasks any run of the frame has: the paper's six in its order, then others."""
-    seen = list(dict.fromkeys(t for acc in df["accuracy"] for t in (acc or {})))
+    """The lm-eval tasks any run of the frame has (under either protocol): the paper's six in
+    its order, then others."""
+    cols = [c for c in ("accuracy", "accuracy_topk") if c in df.columns]
+    seen = list(dict.fromkeys(t for c in cols for acc in df[c] for t in _as_map(acc)))
     order = list(TASK_NAMES)
     key = lambda t: (order.index(b) if (b := t.removeprefix("mor_").removesuffix("_openai")) in order else len(order))  # noqa: E731
     return sorted(seen, key=key)
@@ -90,7 +143,7 @@ def direction_header(col: str) -> str:
         return "n (seeds)"
     if any(k in col for k in LOWER_IS_BETTER):
         return f"{col} ↓"
-    if any(col == k or col == f"Paper {k}" for k in HIGHER_IS_BETTER):
+    if any(col == k or col == f"Paper {k}" or col.startswith(f"{k} (") for k in HIGHER_IS_BETTER):
         return f"{col} ↑"
     return col
 
@@ -100,8 +153,11 @@ def reading_note(table: pd.DataFrame) -> str:
     task's accuracy is 0 in every row where it is."""
     note = ("↓: lower is better, ↑: higher is better; n (seeds): the runs averaged in a row, which differ only in "
             "their seed; ± after an NLL: the sd over those seeds (none for n = 1), after an accuracy: lm-eval's stderr.")
-    for task in [c for c in TASK_NAMES.values() if c in table.columns]:
-        values = pd.to_numeric(table[task], errors="coerce").dropna()
+    for task in TASK_NAMES.values():
+        cols = [c for c in table.columns if (c == task or c.startswith(f"{task} (")) and not c.endswith(SE)]
+        if not cols:
+            continue
+        values = pd.concat([pd.to_numeric(table[c], errors="coerce") for c in cols]).dropna()
         if len(values) and (values == 0).all():
             note += (f" {task} reads 0.000 ± 0.000 in every row: its acc counts a passage only when the greedy "
                      "continuation is exactly the passage's last word, which no model this small gets right on any "
@@ -183,6 +239,41 @@ def evidence_note(grid: Path, mode: str) -> str:
     if kind is None:
         return ""
     return EVIDENCE_NOTES[kind].format(grid=Path(grid).stem, seeds=spec.get("seeds", 1))
+
+
+def table_note(grid: Path, mode: str, *parts: str) -> str:
+    """A table's note with its evidence level as the first sentence (issue 57: Table 10's was the
+    last of ~290 words), then ``parts``. Where the mode states none, it says so."""
+    evidence = evidence_note(grid, mode) or f"Evidence: not stated by the grid (grids/{Path(grid).stem}.yaml, mode {mode})."
+    return " ".join(p.strip() for p in (evidence, *parts) if p and p.strip())
+
+
+# A difference of two NLLs inside the seed spread is marked, not printed as 4 bare decimals.
+SPREAD_MARK = "≈"
+
+
+def spread_of(sds: list, n_seeds: int, mode: str) -> float | None:
+    """The seed spread a difference between rows is read against: the larger seed sd of the rows
+    compared where they have seeds (n > 1), LOCAL_NLL_SEED_SPREAD for one seed in mode local (the
+    stated 0.04-0.10, docs/paper.md), None where nothing says how large it is."""
+    known = [float(s) for s in sds if s is not None and not pd.isna(s)]
+    if n_seeds > 1 and known:
+        return max(known)
+    return LOCAL_NLL_SEED_SPREAD if mode == "local" else None
+
+
+def inside_spread(delta: float | None, spread: float | None) -> bool | None:
+    """|delta| < spread (True: no evidence of a difference); None where either is unknown."""
+    if delta is None or spread is None or pd.isna(delta):
+        return None
+    return abs(float(delta)) < spread
+
+
+def marked(delta, inside) -> str:
+    """A difference as printed: 3 decimals, SPREAD_MARK after it when inside the seed spread."""
+    if delta is None or pd.isna(delta):
+        return ""
+    return f"{float(delta):+.3f}" + (f" {SPREAD_MARK}" if inside is True else "")
 
 
 def reference_value(ref: list[dict], row: pd.Series, metric: str) -> float | None:

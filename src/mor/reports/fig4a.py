@@ -33,7 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from mor.reports.common import OutputDir, evidence_note, figure_note, load_results, reference_value, save_figure, shown  # noqa: E402
+from mor.reports.common import OutputDir, figure_note, table_note, load_results, reference_value, save_figure, shown  # noqa: E402
 
 SETTINGS = (("fixed", "fixed batch (32)"), ("max", "relative maximum batch"))
 ROUTED = ("mor",)  # variants whose teacher-forced (top-k) NLL is not the decoding one
@@ -161,7 +161,7 @@ def render_table(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     od = OutputDir(out)
     with od as d:
         t.to_csv(d / "fig4a.csv", index=False)
-        (d / "fig4a.md").write_text(f"# Figure 4a numbers: decoding throughput (mode {mode})\n\n{PAPER_NOTE} {evidence_note(grid, mode)}\n\n"
+        (d / "fig4a.md").write_text(f"# Figure 4a numbers: decoding throughput (mode {mode})\n\n{table_note(grid, mode, PAPER_NOTE)}\n\n"
                                     + printed.to_markdown(index=False) + "\n")
         (d / "fig4a.tex").write_text(printed.drop(columns=["run_id"]).to_latex(index=False, escape=True))
     return od.files()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mor.reports.common import OutputDir, evidence_note, load_results, run_count, task_name
+from mor.reports.common import OutputDir, load_results, table_note, run_count, task_name
 
 # Hugging Face, model card of HuggingFaceTB/SmolLM2-135M (README.md, "Instruction model" table:
 # "All evaluations are zero-shot unless stated otherwise, and we use lighteval"), in %:
@@ -83,7 +83,7 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     od = OutputDir(out)
     with od as d:
         parts = [f"# The real 135M start point: SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised to float32)\n\n"
-                 f"Mode '{mode}', {results} ({run_count(df)} runs, commit(s) {commits}). {evidence_note(grid, mode)}\n"]
+                 + table_note(grid, mode, f"Mode '{mode}', {results} ({run_count(df)} runs, commit(s) {commits}).") + "\n"]
         if len(start):
             acc = accuracy_table(start.iloc[0])
             acc.to_csv(d / "accuracy.csv", index=False)

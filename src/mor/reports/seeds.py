@@ -18,10 +18,10 @@ import math
 import pandas as pd
 
 SD = " sd"
-MAPS = ("accuracy", "accuracy_norm")  # task -> value maps, averaged key by key
-STDERRS = ("avg_accuracy_stderr",)  # a benchmark's sampling stderr: that of the mean over seeds
-STDERR_MAPS = ("accuracy_stderr", "accuracy_norm_stderr")
-FOLDED = ("val_nll", "val_nll_causal", "avg_accuracy", "dead_token_ratio", "sampling_accuracy", "max_vio", "entropy",
+MAPS = ("accuracy", "accuracy_norm", "accuracy_topk")  # task -> value maps, averaged key by key
+STDERRS = ("avg_accuracy_stderr", "avg_accuracy_topk_stderr")  # a benchmark's sampling stderr: that of the mean over seeds
+STDERR_MAPS = ("accuracy_stderr", "accuracy_norm_stderr", "accuracy_topk_stderr")
+FOLDED = ("val_nll", "val_nll_causal", "avg_accuracy", "avg_accuracy_topk", "dead_token_ratio", "sampling_accuracy", "max_vio", "entropy",
           "mean_depth", "final_train_loss", "train_time_s")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from mor.reports import maxbatch
-from mor.reports.common import ACC_NOTE, latex, reading_note, OutputDir, evidence_note, accuracy_cells, has_mor, load_results, metric_cells, result_tasks, run_count, scale_key, seed_count, seeds_in, shown
+from mor.reports.common import ACC_NOTE, latex, reading_note, OutputDir, table_note, accuracy_cells, has_mor, load_results, metric_cells, result_tasks, run_count, scale_key, seed_count, seeds_in, shown
 from mor.metrics.isoflop import optima_by_budget, path_slope, size_exponent
 
 VARIANTS = {"vanilla": "Vanilla", "recursive": "Recursive", "mor": "MoR"}
@@ -81,10 +81,10 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
     optimal, paths = optimal_table(df)
     commits = ", ".join(c[:12] for c in sorted(df["git_commit"].unique()))
     seeds = seeds_in(df)
-    note = (f"Reproduced in mode '{mode}' from {results} ({run_count(df)} runs, seed(s) {seeds}, commit(s) {commits}). "
-            "Each run trains the whole number of optimizer steps whose FLOPs (mor.flops) are closest to its budget, "
-            "so 'FLOPs spent / budget' is within half a step of 1. " + ACC_NOTE + " " + reading_note(table) + " "
-            + evidence_note(grid, mode))
+    note = table_note(grid, mode, f"Reproduced in mode '{mode}' from {results} ({run_count(df)} runs, seed(s) {seeds}, "
+                      f"commit(s) {commits}).",
+                      "Each run trains the whole number of optimizer steps whose FLOPs (mor.flops) are closest to its "
+                      "budget, so 'FLOPs spent / budget' is within half a step of 1.", ACC_NOTE, reading_note(table))
     opt_note = ("N*: the minimum of a parabola in log10(params) fitted to each isoFLOP profile ('fit'); 'edge' = the "
                 "parabola has no minimum inside the trained sizes, and N* is the best trained size (the optimum lies "
                 "at or beyond it). Path slope: dNLL/dlog10 N through the stars (Fig. 5a's line; § 5.1 reads a flatter "
