@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from helpers.deadlines import deadline
-from helpers.slurm_jobs import JOB_S, job_ids, job_report, launch, restarts, sacct_states, start_now, wait_for
+from helpers.slurm_jobs import JOB_S, job_ids, job_report, launch, preempt, sacct_states, start_now, wait_for
 
 from mor.grids import load_grid
 
@@ -113,12 +113,10 @@ def test_usr2_checkpoints_the_step_boundary_requeues_and_resumes_two_ranks_bit_i
         assert launcher.poll() is None, launcher.communicate()[0]
         jid = job_ids(tmp_path)[f"{run_id}/train"]
         seen = len(_logged_steps(run_dir))  # steps done when the signal leaves (at least)
-        subprocess.run(["scancel", "--signal=USR2", jid], check=True, timeout=deadline(30))
-        # rank 0 checkpoints, then submitit's handler runs `scontrol requeue`: the job pends again
-        # the requeue as an event that stays (Slurm's restart count), not the PENDING a job may
-        # pass through between two polls; the launcher must still be waiting on the job
-        wait_for(lambda: restarts(jid) >= 1 or launcher.poll() is not None, "the job's requeue (Restarts=1)", 60,
-                 explain=lambda: job_report(jid))
+        # rank 0 checkpoints, then submitit's handler runs `scontrol requeue`: the restart count
+        # (an event that stays, not the PENDING a job may pass through between two polls); a
+        # signal lost on its way is sent again
+        preempt(jid, lambda: len(_logged_steps(run_dir)), launcher)
         assert launcher.poll() is None, f"{launcher.communicate()[0]}\n{job_report(jid)}"
 
         # Between the two sessions: one checkpoint, of the step the first session ended with.

@@ -23,7 +23,7 @@ from mor.grids import load_grid
 from helpers.launch import single_process_reference
 from helpers.paths import REPO
 from helpers.slurm_jobs import (
-    JOB_S, env, job_ids, job_report, launch, restarts, sacct_states, squeue_state, start_now, wait_for,
+    JOB_S, env, job_ids, job_report, launch, preempt, restarts, sacct_states, squeue_state, start_now, wait_for,
     write_grid, write_presets,
 )
 from helpers.workflow import reference_nll
@@ -127,11 +127,10 @@ def test_preempted_job_requeues_and_resumes_to_the_uninterrupted_result(slurm_cl
         # signals: wait until the job trains again (its log grows)
         wait_for(lambda: len((run_dir / "train_log.jsonl").read_text().splitlines()) > steps_done,
                  "the job to train again", 60, every_s=0.02)
-        subprocess.run(["scancel", "--signal=USR2", jid], check=True, timeout=deadline(30))  # as submitit's job._interrupt()
         # The requeue is an event that stays: Slurm's restart count (PENDING is a state the job
-        # may pass through between two polls). The launcher must still be waiting on the job.
-        wait_for(lambda: restarts(jid) >= 1 or launcher.poll() is not None, "the job's requeue (Restarts=1)", 60,
-                 explain=lambda: job_report(jid, slurm_log))
+        # may pass through between two polls); a signal lost on its way is sent again.
+        logged = lambda: len((run_dir / "train_log.jsonl").read_text().splitlines())  # noqa: E731
+        signals = preempt(jid, logged, launcher)
         assert launcher.poll() is None, f"{launcher.communicate()[0]}\n{job_report(jid, slurm_log)}"
         start_now(jid)
         out, _ = launcher.communicate(timeout=deadline(JOB_S))
@@ -141,6 +140,7 @@ def test_preempted_job_requeues_and_resumes_to_the_uninterrupted_result(slurm_cl
             launcher.wait()
     assert launcher.returncode == 0, f"{out}\n{job_report(jid, slurm_log)}"
     assert restarts(jid) == 1, job_report(jid, slurm_log)  # requeued once, not twice
+    print(f"SIGUSR2 sent {signals} time(s)")
     summary = json.loads((run_dir / "train_summary.json").read_text())
     assert summary["steps"] == PREEMPT_STEPS and 10 <= summary["resumed_from"] < PREEMPT_STEPS, summary
     wait_for(lambda: sacct_states(jid)[-1:] == ["COMPLETED"], "sacct COMPLETED", 60)  # the result lands first

@@ -103,6 +103,31 @@ def start_now(job_id: str, within_s: float = 60) -> None:
     wait_for(started, f"job {job_id} to pend again, then to be released", within_s, explain=lambda: job_report(job_id))
 
 
+def preempt(job_id: str, steps_logged, launcher, within_s: float = 60, slack: int = 3) -> int:
+    """Send SIGUSR2 (as submitit's ``job._interrupt()``) until the job acts on it; the number sent.
+
+    Acting on it is an event that stays: Slurm's restart count (the job checkpoints at the end
+    of the step in progress and requeues itself), or the launcher returning. A signal can be
+    lost on its way (seen: slurmd dropped one sent just after a resumed step trained again, and
+    the run went on to its end); a job that acted logs at most the step in progress after it,
+    so ``slack`` more logged steps mean the signal never arrived, and it is sent again."""
+    sent, at = 0, 0
+
+    def acted() -> bool:
+        nonlocal sent, at
+        if restarts(job_id) >= 1 or launcher.poll() is not None:
+            return True
+        if sent == 0 or steps_logged() >= at + slack:
+            at = steps_logged()
+            subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=deadline(30))
+            sent += 1
+        return False
+
+    wait_for(acted, f"job {job_id} to act on SIGUSR2 (Restarts=1)", within_s, every_s=0.05,
+             explain=lambda: f"signals sent: {sent}\n{job_report(job_id)}")
+    return sent
+
+
 def job_report(job_id: str, log: Path | None = None) -> str:
     """What the job did, for a failure message: squeue's state, every sacct record (state, exit
     code, restarts' trace), ``scontrol show job`` and the tail of its Slurm log."""
