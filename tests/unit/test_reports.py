@@ -111,7 +111,7 @@ def test_fig6_puts_each_paper_number_on_its_own_scheme_without_overlap(tmp_path,
     rows, ref = [], []
     for i, ((scale, tying, nr), value) in enumerate(paper.items()):
         run = RunConfig(grid="table10", paper_scale=scale,
-                        model=ModelConfig(scale="small" if scale == "135M" else "base", variant="recursive",
+                        model=ModelConfig(scale="small" if scale == "135M" else "medium", variant="recursive",
                                           tying=tying, num_recursions=nr))
         rows.append(_row(run, val_nll=5.0 + 0.01 * i))
         ref.append(f"  - {{paper_scale: {scale}, variant: recursive, tying: {tying}, num_recursions: {nr}, val_nll: {value}}}")
@@ -150,8 +150,8 @@ def test_fig6_legend_colour_of_an_nr_is_its_colour_in_every_panel(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     mk = lambda scale, local, nr: RunConfig(grid="table10", paper_scale=scale, model=ModelConfig(  # noqa: E731
         scale=local, variant="recursive", tying="cycle", num_recursions=nr))
-    write_rows(tmp_path / "r.parquet", [_row(mk("135M", "small", 3), val_nll=5.0), _row(mk("360M", "base", 2), val_nll=4.9),
-                                        _row(mk("360M", "base", 3), val_nll=4.8)])
+    write_rows(tmp_path / "r.parquet", [_row(mk("135M", "small", 3), val_nll=5.0), _row(mk("360M", "medium", 2), val_nll=4.9),
+                                        _row(mk("360M", "medium", 3), val_nll=4.8)])
     grid = tmp_path / "table10.yaml"
     grid.write_text("reference: []\n")
     render("figures/fig6", str(tmp_path / "r.parquet"), str(grid))
