@@ -63,9 +63,14 @@ def test_causality(cfg):
     assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
 
 
-@pytest.mark.parametrize("nr, seq, expected", [(3, 12, [12, 8, 4]), (2, 10, [10, 5]), (4, 8, [8, 6, 4, 2]), (3, 7, [7, 5, 3])])
-def test_expert_choice_hierarchical_capacities(nr, seq, expected):
-    cfg = ModelConfig(scale="tiny", variant="mor", tying="cycle", num_recursions=nr)
+# floor is the authors' int(capacity * T), ceil never below the capacity (before issue 56)
+@pytest.mark.parametrize("nr, seq, rounding, expected", [
+    (3, 12, "floor", [12, 8, 4]), (2, 10, "floor", [10, 5]), (4, 8, "floor", [8, 6, 4, 2]), (3, 7, "floor", [7, 4, 2]),
+    (3, 12, "ceil", [12, 8, 4]), (3, 7, "ceil", [7, 5, 3]),
+])
+def test_expert_choice_hierarchical_capacities(nr, seq, rounding, expected):
+    cfg = ModelConfig(scale="tiny", variant="mor", tying="cycle", num_recursions=nr,
+                      router=RouterConfig(capacity_rounding=rounding))
     model = build_model(cfg, SCALES["tiny"], 50)
     out = model(torch.randint(0, 50, (3, seq)), torch.randint(0, 50, (3, seq)))
     counts = [int(s.sum(1)[0]) for s in out.routing.selected]

@@ -504,7 +504,7 @@ class Stepper:
             x = self._layer(need[j], lid, x, p, rec, *plan[3 * j: 3 * j + 3])
         x = self.relax.end_recursion(x, rec)
         if self.expert_choice:
-            x = gate(m.cfg.router.gating, x0, x, self.g[idx])  # (N, 1, C)
+            x = gate(m.cfg.router, x0, x, self.g[idx])  # (N, 1, C)
         self.h[idx] = x
         if not any(routers):
             return None
@@ -597,7 +597,7 @@ class Stepper:
         m = self.model
         x = self.h[idx]  # (N, 1, C)
         if self.token_choice:
-            x = gate(m.cfg.router.gating, self.h1[idx], x, self.tg[idx], relative=False)  # (N, 1, C)
+            x = gate(m.cfg.router, self.h1[idx], x, self.tg[idx], relative=False)  # (N, 1, C)
         for i, layer_id in enumerate(m.plan.suffix):
             x = self._layer(True, layer_id, x, p, None, *plan[3 * i: 3 * i + 3])
         logits = F.linear(m.norm(x[:, 0]), m.lm_head_weight)  # (N, V)

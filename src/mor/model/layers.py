@@ -8,7 +8,6 @@ fp16/bf16, and the config allows it; otherwise torch SDPA.
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
@@ -229,10 +228,12 @@ class Block(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-def init_weights(module: nn.Module, std: float, depth: int) -> None:
-    """GPT-2/nanoGPT init: N(0, std); residual output projections scaled by 1/sqrt(2*depth)."""
+def init_weights(module: nn.Module, std: float, depth: int, residual_init: str = "scaled") -> None:
+    """N(0, std) from the global stream; residual output projections scaled by 1/sqrt(2*depth)
+    under residual_init "scaled" (GPT-2/nanoGPT), not under "normal" (HF, the authors')."""
+    from mor.model.init import residual_scale  # init.py imports nothing of layers.py
+
     for name, p in module.named_parameters():
         if p.dim() < 2:
             continue
-        scale = 1 / math.sqrt(2 * depth) if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
-        nn.init.normal_(p, mean=0.0, std=std * scale)
+        nn.init.normal_(p, mean=0.0, std=std * residual_scale(name, depth, residual_init))

@@ -94,9 +94,10 @@ class MoRTransformer(nn.Module):
         self.kv_producers = kv_producers(self.plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
         self.kv_sources = frozenset(p for e, p in enumerate(self.kv_producers) if p != e)
         if cfg.weight_init == "crn":  # common random numbers across the variants of one seed
-            init_common(self, self.plan.order, torch.initial_seed() if init_seed is None else init_seed, shape.init_std)
+            init_common(self, self.plan.order, torch.initial_seed() if init_seed is None else init_seed, shape.init_std,
+                        cfg.residual_init)
         else:
-            init_weights(self, shape.init_std, len(self.plan.order))
+            init_weights(self, shape.init_std, len(self.plan.order), cfg.residual_init)
         self.relax = build_relaxation(self)  # after init_weights: LoRA B stays 0, PE gains 1
 
     # ------------------------------------------------------------------ structure
