@@ -46,8 +46,8 @@ CASES = {
     "expert_cycle2_zloss": dict(variant="mor", tying="cycle", num_recursions=2, layers=4,
                                 router=dict(EXPERT, z_loss_coeff=1e-3)),
     "expert_mc3_kv": dict(variant="mor", tying="middle_cycle", num_recursions=3, router=EXPERT, kv="shared"),
-    "expert_mc3_untied": dict(variant="mor", tying="middle_cycle", num_recursions=3, router=EXPERT,
-                              recursion_attention="untied"),
+    "expert_mc3_untied": dict(  # the release's untied attention, our recursion_attention "untied"
+        variant="mor", tying="middle_cycle", num_recursions=3, router=EXPERT, recursion_attention="untied"),
 }
 
 
@@ -70,12 +70,14 @@ def build_ours(spec: dict):
 
 def our_weights(model) -> dict:
     """Their parameter layout (per effective layer) filled from ours, as numpy arrays."""
+    from mor.model.kv_layout import recursion_of
+
     sd = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
     out = {"embed": sd["embed_tokens.weight"], "norm": sd["norm.weight"], "layers": []}
     for e, u in enumerate(model.plan.order):
         layer = {k.split(f"unique_layers.{u}.", 1)[1]: v for k, v in sd.items() if k.startswith(f"unique_layers.{u}.")}
-        r = model.recursion_of(e) if hasattr(model, "recursion_of") else None
-        if r:  # untied attention: recursion r >= 1 runs its own q/k/v/o
+        r = recursion_of(model.plan, e)
+        if r and model.recursion_attn:  # untied attention: recursion r > 1 (0-based r >= 1) runs its own q/k/v/o
             for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
                 layer[f"self_attn.{proj}.weight"] = sd[f"recursion_attn.{u}_{r}.{proj}.weight"]
         out["layers"].append(layer)

@@ -142,7 +142,7 @@ class RouterConfig:
     arch: RouterArch = "linear"  # linear | 2-layer MLP (GELU) | MLP with 4x wider hidden layer
     gating: Gating = "weighted"  # weighted: see `combine`; additive: h + (f(h)-h) + g
     # expert-choice, weighted gating: what a selected token's state becomes (f = the recursion
-    # block, its residual connections included; docs/model.md "Authors' settings").
+    # block, its residual connections included; docs/authors.md).
     #   layer_output  h + g*f(h)      the authors' release and the paper's equation (default)
     #   layer_update  h + g*(f(h)-h)  ours before issue 56: g interpolates between h and f(h),
     #                 so a small g leaves the residual stream's scale alone (kept as an ablation)
@@ -230,7 +230,7 @@ class ModelConfig:
     # unique layer, the paper's parameter counts and the authors' later commit 82c97f) or
     # "untied" (each recursion of a shared layer its own q/k/v/o, MLP and norms still shared:
     # the expert-choice wrapper of the authors' release aef56f7). Which one produced the
-    # paper's numbers the released code cannot tell (docs/model.md "Authors' settings").
+    # paper's numbers the released code cannot tell (docs/authors.md).
     recursion_attention: RecursionAttention = "tied"
 
     def __post_init__(self) -> None:
@@ -240,6 +240,9 @@ class ModelConfig:
         if self.recursion_attention == "untied" and self.variant == "vanilla":
             raise ConfigError("model.recursion_attention='untied' unties attention across recursions; "
                               "it needs variant recursive/mor")
+        if self.recursion_attention == "untied" and self.tying not in ("cycle", "middle_cycle"):
+            raise ConfigError(f"model.recursion_attention='untied' needs tying cycle/middle_cycle (the authors' "
+                              f"release builds MoR with those only), got {self.tying!r}")
         if self.recursion_attention == "untied" and self.relaxation != "none":
             raise ConfigError("model.recursion_attention='untied' cannot be combined with model.relaxation "
                               f"{self.relaxation!r} (the relaxations wrap the tied attention)")

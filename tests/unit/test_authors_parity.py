@@ -58,6 +58,7 @@ def test_fixture_cases_cover_the_issue():
     assert {m["tying"] for m in models} >= {"middle_cycle", "cycle"}
     assert any(m.get("kv") == "shared" for m in models)
     assert any(m["router"].get("z_loss_coeff") for m in models if m["router"]["type"] == "expert_choice")
+    assert any(m.get("recursion_attention") == "untied" for m in models)
     seq = len(next(iter(SPECS.values()))["input_ids"][0])
     assert int(2 / 3 * seq) != -(-2 * seq // 3)  # floor and ceil capacities differ at this T
 

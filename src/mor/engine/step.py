@@ -179,6 +179,9 @@ class Stepper:
 
     def __init__(self, model, cache: PagedCache, blocks: BlockManager, max_seqs: int, batch: int, pad: bool = False,
                  compile: bool | str = False, graphs: bool = False, buckets=None):
+        if getattr(model, "recursion_attn", None):
+            raise ValueError("the engine runs tied attention only: model.recursion_attention='untied' (a q/k/v/o per "
+                             "recursion) is served by mor.model.decode")
         self.model, self.cache, self.blocks = model, cache, blocks
         plan = model.plan
         self.nr = len(plan.recursions)

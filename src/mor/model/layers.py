@@ -216,15 +216,16 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(hidden, eps)
         self.mlp = SwiGLU(hidden, mlp)
 
-    def project_kv(self, x, positions, rope):
+    def project_kv(self, x, positions, rope, attn: Attention | None = None):
         """The keys/values this layer's attention computes from x: (B, Hkv, T, hd) each.
 
         Lets KV sharing and the decode cache compute (or skip) a layer's KV outside
-        ``forward`` and hand it back through ``kv=``."""
-        return self.self_attn.project_kv(self.input_layernorm(x), positions, rope)
+        ``forward`` and hand it back through ``kv=``. ``attn``: another attention module in
+        place of the layer's own (model.recursion_attention 'untied', recursion r > 1)."""
+        return (attn or self.self_attn).project_kv(self.input_layernorm(x), positions, rope)
 
-    def forward(self, x, positions, rope, kv=None, attn_mask=None):
-        x = x + self.self_attn(self.input_layernorm(x), positions, rope, kv=kv, attn_mask=attn_mask)
+    def forward(self, x, positions, rope, kv=None, attn_mask=None, attn: Attention | None = None):
+        x = x + (attn or self.self_attn)(self.input_layernorm(x), positions, rope, kv=kv, attn_mask=attn_mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
