@@ -16,6 +16,15 @@ def capacities(num_recursions: int, explicit: tuple[float, ...] = ()) -> list[fl
     return [(num_recursions - r) / num_recursions for r in range(num_recursions)]
 
 
-def tokens_kept(seq_len: int, fraction: float) -> int:
-    """Top-k size for one sequence: at least one token, never more than the sequence."""
-    return max(1, min(seq_len, math.ceil(seq_len * fraction - 1e-9)))
+def tokens_kept(seq_len: int, fraction: float, rounding: str) -> int:
+    """Top-k size for one sequence: at least one token, never more than the sequence.
+
+    ``rounding`` (model.router.capacity_rounding): "floor" int(fraction * T), the authors'
+    ``max(1, int(capacity_factor * seq_len))`` to the digit (T 32, Nr 3: 21 / 10 tokens);
+    "ceil" never below the fraction (22 / 11), a product within 1e-9 above an integer
+    counting as that integer."""
+    if rounding == "floor":
+        return max(1, min(seq_len, int(fraction * seq_len)))
+    if rounding == "ceil":
+        return max(1, min(seq_len, math.ceil(seq_len * fraction - 1e-9)))
+    raise ValueError(f"capacity rounding {rounding!r}; choose 'floor' or 'ceil'")

@@ -33,6 +33,22 @@ Relaxation = Literal["none", "lora", "dora", "prefix", "recursion_pe"]
 WeightInit = Literal["crn", "global_rng"]
 DataOrder = Literal["sequence", "rank", "pass"]
 TiedInit = Literal["stepwise", "average", "random", "upcycle"]
+Combine = Literal["layer_output", "layer_update"]
+CapacityRounding = Literal["floor", "ceil"]
+ResidualInit = Literal["normal", "scaled"]
+RecursionAttention = Literal["tied", "untied"]
+
+# The authors' effective expert-choice BCE weight. Their trainer adds coeff x BCE to every
+# micro-batch's loss without dividing it by the gradient-accumulation count G, while the LM
+# loss is a mean that is divided by G: the gradient sees coeff x G against the LM loss.
+# G = total_batch_size / (per_device_train_batch_size x GPUs) = 1024 / (16 x GPUs); the
+# number of GPUs is not in their run configurations (scripts/pretrain.sh takes the GPU list on
+# the command line). ASSUMPTION: 4 GPUs (G = 16), the num_processes of their
+# acc_configs/default_config.yaml; 8 GPUs would give G = 8 (0.008), 1 GPU G = 64.
+AUTHORS_AUX_COEFF = 0.001  # `mor.expert.coeff` in their 360M configurations
+AUTHORS_GPUS = 4  # assumed (see above)
+AUTHORS_GRAD_ACCUM = 1024 // (16 * AUTHORS_GPUS)  # = 16
+AUTHORS_EFFECTIVE_AUX_COEFF = AUTHORS_AUX_COEFF * AUTHORS_GRAD_ACCUM  # = 0.016 (RouterConfig.aux_weight)
 
 
 class ConfigError(ValueError):
@@ -125,11 +141,25 @@ class RouterConfig:
     alpha: float = 0.1  # scale applied after the router function
     temperature: float = 1.0  # logits are divided by it before f
     arch: RouterArch = "linear"  # linear | 2-layer MLP (GELU) | MLP with 4x wider hidden layer
-    gating: Gating = "weighted"  # weighted: h + g*(f(h)-h); additive: h + (f(h)-h) + g
+    gating: Gating = "weighted"  # weighted: see `combine`; additive: h + (f(h)-h) + g
+    # expert-choice, weighted gating: what a selected token's state becomes (f = the recursion
+    # block, its residual connections included; docs/authors.md).
+    #   layer_output  h + g*f(h)      the authors' release and the paper's equation (default)
+    #   layer_update  h + g*(f(h)-h)  ours before issue 56: g interpolates between h and f(h),
+    #                 so a small g leaves the residual stream's scale alone (kept as an ablation)
+    combine: Combine = "layer_output"
     # expert-choice
     capacity: tuple[float, ...] = ()  # fraction of tokens kept at each recursion; () = hierarchical
+    # top-k size k of a recursion of capacity c over T tokens: floor int(c*T) as the authors'
+    # release (default), or ceil (ours before issue 56: never below the capacity). Both >= 1.
+    capacity_rounding: CapacityRounding = "floor"
     aux: ExpertChoiceAux = "aux_loss"  # causal decision at inference: BCE aux loss or aux router
-    aux_coeff: float = 0.001
+    aux_coeff: float = AUTHORS_AUX_COEFF  # the BCE coefficient as configured (their `coeff`, the paper's tables)
+    # The BCE enters the loss as aux_coeff x aux_accum_steps: the authors' trainer adds it per
+    # micro-batch undivided by their gradient-accumulation count G (see AUTHORS_GRAD_ACCUM:
+    # G = 16 assuming 4 GPUs), so 16 reproduces their effective weight (0.016 at coeff 0.001);
+    # 1 gives the configured coefficient as written (every run before issue 56).
+    aux_accum_steps: int = AUTHORS_GRAD_ACCUM
     capacity_warmup_steps: int = 0  # start with every token active, shrink linearly
     # token-choice
     balancing: Balancing = "loss"
@@ -145,16 +175,26 @@ class RouterConfig:
         _check_choice(own, "arch", self.arch, RouterArch)
         _check_choice(own, "gating", self.gating, Gating)
         _check_choice(own, "aux", self.aux, ExpertChoiceAux)
+        _check_choice(own, "combine", self.combine, Combine)
+        _check_choice(own, "capacity_rounding", self.capacity_rounding, CapacityRounding)
         _check_choice(own, "balancing", self.balancing, Balancing)
         _check_positive(own, "alpha", self.alpha)
         _check_positive(own, "temperature", self.temperature)
         for name in ("aux_coeff", "balance_coeff", "bias_update_rate", "z_loss_coeff", "capacity_warmup_steps"):
             _check_positive(own, name, getattr(self, name), allow_zero=True)
+        if isinstance(self.aux_accum_steps, bool) or not isinstance(self.aux_accum_steps, int) \
+                or self.aux_accum_steps < 1:
+            raise ConfigError(f"{own}.aux_accum_steps={self.aux_accum_steps!r} must be an integer >= 1")
         if self.type == "expert_choice" and self.func == "softmax":
             raise ConfigError(f"{own}.func='softmax' needs type='token_choice' (expert-choice scores one logit)")
         for c in self.capacity:
             if not 0 < c <= 1:
                 raise ConfigError(f"{own}.capacity entries must lie in (0, 1], got {list(self.capacity)}")
+
+    @property
+    def aux_weight(self) -> float:
+        """The weight the expert-choice BCE enters the loss with: aux_coeff x aux_accum_steps."""
+        return self.aux_coeff * self.aux_accum_steps
 
 
 @dataclass(frozen=True)
@@ -182,9 +222,31 @@ class ModelConfig:
     # their initial weights wherever names and shapes agree; "global_rng" the one global
     # stream that every run before issue 20 drew from (set it to reproduce those runs).
     weight_init: WeightInit = "crn"
+    # Std of the residual output projections (o_proj, down_proj): "normal" N(0, init_std) like
+    # every other matrix, as HF's _init_weights gives the authors' models (default); "scaled"
+    # GPT-2's init_std / sqrt(2 * effective layers), ours before issue 56 (it keeps the
+    # residual stream's variance from growing with depth; kept as an ablation).
+    residual_init: ResidualInit = "normal"
+    # Attention weights across the recursions of a shared layer: "tied" (one q/k/v/o per
+    # unique layer, the paper's parameter counts and the authors' later commit 82c97f) or
+    # "untied" (each recursion of a shared layer its own q/k/v/o, MLP and norms still shared:
+    # the expert-choice wrapper of the authors' release aef56f7). Which one produced the
+    # paper's numbers the released code cannot tell (docs/authors.md).
+    recursion_attention: RecursionAttention = "tied"
 
     def __post_init__(self) -> None:
         own = "model"
+        _check_choice(own, "residual_init", self.residual_init, ResidualInit)
+        _check_choice(own, "recursion_attention", self.recursion_attention, RecursionAttention)
+        if self.recursion_attention == "untied" and self.variant == "vanilla":
+            raise ConfigError("model.recursion_attention='untied' unties attention across recursions; "
+                              "it needs variant recursive/mor")
+        if self.recursion_attention == "untied" and self.tying not in ("cycle", "middle_cycle"):
+            raise ConfigError(f"model.recursion_attention='untied' needs tying cycle/middle_cycle (the authors' "
+                              f"release builds MoR with those only), got {self.tying!r}")
+        if self.recursion_attention == "untied" and self.relaxation != "none":
+            raise ConfigError("model.recursion_attention='untied' cannot be combined with model.relaxation "
+                              f"{self.relaxation!r} (the relaxations wrap the tied attention)")
         _check_choice(own, "variant", self.variant, Variant)
         _check_choice(own, "tying", self.tying, Tying)
         _check_choice(own, "kv", self.kv, KVStrategy)

@@ -23,9 +23,16 @@ EVAL_FIELDS = ("eval",)
 # random numbers became the default; "global_rng" gives back the ids of the runs before.
 # train.data_order likewise: its default "sequence" renamed every run, "rank" gives back
 # the ids, and the data, of the runs before.)
+# (Issue 56, the authors' settings: model.router.combine "layer_update", capacity_rounding
+# "ceil", aux_accum_steps 1, model.residual_init "scaled" give back the ids of the runs before; the new defaults
+# renamed every MoR run, and residual_init every run. recursion_attention "tied" renames nothing.)
+# A key of three names is a field of a sub-dataclass (model.router.<name>).
 LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0, ("model", "weight_init"): "global_rng",
                 ("train", "data_order"): "rank", ("train", "branch_run"): "", ("train", "branch_step"): 0,
-                ("train", "warmup_steps"): 0}
+                ("train", "warmup_steps"): 0, ("model", "router", "combine"): "layer_update",
+                ("model", "router", "capacity_rounding"): "ceil",
+                ("model", "router", "aux_accum_steps"): 1, ("model", "residual_init"): "scaled",
+                ("model", "recursion_attention"): "tied"}
 # Fields that left the identity for ExecConfig: a stored config (config.json, a results row)
 # may still carry them and parses (the value is dropped), and the hash keeps them at the one
 # value every shipped grid had, so no existing run id changes. A run that had set another
@@ -55,9 +62,14 @@ def digest(obj: Any) -> str:
 def training_fields(run: Any) -> dict[str, Any]:
     """The fields of a ``RunConfig`` that decide the trained weights, as they are hashed."""
     out = {k: dataclasses.asdict(getattr(run, k)) for k in TRAINING_FIELDS}  # == to_dict()[k], cheaper
-    for (section, name), default in LATER_FIELDS.items():
-        if out[section].get(name) == default:
-            out[section] = {k: v for k, v in out[section].items() if k != name}
+    for key, default in LATER_FIELDS.items():
+        *path, name = key
+        owner = out
+        for part in path[:-1]:  # (model, router, name): the router's mapping inside the model's
+            owner[part] = dict(owner[part])
+            owner = owner[part]
+        if owner[path[-1]].get(name) == default:
+            owner[path[-1]] = {k: v for k, v in owner[path[-1]].items() if k != name}
     for (section, name), value in RETIRED_FIELDS.items():
         out[section] = {**out[section], name: value}
     for (section, name), value in ORDER_NEUTRAL_FIELDS.get(run.train.data_order, {}).items():

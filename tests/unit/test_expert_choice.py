@@ -35,8 +35,8 @@ def reference_expert_choice(model, h, positions, trace):
     kv_store: dict = {}
     for r, rec in enumerate(model.plan.recursions):
         router = model.routers[r]
-        frac = 1.0 - (1.0 - caps[r]) * model.capacity_scale
-        k = min(tokens_kept(T, frac), int(active.sum(1).min()))
+        frac = caps[r] + (1.0 - caps[r]) * (1.0 - model.capacity_scale)
+        k = min(tokens_kept(T, frac, rcfg.capacity_rounding), int(active.sum(1).min()))
         logits = router.head(h).squeeze(-1) / router.cfg.temperature
         causal = router.causal_logits(h, logits)
         weights = router.weights(logits)
@@ -50,14 +50,16 @@ def reference_expert_choice(model, h, positions, trace):
             e = len(model.plan.prefix) + r * len(rec) + j
             out = run_kv_layer(model, e, layer_id, out, pos_sel, r, kv_store)
         out = model.end_recursion(r, out)
-        if rcfg.gating == "weighted":
+        if rcfg.gating == "weighted" and rcfg.combine == "layer_output":  # the authors': h + g f(h)
+            new = h_sel + g.unsqueeze(-1) * out
+        elif rcfg.gating == "weighted":
             new = h_sel + g.unsqueeze(-1) * (out - h_sel)
         else:
             new = out + g.unsqueeze(-1)
         h = scatter_tokens(h, idx, new)
         if model.training:
             target = causal if router.aux_head is not None else logits
-            aux = aux + rcfg.aux_coeff * expert_choice_aux_bce(target[active], selected[active])
+            aux = aux + rcfg.aux_weight * expert_choice_aux_bce(target[active], selected[active])
             if rcfg.z_loss_coeff:
                 aux = aux + rcfg.z_loss_coeff * router_z_loss(logits[active], per_token_scalar=True)
         trace.selected.append(selected)
@@ -81,6 +83,8 @@ def run_with_grads(fn, model, h0, positions):
 
 CASES = {
     "weighted": {},
+    "weighted_layer_update_ceil": {"router": RouterConfig(combine="layer_update", capacity_rounding="ceil",
+                                                          aux_accum_steps=1)},
     "additive": {"router": RouterConfig(gating="additive", alpha=0.5)},
     "z_loss+temperature": {"router": RouterConfig(z_loss_coeff=0.01, temperature=0.7, func="tanh")},
     "aux_router": {"router": RouterConfig(aux="aux_router", arch="mlp")},

@@ -81,3 +81,24 @@ def test_global_rng_keeps_the_old_draws_and_ids():
 def test_meta_models_build():
     m = build_model(ModelConfig(scale="tiny"), SCALES["tiny"], VOCAB, device="meta")
     assert m.num_params() > 0
+
+
+def test_residual_init_and_the_previous_settings_keep_their_ids():
+    """model.residual_init 'normal' (the authors', HF's N(0, 0.02) for every matrix) draws the
+    residual output projections at the std of the others; 'scaled' (ours before issue 56) at
+    std / sqrt(2 L). The settings of issue 56 at their previous values leave the hash."""
+    normal = build_model(ModelConfig(scale="tiny"), SCALES["tiny"], VOCAB, init_seed=0)
+    scaled = build_model(ModelConfig(scale="tiny", residual_init="scaled"), SCALES["tiny"], VOCAB, init_seed=0)
+    depth = len(normal.plan.order)
+    o_n, o_s = normal.unique_layers[0].self_attn.o_proj.weight, scaled.unique_layers[0].self_attn.o_proj.weight
+    torch.testing.assert_close(o_s, o_n / (2 * depth) ** 0.5)  # the same z, another std
+    assert torch.equal(normal.unique_layers[0].self_attn.q_proj.weight, scaled.unique_layers[0].self_attn.q_proj.weight)
+    router = RouterConfig(combine="layer_update", capacity_rounding="ceil", aux_accum_steps=1)
+    old = RunConfig(grid="g", model=ModelConfig(scale="tiny", variant="mor", num_recursions=3, router=router,
+                                                 residual_init="scaled"))
+    new = RunConfig(grid="g", model=ModelConfig(scale="tiny", variant="mor", num_recursions=3))
+    hashed = old.training_dict()["model"]
+    assert "residual_init" not in hashed and "recursion_attention" not in hashed
+    assert not {"combine", "capacity_rounding", "aux_accum_steps"} & set(hashed["router"])
+    assert {"combine", "capacity_rounding", "aux_accum_steps"} <= set(new.training_dict()["model"]["router"])
+    assert old.run_id != new.run_id

@@ -65,9 +65,14 @@ def test_causality(cfg):
     assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
 
 
-@pytest.mark.parametrize("nr, seq, expected", [(3, 12, [12, 8, 4]), (2, 10, [10, 5]), (4, 8, [8, 6, 4, 2]), (3, 7, [7, 5, 3])])
-def test_expert_choice_hierarchical_capacities(nr, seq, expected):
-    cfg = ModelConfig(scale="tiny", variant="mor", tying="cycle", num_recursions=nr)
+# floor is the authors' int(capacity * T), ceil never below the capacity (before issue 56)
+@pytest.mark.parametrize("nr, seq, rounding, expected", [
+    (3, 12, "floor", [12, 8, 4]), (2, 10, "floor", [10, 5]), (4, 8, "floor", [8, 6, 4, 2]), (3, 7, "floor", [7, 4, 2]),
+    (3, 12, "ceil", [12, 8, 4]), (3, 7, "ceil", [7, 5, 3]),
+])
+def test_expert_choice_hierarchical_capacities(nr, seq, rounding, expected):
+    cfg = ModelConfig(scale="tiny", variant="mor", tying="cycle", num_recursions=nr,
+                      router=RouterConfig(capacity_rounding=rounding))
     model = build_model(cfg, SCALES["tiny"], 50)
     out = model(torch.randint(0, 50, (3, seq)), torch.randint(0, 50, (3, seq)))
     counts = [int(s.sum(1)[0]) for s in out.routing.selected]
@@ -117,3 +122,35 @@ def test_router_gradient_check_catches_a_planted_one_percent_gate_error():
     assert check.resolution < 1e-3
     assert not check.agrees, check
     assert check.autograd / check.reference == pytest.approx(1.01, rel=1e-3)
+
+
+def test_untied_attention_gives_each_later_recursion_its_own_qkvo():
+    """model.recursion_attention 'untied' (the authors' release): recursions 2..Nr of each
+    shared layer attend with their own q/k/v/o (MLP and norms tied); with those copied from
+    the tied attention it is the tied model, and the engine and the exporter refuse it."""
+    from mor.config import ConfigError
+    from mor.export_hf import refusal
+    from mor.model import decode
+
+    kw = dict(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=3)
+    tied = build_model(ModelConfig(**kw), SCALES["tiny"], 50, init_seed=0)
+    untied = build_model(ModelConfig(**kw, recursion_attention="untied"), SCALES["tiny"], 50, init_seed=0)
+    per_attn = sum(p.numel() for p in tied.unique_layers[1].self_attn.parameters())
+    assert sorted(untied.recursion_attn) == ["1_1", "1_2"]  # unique layer 1, recursions 2 and 3
+    assert untied.num_params() == tied.num_params() + 2 * per_attn
+    x = torch.randint(0, 50, (2, 12))
+    out = untied(x, x)
+    out.loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in untied.recursion_attn.parameters())
+    with torch.no_grad():
+        for key, attn in untied.recursion_attn.items():
+            attn.load_state_dict(untied.unique_layers[int(key.split("_")[0])].self_attn.state_dict())
+        tied.load_state_dict({k: v for k, v in untied.state_dict().items() if not k.startswith("recursion_attn")})
+        torch.testing.assert_close(untied.eval()(x).logits, tied.eval()(x).logits, rtol=0, atol=0)
+        torch.testing.assert_close(decode.full_forward_causal(untied, x).logits,
+                                   decode.full_forward_causal(tied, x).logits, rtol=0, atol=0)
+    assert "recursion_attention" in refusal(untied.cfg)
+    with pytest.raises(ConfigError, match="recursion_attention"):
+        ModelConfig(**{**kw, "tying": "sequence"}, recursion_attention="untied")
+    with pytest.raises(ConfigError, match="recursion_attention"):
+        ModelConfig(scale="tiny", recursion_attention="untied")

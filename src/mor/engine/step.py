@@ -179,6 +179,9 @@ class Stepper:
 
     def __init__(self, model, cache: PagedCache, blocks: BlockManager, max_seqs: int, batch: int, pad: bool = False,
                  compile: bool | str = False, graphs: bool = False, buckets=None):
+        if getattr(model, "recursion_attn", None):
+            raise ValueError("the engine runs tied attention only: model.recursion_attention='untied' (a q/k/v/o per "
+                             "recursion) is served by mor.model.decode")
         self.model, self.cache, self.blocks = model, cache, blocks
         plan = model.plan
         self.nr = len(plan.recursions)
@@ -504,7 +507,7 @@ class Stepper:
             x = self._layer(need[j], lid, x, p, rec, *plan[3 * j: 3 * j + 3])
         x = self.relax.end_recursion(x, rec)
         if self.expert_choice:
-            x = gate(m.cfg.router.gating, x0, x, self.g[idx])  # (N, 1, C)
+            x = gate(m.cfg.router, x0, x, self.g[idx])  # (N, 1, C)
         self.h[idx] = x
         if not any(routers):
             return None
@@ -597,7 +600,7 @@ class Stepper:
         m = self.model
         x = self.h[idx]  # (N, 1, C)
         if self.token_choice:
-            x = gate(m.cfg.router.gating, self.h1[idx], x, self.tg[idx], relative=False)  # (N, 1, C)
+            x = gate(m.cfg.router, self.h1[idx], x, self.tg[idx], relative=False)  # (N, 1, C)
         for i, layer_id in enumerate(m.plan.suffix):
             x = self._layer(True, layer_id, x, p, None, *plan[3 * i: 3 * i + 3])
         logits = F.linear(m.norm(x[:, 0]), m.lm_head_weight)  # (N, V)

@@ -52,12 +52,14 @@ SUPPORTED = {
     "variant": ("vanilla", "recursive", "mor"), "kv": ("recursion_wise", "shared", "shared_dagger"),
     "relaxation": ("none", "lora", "dora", "prefix", "recursion_pe"), "relaxation_rank": None,
     "tied_init": None, "init_checkpoint": None, "weight_init": None, "attention": None,  # training-time / same math
+    "residual_init": None, "recursion_attention": ("tied",),  # untied: one attention per recursion, not exported
     "router": {
         "type": ("expert_choice", "token_choice"), "func": ("sigmoid", "tanh", "softmax", "none"), "alpha": None,
         "temperature": None, "arch": ("linear", "mlp", "wide_mlp"), "gating": ("weighted", "additive"),
         "capacity": None, "aux": ("aux_loss", "aux_router"), "balancing": ("loss", "loss_free"),
+        "combine": ("layer_output", "layer_update"), "capacity_rounding": ("floor", "ceil"),
         # training losses and schedules only
-        "aux_coeff": None, "capacity_warmup_steps": None, "balance_coeff": None, "bias_update_rate": None,
+        "aux_coeff": None, "aux_accum_steps": None, "capacity_warmup_steps": None, "balance_coeff": None, "bias_update_rate": None,
         "z_loss_coeff": None,
     },
 }

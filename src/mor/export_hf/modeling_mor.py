@@ -300,8 +300,11 @@ class Router(nn.Module):
         return logits if self.aux_head is None else self.aux_head(h).squeeze(-1)
 
 
-def tokens_kept(seq_len: int, fraction: float) -> int:
-    """Top-k size for one sequence: at least one token, never more than the sequence."""
+def tokens_kept(seq_len: int, fraction: float, rounding: str) -> int:
+    """Top-k size for one sequence: at least one token, never more than the sequence
+    (mor.capacity.tokens_kept: "floor" int(fraction * T), "ceil" never below the fraction)."""
+    if rounding == "floor":
+        return max(1, min(seq_len, int(fraction * seq_len)))
     return max(1, min(seq_len, math.ceil(seq_len * fraction - 1e-9)))
 
 
@@ -374,7 +377,7 @@ class MoRModel(MoRPreTrainedModel):
             keep = active if cap >= 1 else active & (router.causal_logits(h, logits) > 0)
             return keep, g, n_active
         T = h.shape[1]
-        k = min(tokens_kept(T, cap), n_active)
+        k = min(tokens_kept(T, cap, rc.get("capacity_rounding", "ceil")), n_active)  # exports before issue 56: ceil
         if k == T:
             return active, g, k
         masked = logits.detach() if n_active == T else logits.detach().masked_fill(~active, float("-inf"))
@@ -388,7 +391,10 @@ class MoRModel(MoRPreTrainedModel):
         g = g.unsqueeze(-1).to(out.dtype)  # (B, T, 1)
         if self.config.router["gating"] == "additive":
             return out + g
-        return x0 + g * (out - x0) if relative else torch.addcmul(x0, g, out)
+        if relative and self.config.router.get("combine", "layer_update") == "layer_update":  # exports before issue 56
+            return x0 + g * (out - x0)
+        return torch.addcmul(x0, g, out)  # x0 + g * out: token-choice, and expert-choice 'layer_output'
+
 
     def forward(self, input_ids: torch.Tensor, routing: str | None = None, max_depth: int | None = None):
         """input_ids (B, T) -> (normed states (B, T, C), recursions each token ran (B, T) or None)."""

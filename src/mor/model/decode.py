@@ -64,7 +64,7 @@ def causal_decision(model, r: int, h: torch.Tensor, active: torch.Tensor, state:
 
 def _route_finish(model, h: torch.Tensor, state: TokenDepths | None) -> torch.Tensor:
     """Token-choice: the gate after the stack (routing.gate, absolute); expert-choice: h."""
-    return h if state is None else gate(model.cfg.router.gating, state.h1, h, state.g, relative=False)
+    return h if state is None else gate(model.cfg.router, state.h1, h, state.g, relative=False)
 
 
 # --------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def _reference_forward(model, idx: torch.Tensor, decide: Decide, logits_at: torc
             out = layer(e, layer_id, out, keep, r)
             e += 1
         out = model.end_recursion(r, out)
-        new = gate(model.cfg.router.gating, h, out, g) if model.routers else out
+        new = gate(model.cfg.router, h, out, g) if model.routers else out
         h = torch.where(keep.unsqueeze(-1), new, h)  # (B, T, C)
         if trace is not None:
             trace.selected.append(keep)
@@ -276,7 +276,7 @@ def _forward_chunk(model, cache: KVCache, idx: torch.Tensor, last_only: bool) ->
                 for j, layer_id in enumerate(rec):
                     x = _cached_layer(model, cache, e + j, layer_id, x, pos, valid, r)  # (B, K, C)
                 x = model.end_recursion(r, x)
-                x = gate(model.cfg.router.gating, x0, x, None if g is None else g.gather(1, sel))  # (B, K, C)
+                x = gate(model.cfg.router, x0, x, None if g is None else g.gather(1, sel))  # (B, K, C)
                 x = torch.where(valid.unsqueeze(-1), x, x0)  # padding rows keep their state
                 h = scatter_tokens(h, sel, x)  # (B, t, C)
             e += len(rec)

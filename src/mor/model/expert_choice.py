@@ -8,8 +8,13 @@ compute queries only and attend over the keys/values recursion 1 computed for it
 (dagger: with their own entries refreshed), causally by original position
 (``kv_sharing.run_kv_layer``).
 
-    H^{r+1}_t = H^r_t + g^r_t * (f(H^r_t) - H^r_t)   if t in top-k_r   (weighted gating)
+    H^{r+1}_t = H^r_t + g^r_t * f(H^r_t)             if t in top-k_r   (weighted, combine 'layer_output')
+              = H^r_t + g^r_t * (f(H^r_t) - H^r_t)     if t in top-k_r   (weighted, combine 'layer_update')
               = H^r_t                                  otherwise
+
+f is the recursion block with its residual connections. k = tokens_kept(T, capacity_r,
+model.router.capacity_rounding); the BCE enters the loss with weight aux_coeff x aux_accum_steps
+(mor.config.RouterConfig.aux_weight).
 
 The decision (top-k) and the gate are routing.py's ``decide`` and ``gate``.
 """
@@ -45,8 +50,10 @@ def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, ma
     kv_store: dict = {}  # producer layer -> its (k, v, positions) over the tokens it ran on
     for r, rec in enumerate(model.plan.recursions[:max_depth]):
         router = model.routers[r]
-        frac = 1.0 - (1.0 - caps[r]) * model.capacity_scale  # capacity warm-up widens early steps
-        k = min(tokens_kept(T, frac), n_active)
+        # capacity warm-up widens early steps; written so that it is caps[r] to the bit once the
+        # warm-up is over (1 - (1 - 1/3) is 0.33333333333333326: floor would keep 3 of 12, not 4)
+        frac = caps[r] + (1.0 - caps[r]) * (1.0 - model.capacity_scale)
+        k = min(tokens_kept(T, frac, rcfg.capacity_rounding), n_active)
         d = decide(model, r, h, active, policy="topk", k=k, n_active=n_active)  # routing.py
         logits, causal, weights, selected = d.logits, d.causal, d.g, d.keep  # (B, T) each
         cand = None if n_active == T else active  # None: every token is a candidate
@@ -64,12 +71,12 @@ def run_expert_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, ma
             out = run_kv_layer(model, e, layer_id, out, pos_sel, r, kv_store)  # (B, k, C)
         out = model.end_recursion(r, out)  # (B, k, C) recursion PE relaxation hook
         if full:
-            h = gate(rcfg.gating, h_sel, out, g)  # (B, T, C)
+            h = gate(rcfg, h_sel, out, g)  # (B, T, C)
         else:  # h_sel + delta = the gated new state, written back by adding delta
-            h = add_rows(h, flat, gate(rcfg.gating, h_sel, out, g, delta=True))  # (B, T, C)
+            h = add_rows(h, flat, gate(rcfg, h_sel, out, g, delta=True))  # (B, T, C)
         if model.training:
             target = causal if router.aux_head is not None else logits
-            aux = aux + rcfg.aux_coeff * expert_choice_aux_bce(target, selected, cand)
+            aux = aux + rcfg.aux_weight * expert_choice_aux_bce(target, selected, cand)
             if rcfg.z_loss_coeff:
                 aux = aux + rcfg.z_loss_coeff * router_z_loss(logits, per_token_scalar=True, mask=cand)
         trace.selected.append(selected)

@@ -26,9 +26,10 @@ What that gives:
     names and the same initial weights; MoR differs only by its routers.
   * Shapes must agree too: a name shared by two scales of different width is two draws.
 
-The draw: z ~ N(0, 1) of the parameter's shape, scaled by the GPT-2 / nanoGPT std (``std``;
-residual output projections by 1/sqrt(2 depth), depth = effective layers), so two models of
-different depth still share z. Vectors (norm gains) keep their constructor values (ones).
+The draw: z ~ N(0, 1) of the parameter's shape, scaled by ``std`` (0.02) for every matrix
+(model.residual_init "normal", HF's and the authors' init), or with the residual output
+projections by 1/sqrt(2 depth) (depth = effective layers; "scaled", GPT-2 / nanoGPT), so two
+models of different depth still share z. Vectors (norm gains) keep their constructor values (ones).
 ``weight_init: global_rng`` (mor.config) keeps the draws runs made before this module.
 """
 
@@ -65,6 +66,14 @@ def canonical_names(model: nn.Module, order: list[int]) -> dict[str, str]:
     return out
 
 
+def residual_scale(name: str, depth: int, residual_init: str) -> float:
+    """Std multiplier of parameter ``name`` in a model of ``depth`` effective layers: 1, or
+    1/sqrt(2 depth) for a residual output projection under residual_init "scaled"."""
+    if residual_init not in ("normal", "scaled"):
+        raise ValueError(f"residual_init {residual_init!r}; choose 'normal' or 'scaled'")
+    return 1 / math.sqrt(2 * depth) if residual_init == "scaled" and name.endswith(RESIDUAL_OUT) else 1.0
+
+
 def generator_for(seed: int, canonical: str) -> torch.Generator:
     """A CPU generator seeded by sha256('<seed>/<canonical name>') (64 bits)."""
     key = int.from_bytes(hashlib.sha256(f"{int(seed)}/{canonical}".encode()).digest()[:8], "little")
@@ -72,15 +81,17 @@ def generator_for(seed: int, canonical: str) -> torch.Generator:
 
 
 @torch.no_grad()
-def init_common(model: nn.Module, order: list[int], seed: int, std: float) -> dict[str, str]:
+def init_common(model: nn.Module, order: list[int], seed: int, std: float,
+                residual_init: str = "scaled") -> dict[str, str]:
     """Draw every matrix of ``model`` from its own keyed generator (meta tensors are left
-    alone: they hold no values). Returns the canonical names used."""
+    alone: they hold no values). ``residual_init`` (model.residual_init): "scaled" divides
+    the residual output projections' std by sqrt(2 depth), "normal" keeps std for every
+    matrix (HF's _init_weights, the authors'). Returns the canonical names used."""
     names = canonical_names(model, order)
-    depth = len(order)
     for name, p in model.named_parameters():
         if p.dim() < 2 or p.is_meta:
             continue
-        scale = 1 / math.sqrt(2 * depth) if name.endswith(RESIDUAL_OUT) else 1.0
+        scale = residual_scale(name, len(order), residual_init)
         z = torch.randn(p.shape, generator=generator_for(seed, names[name]), dtype=torch.float32, device="cpu")
         p.copy_(z.mul_(std * scale).to(device=p.device, dtype=p.dtype))
     return names

@@ -72,7 +72,8 @@ def cache_layout(cfg, plan, producers: tuple[int, ...], max_len: int, sizing: st
 
     def size(e: int) -> int:
         r = recursion_of(plan, e) if fracs is not None else None
-        return max_len if r is None else tokens_kept(max_len, fracs[r])
+        # ceil whatever the model's rounding: never below what the top-k keeps under either
+        return max_len if r is None else tokens_kept(max_len, fracs[r], "ceil")
 
     specs = []
     for e, p in enumerate(producers):

@@ -8,7 +8,6 @@ fp16/bf16, and the config allows it; otherwise torch SDPA.
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
@@ -217,22 +216,25 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(hidden, eps)
         self.mlp = SwiGLU(hidden, mlp)
 
-    def project_kv(self, x, positions, rope):
+    def project_kv(self, x, positions, rope, attn: Attention | None = None):
         """The keys/values this layer's attention computes from x: (B, Hkv, T, hd) each.
 
         Lets KV sharing and the decode cache compute (or skip) a layer's KV outside
-        ``forward`` and hand it back through ``kv=``."""
-        return self.self_attn.project_kv(self.input_layernorm(x), positions, rope)
+        ``forward`` and hand it back through ``kv=``. ``attn``: another attention module in
+        place of the layer's own (model.recursion_attention 'untied', recursion r > 1)."""
+        return (attn or self.self_attn).project_kv(self.input_layernorm(x), positions, rope)
 
-    def forward(self, x, positions, rope, kv=None, attn_mask=None):
-        x = x + self.self_attn(self.input_layernorm(x), positions, rope, kv=kv, attn_mask=attn_mask)
+    def forward(self, x, positions, rope, kv=None, attn_mask=None, attn: Attention | None = None):
+        x = x + (attn or self.self_attn)(self.input_layernorm(x), positions, rope, kv=kv, attn_mask=attn_mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-def init_weights(module: nn.Module, std: float, depth: int) -> None:
-    """GPT-2/nanoGPT init: N(0, std); residual output projections scaled by 1/sqrt(2*depth)."""
+def init_weights(module: nn.Module, std: float, depth: int, residual_init: str = "scaled") -> None:
+    """N(0, std) from the global stream; residual output projections scaled by 1/sqrt(2*depth)
+    under residual_init "scaled" (GPT-2/nanoGPT), not under "normal" (HF, the authors')."""
+    from mor.model.init import residual_scale  # init.py imports nothing of layers.py
+
     for name, p in module.named_parameters():
         if p.dim() < 2:
             continue
-        scale = 1 / math.sqrt(2 * depth) if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
-        nn.init.normal_(p, mean=0.0, std=std * scale)
+        nn.init.normal_(p, mean=0.0, std=std * residual_scale(name, depth, residual_init))

@@ -15,12 +15,15 @@ cached decoding (decode.py), and the batching engine (mor.engine).
         token-choice                    active(t) and depth(t) > r, the depth chosen once
                                         before recursion 1 (``token_depths``); causal as trained
 
-    gate(gating, x0, out, g, ...)      the state after a recursion (expert-choice, per
+    gate(router_cfg, x0, out, g, ...)  the state after a recursion (expert-choice, per
                                         recursion) or after the whole stack (token-choice):
-        weighted, relative (expert-choice)   x0 + g * (out - x0)
+        weighted, expert-choice, combine 'layer_output'   x0 + g * out   (the authors')
+        weighted, expert-choice, combine 'layer_update'   x0 + g * (out - x0)
         weighted, absolute (token-choice)    x0 + g * out       (x0 = state entering the stack)
         additive                             out + g
         g None                               out                (token-choice between recursions)
+    ``out`` is the recursion block's output, its residual connections included, so
+    'layer_output' is the paper's H^{r+1} = g * f(H^r) + H^r with f the whole block.
 """
 
 from __future__ import annotations
@@ -145,18 +148,22 @@ class _WeightedGate(torch.autograd.Function):
         return grad, grad_gate, grad_x
 
 
-def gate(gating: str, x0: torch.Tensor, out: torch.Tensor, g: torch.Tensor | None, *,
+def gate(router_cfg, x0: torch.Tensor, out: torch.Tensor, g: torch.Tensor | None, *,
          relative: bool = True, delta: bool = False) -> torch.Tensor:
     """Gated state of tokens x0 (B, k, C) whose recursion output is ``out`` (B, k, C), router
-    weight g (B, k) (formulas: module docstring). ``relative`` False: token-choice's gate
-    after the stack. ``delta``: return the gated state minus x0 (written back by adding it
-    to the rows of the full state; relative gating only)."""
+    weight g (B, k), under ``router_cfg`` (mor.config.RouterConfig: gating, combine; formulas:
+    module docstring). ``relative`` False: token-choice's gate after the stack. ``delta``:
+    return the gated state minus x0 (written back by adding it to the rows of the full state;
+    expert-choice only)."""
+    gating = router_cfg.gating
     if g is None:
         return out - x0 if delta else out
-    if gating == "weighted" and not relative:
+    if gating == "weighted" and (not relative or router_cfg.combine == "layer_output"):
+        if delta:
+            return g.unsqueeze(-1).to(out.dtype) * out  # (B, k, C)
         return _WeightedGate.apply(x0, g.to(out.dtype), out)  # (B, k, C)
     g = g.unsqueeze(-1).to(out.dtype)  # (B, k, 1)
-    if gating == "weighted":
+    if gating == "weighted":  # combine 'layer_update'
         return g * (out - x0) if delta else x0 + g * (out - x0)
     if gating == "additive":
         return out + g - x0 if delta else out + g

@@ -265,7 +265,7 @@ def run_token_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, max
             pad = torch.nonzero_static(~valid.reshape(-1), size=n_pad)[:, 0] if n_pad else None
         x = _Merge.apply(*final_rows(assignment, stop_max), pad, *blocks)
 
-    out = gate(rcfg.gating, h1, x, depths.g, relative=False)  # (B, T, C) routing.py
+    out = gate(rcfg, h1, x, depths.g, relative=False)  # (B, T, C) routing.py
     trace.probs = probs.detach()
     trace.assignment = assignment
     return out, aux

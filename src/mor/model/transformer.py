@@ -24,7 +24,7 @@ from torch import nn
 from mor.capacity import capacities
 from mor.config import ModelConfig, ScaleShape
 from mor.model.init import init_common
-from mor.model.layers import Block, RMSNorm, RotaryEmbedding, init_weights
+from mor.model.layers import Attention, Block, RMSNorm, RotaryEmbedding, init_weights
 from mor.model.expert_choice import run_expert_choice
 from mor.model.relax import build_relaxation
 from mor.model.router import ExpertChoiceRouter, TokenChoiceRouter
@@ -76,6 +76,14 @@ class MoRTransformer(nn.Module):
             for _ in range(self.plan.num_unique)
         )
         self.norm = RMSNorm(C, shape.norm_eps)
+        # model.recursion_attention 'untied' (the authors' release): recursion r > 1 of unique
+        # layer u attends with its own q/k/v/o, "u_r"; recursion 1 keeps the layer's own.
+        # Its MLP and norms stay tied. Cycle tying puts each (u, r) in one effective layer.
+        self.recursion_attn = nn.ModuleDict()
+        if cfg.recursion_attention == "untied":
+            for r, rec in enumerate(self.plan.recursions[1:], start=1):
+                for u in rec:
+                    self.recursion_attn[f"{u}_{r}"] = Attention(C, shape.heads, shape.kv_heads)
         self.rope = RotaryEmbedding(shape.head_dim, shape.max_seq_len, shape.rope_theta)
         self.routers = nn.ModuleList()
         if cfg.variant == "mor" and cfg.router.type == "token_choice":
@@ -94,9 +102,10 @@ class MoRTransformer(nn.Module):
         self.kv_producers = kv_producers(self.plan, cfg.kv, cfg.variant, cfg.tying, cfg.num_recursions)
         self.kv_sources = frozenset(p for e, p in enumerate(self.kv_producers) if p != e)
         if cfg.weight_init == "crn":  # common random numbers across the variants of one seed
-            init_common(self, self.plan.order, torch.initial_seed() if init_seed is None else init_seed, shape.init_std)
+            init_common(self, self.plan.order, torch.initial_seed() if init_seed is None else init_seed, shape.init_std,
+                        cfg.residual_init)
         else:
-            init_weights(self, shape.init_std, len(self.plan.order))
+            init_weights(self, shape.init_std, len(self.plan.order), cfg.residual_init)
         self.relax = build_relaxation(self)  # after init_weights: LoRA B stays 0, PE gains 1
 
     # ------------------------------------------------------------------ structure
@@ -119,11 +128,18 @@ class MoRTransformer(nn.Module):
             return self.layer_wrapper(self._run_layer, layer_id, h, positions, recursion, kv, attn_mask)
         return self._run_layer(layer_id, h, positions, recursion, kv, attn_mask)
 
+    def attention_at(self, layer_id: int, recursion: int | None) -> Attention | None:
+        """The attention unique layer ``layer_id`` runs at ``recursion`` when it is not the
+        layer's own (untied attention, recursion > 1); None otherwise."""
+        if not self.recursion_attn or not recursion:
+            return None
+        return self.recursion_attn[f"{layer_id}_{recursion}"]
+
     def _run_layer(self, layer_id: int, h, positions, recursion: int | None, kv=None, attn_mask=None):
         layer = self.unique_layers[layer_id]
         if self.relax is not None and recursion is not None:
             return self.relax.run(layer, layer_id, recursion, h, positions, self.rope, kv=kv, attn_mask=attn_mask)
-        return layer(h, positions, self.rope, kv=kv, attn_mask=attn_mask)
+        return layer(h, positions, self.rope, kv=kv, attn_mask=attn_mask, attn=self.attention_at(layer_id, recursion))
 
     def layer_kv(self, layer_id: int, h, positions, recursion: int | None):
         """Keys/values unique layer ``layer_id`` computes from h at ``recursion``: (B, Hkv, T, hd)
@@ -133,7 +149,7 @@ class MoRTransformer(nn.Module):
         layer = self.unique_layers[layer_id]
         if self.relax is not None and recursion is not None:
             return self.relax.layer_kv(layer, layer_id, recursion, h, positions, self.rope)
-        return layer.project_kv(h, positions, self.rope)
+        return layer.project_kv(h, positions, self.rope, attn=self.attention_at(layer_id, recursion))
 
     def end_recursion(self, recursion: int, h: torch.Tensor) -> torch.Tensor:
         """Output of recursion block ``recursion`` (B, T, C) -> what follows it (recursion PE hook).
@@ -161,6 +177,8 @@ class MoRTransformer(nn.Module):
         every existing run still load."""
         layers, slots = kv_unused(self.plan, self.kv_producers, self.cfg.kv)
         names = {f"unique_layers.{u}.self_attn.{proj}.weight" for u in layers for proj in ("k_proj", "v_proj")}
+        if self.cfg.kv == "shared":  # untied attention of recursions > 1 reads recursion 1's KV
+            names |= {f"recursion_attn.{key}.{proj}.weight" for key in self.recursion_attn for proj in ("k_proj", "v_proj")}
         if slots and self.relax is not None and hasattr(self.relax, "slots"):
             for pname, _ in self.relax.named_parameters(prefix="relax"):
                 parts = pname.split(".")  # relax.slots.layer{u}_rec{r}.{k,v}_proj.<A|B|magnitude>

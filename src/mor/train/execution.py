@@ -36,6 +36,8 @@ def apply_execution(model, attention: str = "auto", checkpoint_layers: bool = Fa
         raise RuntimeError("execution.attention='flash' but flash_attn is not installed (pip install '.[gpu]')")
     for layer in model.unique_layers:
         layer.self_attn.backend = attention
+    for attn in model.recursion_attn.values():  # untied attention of recursions > 1
+        attn.backend = attention
     model.layer_wrapper = checkpointed if checkpoint_layers else None
     model.lm_loss_fn = partial(chunked_cross_entropy, chunk=loss_chunk) if loss_chunk else None
 
