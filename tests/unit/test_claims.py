@@ -713,21 +713,44 @@ def _caps_row(seed: int, nr: int, caps: list[float]) -> dict:
             **{f"depth_cap_nll_{d}": v for d, v in enumerate(caps, start=1)}}
 
 
-def test_deeper_recursion_is_the_graded_curve_not_its_two_ends():
-    """"allocating more recursion steps at inference can improve generation quality" (§ 5.3,
-    Fig. 5c: NLL falls as the maximum depth grows). A model whose NLL falls from cap 1 to 2 and
-    then rises at every further step: the old predicate (cap 1 - full depth, > 0 for any model
-    that lost trained computation at cap 1) holds; each step 2 -> 3 -> 4 is worse, so the
-    graded claim is contradicted. A curve that falls at every step holds."""
-    rise = [5.30, 5.00, 5.04, 5.08]
-    frames = {"fig5c": pd.DataFrame([_caps_row(s, 4, [c + NOISE[s] * (d + 1) for d, c in enumerate(rise)]) for s in range(3)])}
-    old = [float(r["depth_cap_nll_1"] - r["val_nll"]) for _, r in frames["fig5c"].iterrows()]
-    assert _old_verdict(old) == "holds"
-    row = _only("deeper-recursion", frames)
-    assert row["comparisons"] == 3 and row["verdict"] == "contradicted", row["note"]
+def test_deeper_recursion_tests_the_curves_trend_with_one_comparison():
+    """Issue 61: "allocating more recursion steps at inference can improve generation quality"
+    (§ 5.3, Fig. 5c) is tested as the curve's trend: per MoR model minus the least-squares slope
+    of NLL on the cap 1..Nr, their mean one comparison. A curve that rises with the cap is
+    contradicted, one that falls holds. The trend is the slope np.polyfit gives."""
+    from mor.claims.predicates import trend
+
     fall = [5.30, 5.20, 5.12, 5.06]
-    frames = {"fig5c": pd.DataFrame([_caps_row(s, 4, [c + NOISE[s] * (d + 1) for d, c in enumerate(fall)]) for s in range(3)])}
-    assert _only("deeper-recursion", frames)["verdict"] == "holds"
+    assert trend(dict(enumerate(fall, start=1)), 4) == pytest.approx(-np.polyfit([1, 2, 3, 4], fall, 1)[0])
+    assert trend({1: 5.3, 2: 5.1}, 2) == pytest.approx(0.2) and math.isnan(trend({1: 5.3, 3: 5.1}, 3))
+    rows = lambda curve: pd.DataFrame([_caps_row(s, nr, [c + NOISE[s] * (d + 1) for d, c in enumerate(curve[:nr])])
+                                       for s in range(3) for nr in (2, 3, 4)])
+    row = _only("deeper-recursion", {"fig5c": rows(fall)})
+    assert row["comparisons"] == 1 and row["verdict"] == "holds", row["note"]
+    assert "one comparison, the mean of 3: Nr=2 trend, Nr=3 trend, Nr=4 trend" in row["note"]
+    assert _only("deeper-recursion", {"fig5c": rows([5.00, 5.04, 5.08, 5.12])})["verdict"] == "contradicted"
+
+
+def test_deeper_recursion_steps_keep_their_labels_when_a_cap_is_missing():
+    """Issue 61: a cap missing from one run's depth_cap file leaves the steps that touch it nan
+    under their own labels (issue 48's step-wise predicate merged them into "Nr=4 cap 1->3", a
+    label no other seed had, and every seed was dropped); the trend of that model is nan in that
+    seed, and named."""
+    from mor.claims.predicates import deeper_is_better, deeper_trend
+
+    full = _caps_row(0, 4, [5.3, 5.2, 5.1, 5.0])
+    gap = {**full, "depth_cap_nll_2": math.nan}
+    steps = deeper_is_better({"fig5c": pd.DataFrame([gap])}, None).values
+    assert list(steps) == ["Nr=4 cap 1->2", "Nr=4 cap 2->3", "Nr=4 cap 3->4"]
+    assert math.isnan(steps["Nr=4 cap 1->2"]) and math.isnan(steps["Nr=4 cap 2->3"])
+    assert steps["Nr=4 cap 3->4"] == pytest.approx(0.1)
+    got = deeper_trend({"fig5c": pd.DataFrame([gap])}, None)
+    assert list(got.values) == ["Nr=4 trend"] and math.isnan(got.values["Nr=4 trend"])
+    assert got.dropped == ["Nr=4 cap 2 (not in its depth_cap file: no trend, the seed is dropped)"]
+    # through evaluate(): that seed alone is dropped
+    frames = {"fig5c": pd.DataFrame([{**gap, "seed": 1} if s == 1 else _caps_row(s, 4, [5.3, 5.2 + NOISE[s], 5.1, 5.0]) for s in range(3)])}
+    row = _only("deeper-recursion", frames)
+    assert row["n seeds"] == 2 and "seed 1 dropped (no Nr=4 trend)" in row["note"], row["note"]
 
 
 def test_load_frames_reads_every_depth_cap(tmp_path):

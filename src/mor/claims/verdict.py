@@ -134,6 +134,9 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
                      f"{np.nanmax(v):.3g})")
     matrix = np.array([[per_seed[s].values[k] for s in kept] for k in labels], dtype=np.float64).reshape(len(labels), len(kept))
     metrics = {k: m for r in per_seed.values() for k, m in r.metrics.items()}
+    if claim.pool == "mean" and len(labels) > 1:  # one comparison: the mean of the predicate's, per seed
+        notes.append(f"one comparison, the mean of {len(labels)}: {', '.join(labels)}")
+        labels, matrix = [f"mean of {len(labels)}"], matrix.mean(axis=0, keepdims=True)
     return matrix, labels, kept, notes, {k: metrics.get(k, claim.metric) for k in labels}
 
 
