@@ -337,11 +337,14 @@ def main() -> None:
 def null(a) -> dict:
     """Family-wise decisive rate per noise model under the global null."""
     wrong = {m: 0 for m in a.models}
+    own = {m: dict.fromkeys(T.FAMILY, 0) for m in a.models}  # each claim's decisive count (issue 61: deeper-recursion's)
     seeds, spent, cpu, got = ({m: [] for m in a.models} for _ in range(4))
     t = time.time()
     for k, (verdicts, n, cost, secs, rounds) in enumerate(_families(a, a.models, planted=False)):
         model, rep = a.models[k % len(a.models)], k // len(a.models) + 1
         wrong[model] += any(v in ("holds", "contradicted") for v in verdicts)
+        for c, v in zip(T.FAMILY, verdicts):
+            own[model][c] += v in ("holds", "contradicted")
         seeds[model].append(n)
         spent[model].append(cost)
         cpu[model].append(secs)
@@ -353,6 +356,7 @@ def null(a) -> dict:
                 print(f"{m}: {wrong[m]} of {rep} families with a decisive verdict, family-wise rate {rate:.4f} "
                       f"(se {se:.4f}; nominal 0.05); mean seeds "
                       f"{dict(zip(T.FAMILY, np.mean(seeds[m], axis=0).round(2).tolist()))}; "
+                      f"decisive per claim {dict((c, k) for c, k in own[m].items() if c in EXPECT)}; "
                       f"CPU-min added {np.mean(spent[m]):.1f}; CPU {np.mean(cpu[m]):.3f} s a family; "
                       f"{time.time() - t:.0f} s wall", flush=True)
     return got

@@ -555,6 +555,9 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     (record,) = load_reanalyses(mode="local")
     now = dict(zip(csv["claim"], csv["verdict"]))
     assert md.index("**Re-analysis.**") < md.index("(after Holm)") and "Re-analysis." in html
+    # issue 61: the redesigned test opens it too, and the table says whose each verdict is
+    assert md.index("**Redesigned test.** deeper-recursion's test was redesigned") < md.index("(after Holm)")
+    assert "Redesigned test." in html and re.search(r"\|\s*verdict from\s*\|", md)
     for c, before in record.verdicts_before.items():
         moved = now[c] != before and now[c] not in ("not built", "not tested in this mode")
         assert (f"{c} {before} -> {now[c]}" in md) == moved
@@ -633,6 +636,31 @@ def test_balancing_is_not_bought_with_nll():
     assert _only("balancing-nll", frames)["verdict"] == "contradicted"
     assert _only("balancing-entropy", frames)["verdict"] == "contradicted"
     assert _only("balancing-maxvio", _balancing_pair(0.5, 0.0))["verdict"] == "holds"
+
+
+def test_the_table_says_which_verdict_is_the_claims_own_and_which_it_inherits():
+    """Issue 61: balancing-maxvio's own test holds (MaxVio 0.4 lower in every seed) while
+    balancing-nll, which it requires, is contradicted: the row says "contradicted", and its
+    'verdict from' says it comes through balancing-nll and that its own test holds, beside its
+    own p Holm; balancing-nll's verdict is its own. Where both hold, both are their own; with
+    balancing-nll undecided, balancing-maxvio is inconclusive through it (own test: holds)."""
+    family = ("balancing-maxvio", "balancing-entropy", "balancing-nll")
+    claims = tuple(CLAIM[c] for c in family)
+
+    def table(frames):
+        return evaluate(frames, claims, PRED, SPECS, family).set_index("claim")
+
+    bad = table(_balancing_pair(0.5, 0.3))
+    assert bad.loc["balancing-maxvio", "verdict"] == "contradicted"
+    assert bad.loc["balancing-maxvio", "verdict from"] == "through balancing-nll (own test: holds)"
+    assert bad.loc["balancing-nll", "verdict from"] == "own" and bad.loc["balancing-nll", "verdict"] == "contradicted"
+    assert "its own test says holds" in bad.loc["balancing-maxvio", "note"]
+    good = table(_balancing_pair(0.5, 0.0))
+    assert (good["verdict"] == "holds").all() and (good["verdict from"] == "own").all()
+    unsure = table(_balancing_pair(0.5, 0.05))  # NLL at the margin: balancing-nll undecided
+    assert unsure.loc["balancing-nll", "verdict"] == "inconclusive"
+    assert unsure.loc["balancing-maxvio", "verdict from"] == "through balancing-nll (own test: holds)"
+    assert unsure.loc["balancing-maxvio", "verdict"] == "inconclusive"
 
 
 def test_claims_outside_the_modes_family_are_shown_not_tested():
@@ -964,3 +992,31 @@ def test_reanalysis_notice_names_what_moved_and_what_did_not(tmp_path):
     f.write_text(yaml.safe_dump({**spec, "reanalysis": spec["reanalyses"]}))
     with pytest.raises(ValueError, match="unknown top-level key.*reanalysis"):
         load_specs(f)
+
+
+def test_a_redesign_record_names_the_claims_own_predicate_or_is_refused(tmp_path):
+    """Issue 61: the redesign of deeper-recursion is recorded in claims.yaml (sentence, test,
+    how it was chosen, the seeds it is to be decided on) and names the predicate the registry
+    runs; a record naming another predicate or pool, an unknown claim, mode or key, no issue, or
+    an empty field is refused by load_specs before any job."""
+    from mor.claims.registry import load_redesigns
+    from mor.claims.render import redesign_notice
+
+    (r,) = load_redesigns(mode="local")
+    assert r.claim == "deeper-recursion" and r.predicate == CLAIM[r.claim].compare.__name__ == "deeper_trend"
+    assert r.pool == CLAIM[r.claim].pool == "mean" and r.issues == (61,)
+    assert "can improve generation quality" in r.sentence and "power" in r.chosen_by
+    (text,) = redesign_notice((r,))
+    assert text.startswith("deeper-recursion's test was redesigned on 2026-12-06 (issue 61), before any seed it decides")
+    assert load_redesigns(mode="cluster") == ()
+    spec = yaml.safe_load(SPEC_FILE.read_text())
+    good = spec["redesigns"][0]
+    for bad, words in ((dict(predicate="deeper_is_better"), "not deeper-recursion's own"),
+                       (dict(pool=""), "not deeper-recursion's own"), (dict(claim="no-such"), "no-such"),
+                       (dict(mode="locl"), "locl"), (dict(issues=[]), "issues"), (dict(why=""), "needs exactly"),
+                       (dict(extra=1), "needs exactly")):
+        f = tmp_path / "c.yaml"
+        f.write_text(yaml.safe_dump({**spec, "redesigns": [{**good, **bad}]}))
+        for load in (load_redesigns, load_specs):
+            with pytest.raises(ValueError, match=r"redesigns\[0\].*" + words):
+                load(f)

@@ -294,8 +294,8 @@ def test_null_family_wise_rate_through_the_rounds():
         assert (n_seeds[list(family)] >= design.looks[-1]).to_numpy().any(), mode
         outside = [c for c in FAMILY if c not in family]
         assert (verdicts[outside] == "not tested in this mode").to_numpy().all(), mode  # shown, never decided
-        if design.first_seed:  # local: the grids' own seeds are all the pilot's, so nothing outside the family is read
-            assert (n_seeds[outside] == 0).to_numpy().all() and OWN <= design.first_seed, mode
+        if design.first_seed:  # local: nothing outside the family is tested, so it shows the grids' own seeds (issue 61)
+            assert (n_seeds[outside] == OWN).to_numpy().all() and OWN <= design.first_seed, mode
         if mode == "cluster":  # fig5c's one cluster seed has no estimate: priced at chance 1, it is raised in most
             assert (n_seeds[["aux-separates", "deeper-recursion"]] >= design.looks[0]).to_numpy().mean() > 0.9  # priced at chance 1
             assert (n_seeds == design.looks[-1]).to_numpy().any()
@@ -680,3 +680,27 @@ def test_a_missing_cap_file_or_run_costs_one_seed_through_the_rounds():
         if name != "run":  # the seed is named: its caps are missing, the other seeds' are not
             note = table.loc["deeper-recursion", "note"]
             assert f"seed {GAP_SEED} dropped" in note and note.count("dropped (") == 1, note
+
+
+def test_claims_outside_the_family_show_their_numbers_and_one_line_for_seeds_they_lack():
+    """Issue 61, item 5: in the local mode the claims outside the family (sharing-costs,
+    mor-beats-recursive-tokens) are tested by nothing, so their rows read the grid's own seeds
+    (0-2, the members' pilot) and show their numbers, not "n 0, no matching runs"; the 20 fresh
+    seeds the design raised for the balancing pair, where they have no runs, are one line of the
+    note, not 20 "seed dropped" notes. The family's members still leave the pilot unread."""
+    full = _draw(np.random.default_rng(7), "local")
+    records = _rounds_until_stop(full)
+    read = _grids("local", records[-2])
+    seen = {g: df[df["run_id"].isin({r.run_id for r in read[g].runs})].reset_index(drop=True) for g, df in full.items()}
+    table = evaluate(seen, CLAIMS, DESIGNS["local"], SPECS, _family("local")).set_index("claim")
+    outside = ["sharing-costs", "mor-beats-recursive-tokens"]
+    assert (table.loc[outside, "verdict"] == "not tested in this mode").all()
+    assert (table.loc[outside, "n seeds"] == OWN).all() and table.loc[outside, "mean effect"].notna().all()
+    assert table.loc[outside, "p Holm"].isna().all()
+    for c in outside:
+        note = table.loc[c, "note"]
+        assert "no matching runs" not in note and "dropped" not in note, note
+        assert "20 seed(s) of its grid with no comparison, not counted" in note, note
+    members = list(_family("local"))
+    assert (table.loc[members, "n seeds"] == DESIGNS["local"].looks[0]).all()
+    assert table.loc[members, "note"].str.contains("3 pilot seed\\(s\\) below design's first fresh seed 9 not read").all()

@@ -117,7 +117,7 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
     kept, elsewhere = [], []
     for s, r in per_seed.items():
         gone = [k for k in labels if not math.isfinite(r.values.get(k, math.nan))]
-        if labels and len(gone) == len(labels) and not r.dropped:
+        if len(gone) == len(labels) and not r.dropped:
             elsewhere.append(s)  # no comparison at all: a seed the design gave other claims' blocks
         elif gone or not labels:
             notes.append(f"seed {s} dropped ({'no ' + ', '.join(gone) if gone else 'no comparison'})")
@@ -188,7 +188,13 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
             rows.append({**row, "verdict": "not built", "n seeds": 0,
                          "note": f"results/{missing[0]}.parquet is not built; run its grid to decide this claim"})
             continue
-        m, labels, kept, notes, metric = _comparisons(c, spec, frames, design.first_seed, split, first_seeds)
+        # the pilot's seeds are left unread for the claims this mode tests; a claim outside its family is
+        # tested by nothing here, so it is shown with every seed its grids hold (the pilot's too)
+        pilot = design.first_seed if row["_member"] else 0
+        m, labels, kept, notes, metric = _comparisons(c, spec, frames, pilot, split, first_seeds)
+        if design.first_seed and not row["_member"]:
+            notes.append(f"every seed read, those below the design's first fresh seed ({design.first_seed}) too: "
+                         "no test reads them")
         n = len(kept)
         equivalence = c.kind == "equivalence"
         row.update({"n seeds": n, "comparisons": len(labels), "_equivalence": equivalence})
@@ -278,10 +284,12 @@ def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
                 rows[i]["p Holm"] = _sig(float(a))
             if rows[i].get("verdict") != "not built":
                 rows[i]["verdict"] = {1: "holds", -1: "contradicted", 0: "inconclusive"}[int(v)]
+                rows[i]["verdict from"] = "own"
         left = len(family) - int((code != 0).sum())
         _condition(rows, family)
     for r in rows:
         r.setdefault("verdict", "inconclusive")
+        r.setdefault("verdict from", "own" if r.get("_member") and r["verdict"] != "not built" else "")
         r["_left"] = left
         if r["verdict"] != "inconclusive" or "_sds" not in r or not np.all(np.isfinite(r["_sds"])):
             continue
@@ -320,9 +328,13 @@ def _condition(rows: list[dict], family: list[int]) -> None:
         own, theirs = r["verdict"], [n["verdict"] for n in needs]
         if own == "contradicted" or "contradicted" in theirs:
             r["verdict"] = "contradicted"
-            if own != "contradicted":
-                r["note"] = "; ".join(x for x in (r.get("note"), f"contradicted through {', '.join(n['claim'] for n in needs if n['verdict'] == 'contradicted')}") if x)
+            through = [n["claim"] for n in needs if n["verdict"] == "contradicted"]
         elif own == "holds" and all(v == "holds" for v in theirs):
-            r["verdict"] = "holds"
+            r["verdict"], through = "holds", []
         else:
             r["verdict"] = "inconclusive"
+            through = [n["claim"] for n in needs if n["verdict"] != "holds"] if own == "holds" else []
+        if r["verdict"] != own:  # the table says which verdict is the claim's own test's and which it inherits
+            r["verdict from"] = f"through {', '.join(through)} (own test: {own})"
+            r["note"] = "; ".join(x for x in (r.get("note"), f"{r['verdict']} through {', '.join(through)}: its own "
+                                              f"test says {own} (p Holm is its own test's)") if x)
