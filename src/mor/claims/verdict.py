@@ -32,7 +32,9 @@ VERDICT_NOTE = (
     "design.skew: the least favourable one decides; every comparison's own MDE is in "
     "the note), 'seeds needed' the n at which the paper's effect would be. A claim that requires another (a part of its "
     "sentence that claim decides once, e.g. the balancing claims' NLL part, balancing-nll) holds only if both hold and "
-    "is contradicted if either is; the shared test is one member of Holm's family, counted once. inconclusive = not "
+    "is contradicted if either is; the shared test is one member of Holm's family, counted once; 'verdict from' says "
+    "whether a verdict is the claim's own test's or comes through the claim it requires (its own test's verdict in "
+    "brackets; 'p Holm' is always its own). inconclusive = not "
     "decided after Holm; not built = the grid's results are missing.")
 
 
@@ -43,7 +45,8 @@ def verdict_note(design: stats.Design) -> str:
     if design.first_seed:
         note += (f" Seeds at offsets below {design.first_seed} (train.seed minus the first seed of the claim's blocks, "
                  f"as the design raises blocks) are a pilot's: their results sized this design, so no test reads "
-                 f"them, and 'n seeds' and the looks count the fresh seeds from offset {design.first_seed} on.")
+                 f"them, and 'n seeds' and the looks count the fresh seeds from offset {design.first_seed} on. A claim "
+                 f"outside the family, which nothing tests, is shown with every seed its grids hold.")
     if design.spent_before:
         note += (f" Alpha already spent: an earlier design's final look tested {', '.join(design.retested)} at alpha = "
                  f"{design.spent_before:g} and left them undecided; this design tests them again at a fresh alpha = "
