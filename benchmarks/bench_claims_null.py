@@ -41,6 +41,14 @@ chosen on) and prints each claim's power, the share of families that reach the v
 planted effect implies, beside the design simulation's power at the same d:
 
     .venv/bin/python benchmarks/bench_claims_null.py --planted --reps 500 --models homoscedastic
+
+``--deeper {trend,last-step,steps}`` decides deeper-recursion with one of issue 61's candidate
+predicates (trend: the registered one; last-step: the last trained step, pooled the same way;
+steps: issue 48's every step), so the choice can be re-run; the null run prints each claim's
+decisive count beside the family-wise rate:
+
+    .venv/bin/python benchmarks/bench_claims_null.py --planted --reps 300 --models homoscedastic \
+        log-normal-0.8-right --deeper last-step
 """
 
 from __future__ import annotations
