@@ -751,8 +751,10 @@ def test_deeper_recursion_tests_the_curves_trend_with_one_comparison():
     fall = [5.30, 5.20, 5.12, 5.06]
     assert trend(dict(enumerate(fall, start=1)), 4) == pytest.approx(-np.polyfit([1, 2, 3, 4], fall, 1)[0])
     assert trend({1: 5.3, 2: 5.1}, 2) == pytest.approx(0.2) and math.isnan(trend({1: 5.3, 3: 5.1}, 3))
-    rows = lambda curve: pd.DataFrame([_caps_row(s, nr, [c + NOISE[s] * (d + 1) for d, c in enumerate(curve[:nr])])
-                                       for s in range(3) for nr in (2, 3, 4)])
+    def rows(curve):  # the three MoR models (Nr = 2, 3, 4) of each seed, each on the curve's first Nr caps
+        return pd.DataFrame([_caps_row(s, nr, [c + NOISE[s] * (d + 1) for d, c in enumerate(curve[:nr])])
+                             for s in range(3) for nr in (2, 3, 4)])
+
     row = _only("deeper-recursion", {"fig5c": rows(fall)})
     assert row["comparisons"] == 1 and row["verdict"] == "holds", row["note"]
     assert "one comparison, the mean of 3: Nr=2 trend, Nr=3 trend, Nr=4 trend" in row["note"]
