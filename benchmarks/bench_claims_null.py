@@ -41,6 +41,14 @@ chosen on) and prints each claim's power, the share of families that reach the v
 planted effect implies, beside the design simulation's power at the same d:
 
     .venv/bin/python benchmarks/bench_claims_null.py --planted --reps 500 --models homoscedastic
+
+``--deeper {trend,last-step,steps}`` decides deeper-recursion with one of issue 61's candidate
+predicates (trend: the registered one; last-step: the last trained step, pooled the same way;
+steps: issue 48's every step), so the choice can be re-run; the null run prints each claim's
+decisive count beside the family-wise rate:
+
+    .venv/bin/python benchmarks/bench_claims_null.py --planted --reps 300 --models homoscedastic \
+        log-normal-0.8-right --deeper last-step
 """
 
 from __future__ import annotations
@@ -203,6 +211,24 @@ def _hist(noise: Noise, kind, nr: int, alpha: float, shift: float = 0.0) -> str:
     return json.dumps(out)
 
 
+DEEPER = {  # --deeper: deeper-recursion's predicate (issue 61's choice; "trend" is the registered one)
+    "trend": dict(compare="deeper_trend", pool="mean"),
+    "last-step": dict(compare="deeper_last_step", pool="mean"),
+    "steps": dict(compare="deeper_is_better", pool=""),
+}
+
+
+def _set_deeper(name: str | None) -> None:
+    """Decide deeper-recursion with another candidate predicate than the registered one."""
+    if name is None:
+        return
+    from mor.claims import predicates, registry
+
+    how = DEEPER[name]
+    registry.CLAIMS = tuple(dataclasses.replace(c, compare=getattr(predicates, how["compare"]), pool=how["pool"])
+                            if c.id == "deeper-recursion" else c for c in registry.CLAIMS)
+
+
 def _set_skew(skew: float | None) -> None:
     """Run the rounds under another skew bound than the shipped design's (the same draws)."""
     if skew is not None:
@@ -228,8 +254,9 @@ def family(job: tuple) -> tuple:
     so a family's draw does not depend on --workers or on the order the families run in."""
     from mor.claims import verdict
 
-    model, index, seed, planted, skew = job
+    model, index, seed, planted, skew, deeper = job
     _set_skew(skew)
+    _set_deeper(deeper)
     tables, evaluate = [], verdict.evaluate
 
     def kept(*args, **kw):  # next_round's evaluate(), its tables kept
@@ -254,10 +281,10 @@ def family(job: tuple) -> tuple:
 def _families(a, models: list[str], planted: bool):
     """Every family of ``models`` (interleaved: a run stopped early has them all at the same n),
     in order, over --workers processes (forked, so each inherits the tabulated null laws)."""
-    jobs = [(m, i, a.rng, planted, a.skew) for i in range(a.reps) for m in models]
+    jobs = [(m, i, a.rng, planted, a.skew, a.deeper) for i in range(a.reps) for m in models]
     # one family no run draws fills this process's caches (the skew tables, the grids) first, so the CPU
     # seconds a family reports exclude them, and forked workers inherit them
-    family(("homoscedastic", 10 ** 9, a.rng, planted, a.skew))
+    family(("homoscedastic", 10 ** 9, a.rng, planted, a.skew, a.deeper))
     if a.workers <= 1:
         yield from map(family, jobs)
         return
@@ -302,6 +329,8 @@ def main() -> None:
     ap.add_argument("--planted", action="store_true", help="every claim at its pilot's d: power per claim")
     ap.add_argument("--skew", type=float, default=None, help="the design's skew bound instead of the shipped one "
                     "(log-normal sigma; 0: Student's t)")
+    ap.add_argument("--deeper", choices=sorted(DEEPER), default=None, help="deeper-recursion's predicate instead "
+                    "of the registered one (issue 61's candidates: trend, the registered; last-step; steps, issue 48's)")
     ap.add_argument("--record", default=None, help="write every family's verdicts and seeds to this JSON file")
     ap.add_argument("--check", default=None, help="compare every family's verdicts and seeds with a --record file")
     ap.add_argument("--check-decisions", action="store_true", help="--check the decisions' numbers only, not the "
@@ -316,11 +345,14 @@ def main() -> None:
 def null(a) -> dict:
     """Family-wise decisive rate per noise model under the global null."""
     wrong = {m: 0 for m in a.models}
+    own = {m: dict.fromkeys(T.FAMILY, 0) for m in a.models}  # each claim's decisive count (issue 61: deeper-recursion's)
     seeds, spent, cpu, got = ({m: [] for m in a.models} for _ in range(4))
     t = time.time()
     for k, (verdicts, n, cost, secs, rounds) in enumerate(_families(a, a.models, planted=False)):
         model, rep = a.models[k % len(a.models)], k // len(a.models) + 1
         wrong[model] += any(v in ("holds", "contradicted") for v in verdicts)
+        for c, v in zip(T.FAMILY, verdicts):
+            own[model][c] += v in ("holds", "contradicted")
         seeds[model].append(n)
         spent[model].append(cost)
         cpu[model].append(secs)
@@ -332,6 +364,7 @@ def null(a) -> dict:
                 print(f"{m}: {wrong[m]} of {rep} families with a decisive verdict, family-wise rate {rate:.4f} "
                       f"(se {se:.4f}; nominal 0.05); mean seeds "
                       f"{dict(zip(T.FAMILY, np.mean(seeds[m], axis=0).round(2).tolist()))}; "
+                      f"decisive per claim {dict((c, k) for c, k in own[m].items() if c in EXPECT)}; "
                       f"CPU-min added {np.mean(spent[m]):.1f}; CPU {np.mean(cpu[m]):.3f} s a family; "
                       f"{time.time() - t:.0f} s wall", flush=True)
     return got

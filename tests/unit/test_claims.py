@@ -555,6 +555,9 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     (record,) = load_reanalyses(mode="local")
     now = dict(zip(csv["claim"], csv["verdict"]))
     assert md.index("**Re-analysis.**") < md.index("(after Holm)") and "Re-analysis." in html
+    # issue 61: the redesigned test opens it too, and the table says whose each verdict is
+    assert md.index("**Redesigned test.** deeper-recursion's test was redesigned") < md.index("(after Holm)")
+    assert "Redesigned test." in html and re.search(r"\|\s*verdict from\s*\|", md)
     for c, before in record.verdicts_before.items():
         moved = now[c] != before and now[c] not in ("not built", "not tested in this mode")
         assert (f"{c} {before} -> {now[c]}" in md) == moved
@@ -635,6 +638,31 @@ def test_balancing_is_not_bought_with_nll():
     assert _only("balancing-maxvio", _balancing_pair(0.5, 0.0))["verdict"] == "holds"
 
 
+def test_the_table_says_which_verdict_is_the_claims_own_and_which_it_inherits():
+    """Issue 61: balancing-maxvio's own test holds (MaxVio 0.4 lower in every seed) while
+    balancing-nll, which it requires, is contradicted: the row says "contradicted", and its
+    'verdict from' says it comes through balancing-nll and that its own test holds, beside its
+    own p Holm; balancing-nll's verdict is its own. Where both hold, both are their own; with
+    balancing-nll undecided, balancing-maxvio is inconclusive through it (own test: holds)."""
+    family = ("balancing-maxvio", "balancing-entropy", "balancing-nll")
+    claims = tuple(CLAIM[c] for c in family)
+
+    def table(frames):
+        return evaluate(frames, claims, PRED, SPECS, family).set_index("claim")
+
+    bad = table(_balancing_pair(0.5, 0.3))
+    assert bad.loc["balancing-maxvio", "verdict"] == "contradicted"
+    assert bad.loc["balancing-maxvio", "verdict from"] == "through balancing-nll (own test: holds)"
+    assert bad.loc["balancing-nll", "verdict from"] == "own" and bad.loc["balancing-nll", "verdict"] == "contradicted"
+    assert "its own test says holds" in bad.loc["balancing-maxvio", "note"]
+    good = table(_balancing_pair(0.5, 0.0))
+    assert (good["verdict"] == "holds").all() and (good["verdict from"] == "own").all()
+    unsure = table(_balancing_pair(0.5, 0.05))  # NLL at the margin: balancing-nll undecided
+    assert unsure.loc["balancing-nll", "verdict"] == "inconclusive"
+    assert unsure.loc["balancing-maxvio", "verdict from"] == "through balancing-nll (own test: holds)"
+    assert unsure.loc["balancing-maxvio", "verdict"] == "inconclusive"
+
+
 def test_claims_outside_the_modes_family_are_shown_not_tested():
     """The local family (grids/claims/claims.yaml design.family.local) leaves out table10's
     claims: with table10 built and decisive data, sequence-worst is shown with its numbers as
@@ -713,21 +741,46 @@ def _caps_row(seed: int, nr: int, caps: list[float]) -> dict:
             **{f"depth_cap_nll_{d}": v for d, v in enumerate(caps, start=1)}}
 
 
-def test_deeper_recursion_is_the_graded_curve_not_its_two_ends():
-    """"allocating more recursion steps at inference can improve generation quality" (§ 5.3,
-    Fig. 5c: NLL falls as the maximum depth grows). A model whose NLL falls from cap 1 to 2 and
-    then rises at every further step: the old predicate (cap 1 - full depth, > 0 for any model
-    that lost trained computation at cap 1) holds; each step 2 -> 3 -> 4 is worse, so the
-    graded claim is contradicted. A curve that falls at every step holds."""
-    rise = [5.30, 5.00, 5.04, 5.08]
-    frames = {"fig5c": pd.DataFrame([_caps_row(s, 4, [c + NOISE[s] * (d + 1) for d, c in enumerate(rise)]) for s in range(3)])}
-    old = [float(r["depth_cap_nll_1"] - r["val_nll"]) for _, r in frames["fig5c"].iterrows()]
-    assert _old_verdict(old) == "holds"
-    row = _only("deeper-recursion", frames)
-    assert row["comparisons"] == 3 and row["verdict"] == "contradicted", row["note"]
+def test_deeper_recursion_tests_the_curves_trend_with_one_comparison():
+    """Issue 61: "allocating more recursion steps at inference can improve generation quality"
+    (§ 5.3, Fig. 5c) is tested as the curve's trend: per MoR model minus the least-squares slope
+    of NLL on the cap 1..Nr, their mean one comparison. A curve that rises with the cap is
+    contradicted, one that falls holds. The trend is the slope np.polyfit gives."""
+    from mor.claims.predicates import trend
+
     fall = [5.30, 5.20, 5.12, 5.06]
-    frames = {"fig5c": pd.DataFrame([_caps_row(s, 4, [c + NOISE[s] * (d + 1) for d, c in enumerate(fall)]) for s in range(3)])}
-    assert _only("deeper-recursion", frames)["verdict"] == "holds"
+    assert trend(dict(enumerate(fall, start=1)), 4) == pytest.approx(-np.polyfit([1, 2, 3, 4], fall, 1)[0])
+    assert trend({1: 5.3, 2: 5.1}, 2) == pytest.approx(0.2) and math.isnan(trend({1: 5.3, 3: 5.1}, 3))
+    def rows(curve):  # the three MoR models (Nr = 2, 3, 4) of each seed, each on the curve's first Nr caps
+        return pd.DataFrame([_caps_row(s, nr, [c + NOISE[s] * (d + 1) for d, c in enumerate(curve[:nr])])
+                             for s in range(3) for nr in (2, 3, 4)])
+
+    row = _only("deeper-recursion", {"fig5c": rows(fall)})
+    assert row["comparisons"] == 1 and row["verdict"] == "holds", row["note"]
+    assert "one comparison, the mean of 3: Nr=2 trend, Nr=3 trend, Nr=4 trend" in row["note"]
+    assert _only("deeper-recursion", {"fig5c": rows([5.00, 5.04, 5.08, 5.12])})["verdict"] == "contradicted"
+
+
+def test_deeper_recursion_steps_keep_their_labels_when_a_cap_is_missing():
+    """Issue 61: a cap missing from one run's depth_cap file leaves the steps that touch it nan
+    under their own labels (issue 48's step-wise predicate merged them into "Nr=4 cap 1->3", a
+    label no other seed had, and every seed was dropped); the trend of that model is nan in that
+    seed, and named."""
+    from mor.claims.predicates import deeper_is_better, deeper_trend
+
+    full = _caps_row(0, 4, [5.3, 5.2, 5.1, 5.0])
+    gap = {**full, "depth_cap_nll_2": math.nan}
+    steps = deeper_is_better({"fig5c": pd.DataFrame([gap])}, None).values
+    assert list(steps) == ["Nr=4 cap 1->2", "Nr=4 cap 2->3", "Nr=4 cap 3->4"]
+    assert math.isnan(steps["Nr=4 cap 1->2"]) and math.isnan(steps["Nr=4 cap 2->3"])
+    assert steps["Nr=4 cap 3->4"] == pytest.approx(0.1)
+    got = deeper_trend({"fig5c": pd.DataFrame([gap])}, None)
+    assert list(got.values) == ["Nr=4 trend"] and math.isnan(got.values["Nr=4 trend"])
+    assert got.dropped == ["Nr=4 cap 2 (not in its depth_cap file: no trend, the seed is dropped)"]
+    # through evaluate(): that seed alone is dropped
+    frames = {"fig5c": pd.DataFrame([{**gap, "seed": 1} if s == 1 else _caps_row(s, 4, [5.3, 5.2 + NOISE[s], 5.1, 5.0]) for s in range(3)])}
+    row = _only("deeper-recursion", frames)
+    assert row["n seeds"] == 2 and "seed 1 dropped (no Nr=4 trend)" in row["note"], row["note"]
 
 
 def test_load_frames_reads_every_depth_cap(tmp_path):
@@ -941,3 +994,31 @@ def test_reanalysis_notice_names_what_moved_and_what_did_not(tmp_path):
     f.write_text(yaml.safe_dump({**spec, "reanalysis": spec["reanalyses"]}))
     with pytest.raises(ValueError, match="unknown top-level key.*reanalysis"):
         load_specs(f)
+
+
+def test_a_redesign_record_names_the_claims_own_predicate_or_is_refused(tmp_path):
+    """Issue 61: the redesign of deeper-recursion is recorded in claims.yaml (sentence, test,
+    how it was chosen, the seeds it is to be decided on) and names the predicate the registry
+    runs; a record naming another predicate or pool, an unknown claim, mode or key, no issue, or
+    an empty field is refused by load_specs before any job."""
+    from mor.claims.registry import load_redesigns
+    from mor.claims.render import redesign_notice
+
+    (r,) = load_redesigns(mode="local")
+    assert r.claim == "deeper-recursion" and r.predicate == CLAIM[r.claim].compare.__name__ == "deeper_trend"
+    assert r.pool == CLAIM[r.claim].pool == "mean" and r.issues == (61,)
+    assert "can improve generation quality" in r.sentence and "power" in r.chosen_by
+    (text,) = redesign_notice((r,))
+    assert text.startswith("deeper-recursion's test was redesigned on 2026-12-06 (issue 61), before any seed it decides")
+    assert load_redesigns(mode="cluster") == ()
+    spec = yaml.safe_load(SPEC_FILE.read_text())
+    good = spec["redesigns"][0]
+    for bad, words in ((dict(predicate="deeper_is_better"), "not deeper-recursion's own"),
+                       (dict(pool=""), "not deeper-recursion's own"), (dict(claim="no-such"), "no-such"),
+                       (dict(mode="locl"), "locl"), (dict(issues=[]), "issues"), (dict(why=""), "needs exactly"),
+                       (dict(extra=1), "needs exactly")):
+        f = tmp_path / "c.yaml"
+        f.write_text(yaml.safe_dump({**spec, "redesigns": [{**good, **bad}]}))
+        for load in (load_redesigns, load_specs):
+            with pytest.raises(ValueError, match=r"redesigns\[0\].*" + words):
+                load(f)

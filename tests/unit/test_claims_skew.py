@@ -53,28 +53,39 @@ def test_lognormal_sigma_inverts_the_log_normal_skewness(sigma):
 
 
 def test_the_table_reads_the_differences_the_verdict_reads():
-    """fig5c's depth-cap curve of one Nr = 3 model over 200 seeds: the step cap 1 -> 2 has
-    log-normal differences (right-skewed), the step 2 -> 3 normal ones. The table has one row
-    per step, each the skewness of exactly the planted per-seed steps; the skewed step's
-    interval lies above 0 and the normal one's covers 0. Seeds below the design's first fresh
-    seed (a pilot) are not read, as the verdict reads none of them."""
+    """fig5c's depth-cap curves of an Nr = 3 model (step cap 1 -> 2 log-normal, right-skewed; step
+    2 -> 3 normal) and an Nr = 2 model (its one step normal) over 200 seeds. deeper-recursion's one
+    comparison is the mean of the two models' trends (issue 61): the table has that one row, the
+    skewness of exactly those per-seed means, its interval above 0; the Nr = 2 model alone gives
+    its trend's row, whose interval covers 0. Seeds below the design's first fresh seed (a pilot)
+    are not read, as the verdict reads none of them."""
     n, pilot = 200, 5
     rng = np.random.default_rng(2)
     step1 = 0.01 * np.exp(0.8 * rng.standard_normal(n + pilot))
-    step2 = 0.01 + 0.005 * rng.standard_normal(n + pilot)
+    step2 = 0.01 + 0.001 * rng.standard_normal(n + pilot)
+    step = 0.001 * np.random.default_rng(3).standard_normal(n + pilot)
     caps = np.stack([5.0 + step1 + step2, 5.0 + step2, np.full(n + pilot, 5.0)], axis=1)  # NLL at caps 1, 2, 3
-    frames = {"fig5c": pd.DataFrame([{"seed": s, "num_recursions": 3, "val_nll": caps[s, 2], "config_json": "{}",
-                                      **{f"depth_cap_nll_{d}": caps[s, d - 1] for d in (1, 2)}}
-                                     for s in range(n + pilot)])}
+
+    def rows(nr):
+        if nr == 3:
+            return [{"seed": s, "num_recursions": 3, "val_nll": caps[s, 2], "config_json": "{}",
+                     **{f"depth_cap_nll_{d}": caps[s, d - 1] for d in (1, 2)}} for s in range(n + pilot)]
+        return [{"seed": s, "num_recursions": 2, "val_nll": 5.0, "config_json": "{}", "depth_cap_nll_1": 5.0 + step[s]}
+                for s in range(n + pilot)]
+
     design = dataclasses.replace(DESIGN, looks=(n,), first_seed=pilot)
+    frames = {"fig5c": pd.DataFrame(rows(3) + rows(2))}
     table = skew_table(frames, design, SPECS, ("deeper-recursion",), resamples=RESAMPLES).set_index("comparison")
-    assert list(table.index) == ["Nr=3 cap 1->2", "Nr=3 cap 2->3"]
+    assert list(table.index) == ["mean of 2"]
     assert (table["n seeds"] == n).all() and (table["claim"] == "deeper-recursion").all()
-    for label, planted in (("Nr=3 cap 1->2", step1[pilot:]), ("Nr=3 cap 2->3", step2[pilot:])):
-        assert table.loc[label, "skewness"] == pytest.approx(float(st.skew(planted, bias=False)), rel=1e-6)
-        assert table.loc[label, "mean"] == pytest.approx(planted.mean(), rel=1e-9)
-    skewed, normal = table.loc["Nr=3 cap 1->2"], table.loc["Nr=3 cap 2->3"]
+    planted = (((step1 + step2) / 2 + step) / 2)[pilot:]  # trends: Nr=3 (cap 1 - cap 3) / 2, Nr=2 cap 1 - cap 2
+    skewed = table.loc["mean of 2"]
+    assert skewed["skewness"] == pytest.approx(float(st.skew(planted, bias=False)), rel=1e-6)
+    assert skewed["mean"] == pytest.approx(planted.mean(), rel=1e-9)
     assert 0 < skewed["lo"] < skewed["skewness"] < skewed["hi"] and skewed["sigma lo"] > 0
+    normal = skew_table({"fig5c": pd.DataFrame(rows(2))}, design, SPECS, ("deeper-recursion",),
+                        resamples=RESAMPLES).set_index("comparison").loc["Nr=2 trend"]
+    assert normal["mean"] == pytest.approx(step[pilot:].mean(), rel=1e-9)
     assert normal["lo"] < 0 < normal["hi"]
     # a claim outside the family, or a grid not built, has no rows
     assert skew_table(frames, design, SPECS, ("aux-separates",), resamples=RESAMPLES).empty
@@ -104,7 +115,7 @@ def test_claims_writes_the_skew_table_beside_claims_md(tmp_path):
     assert main(["claims", "--results", str(tmp_path), "--out", str(out), "--skew"]) == 0
     assert {"claims.md", "skew.md", "skew.csv"} <= {p.name for p in out.iterdir()}
     table = pd.read_csv(out / "skew.csv")
-    assert list(table["comparison"]) == ["Nr=2 cap 1->2"] and table["n seeds"].iloc[0] == 20
+    assert list(table["comparison"]) == ["Nr=2 trend"] and table["n seeds"].iloc[0] == 20
     assert "Skewness of every comparison" in (out / "skew.md").read_text()
 
 

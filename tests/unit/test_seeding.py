@@ -264,7 +264,12 @@ def test_a_block_starting_at_a_later_seed_counts_its_seeds_from_its_own_first(tm
     own_only = pd.DataFrame({"run_id": [r.run_id for r in grid.runs if r.config.train.seed in (0, 1, 100, 101)]})
     assert seeds_built(grid, own_only) == {("g", "a"): 2, ("g", "b"): 2}
     first_missing = pd.DataFrame({"run_id": [r.run_id for r in grid.runs if r.config.train.seed != 100]})
-    assert seeds_built(grid, first_missing) == {("g", "a"): 2, ("g", "b"): 0}
+    assert seeds_built(grid, first_missing) == {("g", "a"): 2, ("g", "b"): 6}  # seeds 101-105 built: a failed first seed is one seed lost, not the block
+    # a run lost mid-block (b's seed 104, one of its 2 runs) leaves the reach where the built seeds put it
+    lost = next(r.run_id for r in grid.runs if r.config.train.seed == 104)
+    assert seeds_built(grid, every[every["run_id"] != lost]) == {("g", "a"): 2, ("g", "b"): 6}
+    last = next(r.run_id for r in grid.runs if r.config.train.seed == 105)  # the last seed's: its reach is the one below
+    assert seeds_built(grid, every[every["run_id"] != last]) == {("g", "a"): 2, ("g", "b"): 5}
     assert own_seeds_held(grid) == {("g", "a"): 2, ("g", "b"): 2}
 
 

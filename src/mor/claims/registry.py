@@ -50,6 +50,10 @@ class Claim:
     # balancing claims' "without sacrificing overall model performance"); each stays one member
     # of Holm's family, so a shared test is counted once (mor.claims.verdict._decide)
     requires: tuple[str, ...] = ()
+    # "mean": the claim's one comparison is the mean of the comparisons its predicate gives (a
+    # seed lacking one of them is dropped first, as any seed missing a comparison is); "": each
+    # comparison is tested on its own (intersection-union) (mor.claims.verdict._comparisons)
+    pool: str = ""
 
 
 DECIDING = p.DECIDING
@@ -104,10 +108,12 @@ CLAIMS: tuple[Claim, ...] = (
           "mean normalised router output (g / alpha on [0, 1]) of selected - unselected tokens, minus the threshold, "
           "per run and recursion (recursion 1 has capacity 1, no unselected tokens: left out); the groups' overlap is "
           "described in the note, not tested", metric="router_separation"),
-    Claim("deeper-recursion", "Each further recursion step at inference lowers NLL (Fig. 5c's curve over depth caps 1..Nr)",
+    Claim("deeper-recursion", "NLL falls as the inference depth cap grows (Fig. 5c's curve over caps 1..Nr, its "
+          "least-squares trend averaged over the MoR models; pre-registered by issue 61)",
           "allocating more recursion steps at inference can improve generation quality", "§ 5.3, Fig. 5c", ("fig5c",),
-          p.deeper_is_better, "NLL at depth cap d - NLL at cap d+1, per MoR model and each step d = 1..Nr-1 (caps beyond "
-          "the trained Nr are not measured: an expert-choice MoR has no router for recursion Nr + 1)"),
+          p.deeper_trend, "mean over the MoR models (Nr = 2, 3, 4) of minus the least-squares slope of NLL on the depth "
+          "cap 1..Nr, nats per recursion step (caps beyond the trained Nr are not measured: an expert-choice MoR has no "
+          "router for recursion Nr + 1)", pool="mean"),
     Claim("linear-aux-loss-fewest-dead", "A linear router with the auxiliary loss has fewer dead tokens than the "
           "auxiliary-router variants, without a worse sampling accuracy",
           "employing a linear router architecture in conjunction with auxiliary loss effectively reduces the dead token "
@@ -233,7 +239,61 @@ def load_reanalyses(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Re
     return tuple(out)
 
 
-TOP_KEYS = {"design", "claims", "reanalyses"}
+REDESIGN_KEYS = {"claim", "mode", "date", "issues", "sentence", "predicate", "pool", "test", "chosen_by", "fresh_seeds",
+                 "why"}
+
+
+@dataclass(frozen=True)
+class Redesign:
+    """A claim's test redesigned before any seed it will decide (grids/claims/claims.yaml
+    ``redesigns``): the sentence, the predicate (checked against the claim's own ``compare`` and
+    ``pool``, so the record and the code cannot drift apart), and how it was chosen."""
+
+    claim: str
+    mode: str
+    date: str
+    issues: tuple[int, ...]
+    sentence: str
+    predicate: str
+    pool: str
+    test: str
+    chosen_by: str
+    fresh_seeds: str
+    why: str
+
+
+def load_redesigns(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Redesign, ...]:
+    """The file's redesigns of ``mode`` (every one with no mode), oldest first; a missing or
+    unknown key, an unknown claim, a mode the design does not name, no issue, or a predicate /
+    pool that is not the claim's own is an error naming the entry."""
+    raw = yaml.safe_load(Path(path).read_text())
+    modes = set((raw["design"].get("family") or {})) | set(raw["design"].get("by_mode") or {})
+    by_id = {c.id: c for c in CLAIMS}
+    out = []
+    for i, e in enumerate(raw.get("redesigns") or []):
+        where = f"{path}: redesigns[{i}]"
+        if not isinstance(e, dict) or set(e) != REDESIGN_KEYS or not all(str(e[k]).strip() for k in REDESIGN_KEYS - {"pool"}):
+            raise ValueError(f"{where} needs exactly {sorted(REDESIGN_KEYS)}, each non-empty but pool, got "
+                             f"{sorted(e) if isinstance(e, dict) else e!r}")
+        if e["claim"] not in by_id:
+            raise ValueError(f"{where}.claim: {e['claim']!r} is no claim id")
+        if e["mode"] not in modes:
+            raise ValueError(f"{where}.mode: {e['mode']!r} is no mode of design.family / design.by_mode {sorted(modes)}")
+        if not isinstance(e["issues"], list) or not e["issues"] or not all(isinstance(n, int) for n in e["issues"]):
+            raise ValueError(f"{where}.issues: a non-empty list of issue numbers, got {e['issues']!r}")
+        c = by_id[e["claim"]]
+        if e["predicate"] != c.compare.__name__ or (e["pool"] or "") != c.pool:
+            raise ValueError(f"{where}: predicate {e['predicate']!r} / pool {e['pool']!r} is not {c.id}'s own "
+                             f"({c.compare.__name__!r} / {c.pool!r}): the record and mor.claims.registry disagree")
+        r = Redesign(claim=c.id, mode=str(e["mode"]), date=str(e["date"]), issues=tuple(e["issues"]),
+                     **{k: " ".join(str(e[k] or "").split()) for k in ("sentence", "predicate", "pool", "test",
+                                                                       "chosen_by", "fresh_seeds", "why")})
+        if mode is None or r.mode == mode:
+            out.append(r)
+    return tuple(out)
+
+
+TOP_KEYS = {"design", "claims", "reanalyses", "redesigns"}
 
 
 def load_specs(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Design, dict[str, Spec]]:
@@ -246,6 +306,7 @@ def load_specs(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Design,
     if set(raw) - TOP_KEYS:
         raise ValueError(f"{path}: unknown top-level key(s) {sorted(set(raw) - TOP_KEYS)} (known: {sorted(TOP_KEYS)})")
     load_reanalyses(path)  # a malformed record fails here, before any job reads the design
+    load_redesigns(path)
     d = dict(raw["design"])
     by_mode = d.pop("by_mode", None) or {}
     for name, over in by_mode.items():

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from mor.atomic import remove_stale, replace_dir, temp_sibling
-from mor.claims.registry import CLAIMS, SPEC_FILE, Reanalysis, load_family, load_reanalyses, load_specs
+from mor.claims.registry import (CLAIMS, SPEC_FILE, Reanalysis, Redesign, load_family, load_reanalyses, load_redesigns,
+                                 load_specs)
 from mor.claims.verdict import evaluate, verdict_note
 from mor.results import read_frame
 
@@ -104,6 +105,14 @@ def reanalysis_notice(reanalyses: tuple[Reanalysis, ...], verdicts: dict[str, st
     return out
 
 
+def redesign_notice(redesigns: tuple[Redesign, ...]) -> list[str]:
+    """One paragraph per redesigned test for the top of the claims table: the claim, when and
+    why, the test now, how it was chosen and which seeds it is to be decided on (pure)."""
+    return [f"{r.claim}'s test was redesigned on {r.date} (issue{'s' if len(r.issues) > 1 else ''} "
+            f"{', '.join(map(str, r.issues))}), before any seed it decides, for \"{r.sentence}\": {r.test}. Why: {r.why}. "
+            f"Chosen by simulation alone: {r.chosen_by}. Seeds: {r.fresh_seeds}." for r in redesigns]
+
+
 def first_seeds_of(rounds: list[dict] | None) -> dict[tuple[str, str], int] | None:
     """(grid, block) -> the block's first train.seed, as the last round recorded it
     (``seeding.next_round``), so the table counts each pilot as the rounds did even where a
@@ -114,7 +123,7 @@ def first_seeds_of(rounds: list[dict] | None) -> dict[tuple[str, str], int] | No
     return {(g, b): int(s) for g, blocks in rounds[-1]["first_seeds"].items() for b, s in blocks.items()}
 
 
-SHOWN = ["claim", "statement", "verdict", "n seeds", "mean effect", "raw lo", "raw hi", "interval", "p", "p Holm",
+SHOWN = ["claim", "statement", "verdict", "verdict from", "n seeds", "mean effect", "raw lo", "raw hi", "interval", "p", "p Holm",
          "MDE", "chance next look", "paper effect", "seeds needed", "per seed", "note"]
 
 
@@ -145,6 +154,7 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
     intro = (f"{summary} (after Holm). From {results_dir} (grids {', '.join(sorted(frames)) or 'none'}; "
              f"commit(s) {', '.join(commits) or '-'}).")
     notices = reanalysis_notice(load_reanalyses(spec, mode), dict(zip(table["claim"], table["verdict"])))
+    designed = redesign_notice(load_redesigns(spec, mode))
     note = verdict_note(design)
     if rounds:
         note += " " + rounds_note(rounds)
@@ -155,7 +165,8 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
     tmp.mkdir()
     try:
         (tmp / "claims.md").write_text(
-            f"# {title}\n\n" + "".join(f"> **Re-analysis.** {n}\n\n" for n in notices) + f"{intro}\n\n{note}\n\n" + shown.to_markdown(index=False) + "\n\n## Each claim\n\n"
+            f"# {title}\n\n" + "".join(f"> **Re-analysis.** {n}\n\n" for n in notices)
+            + "".join(f"> **Redesigned test.** {n}\n\n" for n in designed) + f"{intro}\n\n{note}\n\n" + shown.to_markdown(index=False) + "\n\n## Each claim\n\n"
             + "\n".join(f"- **{r['claim']}** ({r['paper evidence']}): \"{r['paper sentence']}\". Comparisons: {r['effect']}. "
                         f"Decided by {r['decided by'] or '-'}." for _, r in table.iterrows()) + "\n")
         table.to_csv(tmp / "claims.csv", index=False)
@@ -166,6 +177,7 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
             skews.to_csv(tmp / "skew.csv", index=False)
             (tmp / "skew.md").write_text(skew_markdown(skews, design))
         body = "".join(f"<p><strong>Re-analysis.</strong> {html.escape(n)}</p>" for n in notices)
+        body += "".join(f"<p><strong>Redesigned test.</strong> {html.escape(n)}</p>" for n in designed)
         body += "".join(f"<p>{html.escape(p)}</p>" for p in (intro, note))
         (tmp / "claims.html").write_text(
             f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>claims</title></head><body>"

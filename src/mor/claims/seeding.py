@@ -171,24 +171,20 @@ def runs_per_seed(grid) -> dict[tuple[str, str], int]:
 
 def seeds_built(grid, frame: pd.DataFrame) -> dict[tuple[str, str], int]:
     """(grid, block) -> the reach that block has built: one past the highest seed offset (from
-    the block's own first seed, ``first_seeds``) up to which every seed the grid holds
-    (``seed_offsets``: a pilot's gap is not held) has every run in the results frame; 0 when its
-    first seed lacks a run."""
+    the block's own first seed, ``first_seeds``) at which every run the grid holds has its row in
+    the results frame; 0 when no seed is complete. A seed with a missing run below that (a failed
+    job mid-block) does not lower the reach: the seeds above it are built, so a raise pays for
+    the seeds it adds past the reach alone, and the claim that lost the seed gets one seed more
+    (``plan``: the look plus the seeds lost), priced as one seed. Counted up to the first gap, a
+    run lost at seed 15 of 29 priced seeds 15-28 again (25.2 CPU-min for one 1.8 CPU-min seed;
+    issue 61)."""
     have = set(frame["run_id"]) if frame is not None else set()
     first = first_seeds(grid)
     per: dict[tuple[str, str], dict[int, list[bool]]] = {}
     for r in grid.runs:
         k = (grid.name, r.block)
         per.setdefault(k, {}).setdefault(r.config.train.seed - first[k], []).append(r.run_id in have)
-    out = {}
-    for k, seeds in per.items():
-        reach = 0
-        for offset in sorted(seeds):
-            if not all(seeds[offset]):
-                break
-            reach = offset + 1
-        out[k] = reach
-    return out
+    return {k: max((offset + 1 for offset, built in seeds.items() if all(built)), default=0) for k, seeds in per.items()}
 
 
 def own_seeds_held(grid) -> dict[tuple[str, str], int]:

@@ -32,7 +32,9 @@ VERDICT_NOTE = (
     "design.skew: the least favourable one decides; every comparison's own MDE is in "
     "the note), 'seeds needed' the n at which the paper's effect would be. A claim that requires another (a part of its "
     "sentence that claim decides once, e.g. the balancing claims' NLL part, balancing-nll) holds only if both hold and "
-    "is contradicted if either is; the shared test is one member of Holm's family, counted once. inconclusive = not "
+    "is contradicted if either is; the shared test is one member of Holm's family, counted once; 'verdict from' says "
+    "whether a verdict is the claim's own test's or comes through the claim it requires (its own test's verdict in "
+    "brackets; 'p Holm' is always its own). inconclusive = not "
     "decided after Holm; not built = the grid's results are missing.")
 
 
@@ -43,7 +45,8 @@ def verdict_note(design: stats.Design) -> str:
     if design.first_seed:
         note += (f" Seeds at offsets below {design.first_seed} (train.seed minus the first seed of the claim's blocks, "
                  f"as the design raises blocks) are a pilot's: their results sized this design, so no test reads "
-                 f"them, and 'n seeds' and the looks count the fresh seeds from offset {design.first_seed} on.")
+                 f"them, and 'n seeds' and the looks count the fresh seeds from offset {design.first_seed} on. A claim "
+                 f"outside the family, which nothing tests, is shown with every seed its grids hold.")
     if design.spent_before:
         note += (f" Alpha already spent: an earlier design's final look tested {', '.join(design.retested)} at alpha = "
                  f"{design.spent_before:g} and left them undecided; this design tests them again at a fresh alpha = "
@@ -117,7 +120,7 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
     kept, elsewhere = [], []
     for s, r in per_seed.items():
         gone = [k for k in labels if not math.isfinite(r.values.get(k, math.nan))]
-        if labels and len(gone) == len(labels) and not r.dropped:
+        if len(gone) == len(labels) and not r.dropped:
             elsewhere.append(s)  # no comparison at all: a seed the design gave other claims' blocks
         elif gone or not labels:
             notes.append(f"seed {s} dropped ({'no ' + ', '.join(gone) if gone else 'no comparison'})")
@@ -134,6 +137,9 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
                      f"{np.nanmax(v):.3g})")
     matrix = np.array([[per_seed[s].values[k] for s in kept] for k in labels], dtype=np.float64).reshape(len(labels), len(kept))
     metrics = {k: m for r in per_seed.values() for k, m in r.metrics.items()}
+    if claim.pool == "mean" and len(labels) > 1:  # one comparison: the mean of the predicate's, per seed
+        notes.append(f"one comparison, the mean of {len(labels)}: {', '.join(labels)}")
+        labels, matrix = [f"mean of {len(labels)}"], matrix.mean(axis=0, keepdims=True)
     return matrix, labels, kept, notes, {k: metrics.get(k, claim.metric) for k in labels}
 
 
@@ -185,7 +191,13 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
             rows.append({**row, "verdict": "not built", "n seeds": 0,
                          "note": f"results/{missing[0]}.parquet is not built; run its grid to decide this claim"})
             continue
-        m, labels, kept, notes, metric = _comparisons(c, spec, frames, design.first_seed, split, first_seeds)
+        # the pilot's seeds are left unread for the claims this mode tests; a claim outside its family is
+        # tested by nothing here, so it is shown with every seed its grids hold (the pilot's too)
+        pilot = design.first_seed if row["_member"] else 0
+        m, labels, kept, notes, metric = _comparisons(c, spec, frames, pilot, split, first_seeds)
+        if design.first_seed and not row["_member"]:
+            notes.append(f"every seed read, those below the design's first fresh seed ({design.first_seed}) too: "
+                         "no test reads them")
         n = len(kept)
         equivalence = c.kind == "equivalence"
         row.update({"n seeds": n, "comparisons": len(labels), "_equivalence": equivalence})
@@ -275,10 +287,12 @@ def _decide(rows: list[dict], tested: list[int], design: stats.Design) -> None:
                 rows[i]["p Holm"] = _sig(float(a))
             if rows[i].get("verdict") != "not built":
                 rows[i]["verdict"] = {1: "holds", -1: "contradicted", 0: "inconclusive"}[int(v)]
+                rows[i]["verdict from"] = "own"
         left = len(family) - int((code != 0).sum())
         _condition(rows, family)
     for r in rows:
         r.setdefault("verdict", "inconclusive")
+        r.setdefault("verdict from", "own" if r.get("_member") and r["verdict"] != "not built" else "")
         r["_left"] = left
         if r["verdict"] != "inconclusive" or "_sds" not in r or not np.all(np.isfinite(r["_sds"])):
             continue
@@ -317,9 +331,13 @@ def _condition(rows: list[dict], family: list[int]) -> None:
         own, theirs = r["verdict"], [n["verdict"] for n in needs]
         if own == "contradicted" or "contradicted" in theirs:
             r["verdict"] = "contradicted"
-            if own != "contradicted":
-                r["note"] = "; ".join(x for x in (r.get("note"), f"contradicted through {', '.join(n['claim'] for n in needs if n['verdict'] == 'contradicted')}") if x)
+            through = [n["claim"] for n in needs if n["verdict"] == "contradicted"]
         elif own == "holds" and all(v == "holds" for v in theirs):
-            r["verdict"] = "holds"
+            r["verdict"], through = "holds", []
         else:
             r["verdict"] = "inconclusive"
+            through = [n["claim"] for n in needs if n["verdict"] != "holds"] if own == "holds" else []
+        if r["verdict"] != own:  # the table says which verdict is the claim's own test's and which it inherits
+            r["verdict from"] = f"through {', '.join(through)} (own test: {own})"
+            r["note"] = "; ".join(x for x in (r.get("note"), f"{r['verdict']} through {', '.join(through)}: its own "
+                                              f"test says {own} (p Holm is its own test's)") if x)
