@@ -48,17 +48,21 @@ def resolve_targets(targets: list[str], grids_dir: Path, mode: str) -> list[Grid
 
 
 def _run_target(t: str, grids: dict[str, Grid], mode: str) -> tuple[str, str] | None:
-    """(grid, run id) for a run target: ``runs/<grid>/<id>``, ``<grid>/<id>`` or a bare id, the id
-    any unique prefix (what the narrow table shows); None for a target that names no run."""
+    """(grid, run id) for a run target: ``runs/<id>`` (its folder), ``<grid>/<id>`` or a bare id
+    (``runs/<grid>/<id>`` of the layout before, too), the id any unique prefix (what the narrow
+    table shows); a run several grids list is shown under the first; None for a target that
+    names no run."""
     parts = [p for p in t.rstrip("/").split("/") if p]
     if parts[:1] == ["runs"]:
         parts = parts[1:]
     if len(parts) == 2 and parts[0] in grids:
         return parts[0], grids[parts[0]].find(parts[1]).run_id
+    if len(parts) == 1 and t.startswith("runs/"):
+        t = parts[0]
     if len(parts) != 1 or t in grids or t in ("paper", "all") or t.endswith(".yaml") or "/" in t:
         return None
     hits = [(g.name, r.run_id) for g in grids.values() for r in g.runs if r.run_id.startswith(t)]
-    if len(hits) > 1 and len({h[0] for h in hits}) > 1:
+    if len({h[1] for h in hits}) > 1 and len({h[0] for h in hits}) > 1:
         raise GridError(f"run id prefix {t!r} is ambiguous in mode {mode!r}: runs of "
                         f"{sorted({h[0] for h in hits})} start with it; name the grid: <grid>/{t}")
     return (hits[0][0], grids[hits[0][0]].find(t).run_id) if hits else None
