@@ -122,7 +122,9 @@ def _run_folder(path: Path) -> Path:
                               f"e.g. {path / runs[0]} (`python -m mor status` lists them with their states)")
         grids = sorted(d.name for d in path.iterdir() if d.is_dir() and any(_is_run(r) for r in d.iterdir() if r.is_dir()))
         if grids:
-            raise ExportError(f"{path}: a folder of grids ({', '.join(grids[:6])}), not a run; give runs/<run id>")
+            raise ExportError(f"{path}: a folder of grids ({', '.join(grids[:6])}), not a run: runs of the layout before "
+                              "one home per run (runs/<grid>/<run id>); move them once with `python -m mor migrate-runs`, "
+                              "then give runs/<run id>")
         raise ExportError(f"{path}: no run here (no {files.config.name}, checkpoints or final weights); a run "
                           "folder is runs/<run id>")
     parents = [path.parent]

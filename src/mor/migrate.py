@@ -76,7 +76,7 @@ def _add(plan: Plan, src: Path, dst: Path, taken: dict[Path, Path], log: bool = 
         plan.moves.append((src, dst))
         taken[dst] = src
     elif (same_tree(src, other) if src.is_dir() else filecmp.cmp(src, other, shallow=False)):
-        plan.duplicates.append((src, other))
+        plan.duplicates.append((src, dst))  # the same as what is (or will be) at its home
     else:
         (plan.kept_logs if log else plan.conflicts).append((src, other))
 
