@@ -230,8 +230,9 @@ def check_destination(out_dir: Path, run_dir: Path, results: Path, force: bool) 
     target = out_dir.resolve()
     guarded = {run_dir.resolve(): "the run being exported", Path(RUNS).resolve(): "the runs folder",
                Path(RESULTS).resolve(): "the results folder", results.resolve(): "the results folder"}
-    if run_dir.resolve().parent.parent.name == RUNS:
-        guarded[run_dir.resolve().parent.parent] = "the runs folder"
+    for up in (run_dir.resolve().parent, run_dir.resolve().parent.parent):  # runs/<id>; runs/<grid>/<id> before
+        if up.name == RUNS:
+            guarded[up] = "the runs folder"
     guarded.update({repo: "the repository" for repo in _repositories()})
     for path, what in guarded.items():
         if path == target or target in path.parents:
