@@ -240,7 +240,7 @@ def _main(args: list[str]) -> int:
     p.set_defaults(fn=_migrate_runs)
 
     p = sub.add_parser("export-hf", help="a finished run as a transformers folder")
-    p.add_argument("run_dir", help="runs/<run_id>; the id may be any unique prefix (as `status` shows it)")
+    p.add_argument("run_dir", help="a run folder, runs/<run id>; the id may be any unique prefix (as `status` shows it)")
     p.add_argument("out_dir")
     p.add_argument("--data-root", default="data", help="where the run's tokenizer is")
     p.add_argument("--results", default="results", help="results folder (the model card's validation NLL)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mor.grids import Grid, GridError, all_grids, load_grid
+from mor.layout import RUNS
 
 
 def resolve_targets(targets: list[str], grids_dir: Path, mode: str) -> list[Grid]:
@@ -53,11 +54,12 @@ def _run_target(t: str, grids: dict[str, Grid], mode: str) -> tuple[str, str] | 
     table shows); a run several grids list is shown under the first; None for a target that
     names no run."""
     parts = [p for p in t.rstrip("/").split("/") if p]
-    if parts[:1] == ["runs"]:
+    folder = parts[:1] == [RUNS]  # runs/<id> (its one home), or runs/<grid>/<id> of the layout before
+    if folder:
         parts = parts[1:]
     if len(parts) == 2 and parts[0] in grids:
         return parts[0], grids[parts[0]].find(parts[1]).run_id
-    if len(parts) == 1 and t.startswith("runs/"):
+    if len(parts) == 1 and folder:
         t = parts[0]
     if len(parts) != 1 or t in grids or t in ("paper", "all") or t.endswith(".yaml") or "/" in t:
         return None
