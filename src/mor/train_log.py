@@ -1,4 +1,4 @@
-"""The training log, ``runs/<grid>/<run_id>/train_log.jsonl``, read into a table (pure reader).
+"""The training log, ``runs/<run_id>/train_log.jsonl``, read into a table (pure reader).
 
 The trainer (``mor.train.trainer``) appends one JSON object per logged step:
 

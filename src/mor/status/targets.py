@@ -12,7 +12,7 @@ from mor.layout import RUNS
 
 def resolve_targets(targets: list[str], grids_dir: Path, mode: str) -> list[Grid]:
     """Grids for Snakemake targets (tables/x, figures/y, paper), grid names or grid files, or
-    runs (``runs/<grid>/<id>``, ``<grid>/<id>``, a bare id; any unique prefix of the id: that
+    runs (``runs/<id>``, ``<grid>/<id>``, a bare id; any unique prefix of the id: that
     grid with those runs alone); none = every grid that lists an artifact."""
     grids = {p.stem: load_grid(p, mode) for p in all_grids(grids_dir)}
     by_artifact = {a: g.name for g in grids.values() for a in g.artifacts}
