@@ -192,6 +192,13 @@ def init_checkpoint_inputs(wildcards):
     return []
 
 
+def branch_source_inputs(wildcards):
+    """A decay branch (mor.branching) waits for its warmup-stable run, which keeps the branch's
+    starting checkpoint (checkpoints/branch/step-*) on the way to its own end."""
+    stable = run_config(wildcards).train.branch_run
+    return [str(layout.RunPaths.own(stable).summary)] if stable else []
+
+
 _MODE_CHECKED = set()
 
 

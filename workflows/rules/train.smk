@@ -1,13 +1,6 @@
 # One job per run id, however many grids list it: train (or resume from the last checkpoint) -> runs/<run_id>/.
 
 
-def branch_source_inputs(wildcards):
-    """A decay branch (mor.branching) waits for its warmup-stable run, which keeps the branch's
-    starting checkpoint (checkpoints/branch/step-*) on the way to its own end."""
-    stable = run_config(wildcards).train.branch_run
-    return [str(layout.RunPaths.own(stable).summary)] if stable else []
-
-
 rule train:
     input:
         # token files; an up-training run's source; a decay branch's stable run
