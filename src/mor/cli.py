@@ -67,6 +67,16 @@ def _claims(a) -> int:
     return 0
 
 
+def _migrate_runs(a) -> int:
+    from mor.migrate import MigrateError, main as migrate_main
+
+    try:
+        return migrate_main(a.root, a.dry_run)
+    except MigrateError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
 def _status(a) -> int:
     from mor.status import main as status_main
 
@@ -90,15 +100,15 @@ def _is_run(d: Path) -> bool:
 
 
 def _run_folder(path: Path) -> Path:
-    """The run folder ``export-hf`` was given: ``runs/<grid>/<run id>``, where the id may be any
+    """The run folder ``export-hf`` was given: ``runs/<run id>``, where the id may be any
     prefix of one run's (what ``mor status`` shows), or a bare id prefix looked up in
-    ``runs/*/``. A path that is no run says what it found there (a grid folder, a file, an
+    ``runs/``. A path that is no run says what it found there (a grid folder, a file, an
     unfinished run, nothing)."""
     from mor.export_hf import ExportError
     from mor.layout import RUNS, RunPaths
 
     if path.is_file():
-        raise ExportError(f"{path}: a file, not a run folder; give runs/<grid>/<run id>")
+        raise ExportError(f"{path}: a file, not a run folder; give runs/<run id>")
     if path.is_dir():
         files = RunPaths.of(path)
         if _is_run(path):
@@ -108,16 +118,18 @@ def _run_folder(path: Path) -> Path:
             return path
         runs = sorted(d.name for d in path.iterdir() if d.is_dir() and _is_run(d))
         if runs:
-            raise ExportError(f"{path}: a grid folder holding {len(runs)} run(s), not a run; export one of them, "
+            raise ExportError(f"{path}: a folder holding {len(runs)} run(s), not a run; export one of them, "
                               f"e.g. {path / runs[0]} (`python -m mor status` lists them with their states)")
         grids = sorted(d.name for d in path.iterdir() if d.is_dir() and any(_is_run(r) for r in d.iterdir() if r.is_dir()))
         if grids:
-            raise ExportError(f"{path}: a folder of grids ({', '.join(grids[:6])}), not a run; give runs/<grid>/<run id>")
+            raise ExportError(f"{path}: a folder of grids ({', '.join(grids[:6])}), not a run: runs of the layout before "
+                              "one home per run (runs/<grid>/<run id>); move them once with `python -m mor migrate-runs`, "
+                              "then give runs/<run id>")
         raise ExportError(f"{path}: no run here (no {files.config.name}, checkpoints or final weights); a run "
-                          "folder is runs/<grid>/<run id>")
+                          "folder is runs/<run id>")
     parents = [path.parent]
-    if path.parent == Path(".") and Path(RUNS).is_dir():  # a bare run id (prefix): every grid's runs
-        parents = sorted(d for d in Path(RUNS).iterdir() if d.is_dir())
+    if path.parent == Path(".") and Path(RUNS).is_dir():  # a bare run id (prefix): the runs' one home
+        parents = [Path(RUNS)]
     near = sorted(d for parent in parents if parent.is_dir() for d in parent.iterdir()
                   if d.is_dir() and d.name.startswith(path.name) and not d.name.startswith("."))
     if len(near) == 1:
@@ -209,7 +221,7 @@ def _main(args: list[str]) -> int:
     p.add_argument("--spec", default=None, type=Path,
                    help="the claims' pre-registered design (default: the shipped grids/claims/claims.yaml)")
     p.add_argument("--mode", default="local")
-    p.add_argument("--analyses", default=None, help="folder holding runs/<grid>/<run>.depth_cap.npz (default: --results)")
+    p.add_argument("--analyses", default=None, help="folder holding runs/<run>.depth_cap.npz (default: --results)")
     p.add_argument("--round", action="append", help="the adaptive design's round files (plan.json), in order")
     p.add_argument("--skew", action="store_true",
                    help="also skew.md / skew.csv: each tested comparison's skewness with a bootstrap interval (issue 47)")
@@ -221,8 +233,14 @@ def _main(args: list[str]) -> int:
     status_arguments(p)
     p.set_defaults(fn=_status)
 
+    p = sub.add_parser("migrate-runs", help="move runs/<grid>/<run_id> (the layout before) to runs/<run_id>, once "
+                       "(docs/crash-recovery.md); refuses two different copies of one run, deletes nothing")
+    p.add_argument("--root", default=".", help="the folder holding runs/, results/ and logs/")
+    p.add_argument("-n", "--dry-run", action="store_true", help="print what would move, move nothing")
+    p.set_defaults(fn=_migrate_runs)
+
     p = sub.add_parser("export-hf", help="a finished run as a transformers folder")
-    p.add_argument("run_dir", help="runs/<grid>/<run_id>; the id may be any unique prefix (as `status` shows it)")
+    p.add_argument("run_dir", help="a run folder, runs/<run id>; the id may be any unique prefix (as `status` shows it)")
     p.add_argument("out_dir")
     p.add_argument("--data-root", default="data", help="where the run's tokenizer is")
     p.add_argument("--results", default="results", help="results folder (the model card's validation NLL)")

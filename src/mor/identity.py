@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-# The grid name is not hashed: it is the run's folder (runs/<grid>/<run_id>/).
+# The grid name is not hashed: a run several grids list is one run, in one folder (runs/<run_id>/).
 TRAINING_FIELDS = ("model", "train", "data")
 EVAL_FIELDS = ("eval",)
 # Fields added after runs existed: hashed only when set, so adding a field with a default

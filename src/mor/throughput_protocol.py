@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from mor.layout import THROUGHPUT_FILE  # noqa: F401  runs/<grid>/<run_id>/throughput.json (re-exported)
+from mor.layout import THROUGHPUT_FILE  # noqa: F401  runs/<run_id>/throughput.json (re-exported)
 from mor.yaml_io import load_yaml
 
 PROTOCOL_FILE = Path(__file__).resolve().parents[2] / "workflows" / "config" / "throughput.yaml"

@@ -1,4 +1,4 @@
-"""The training log, ``runs/<grid>/<run_id>/train_log.jsonl``, read into a table (pure reader).
+"""The training log, ``runs/<run_id>/train_log.jsonl``, read into a table (pure reader).
 
 The trainer (``mor.train.trainer``) appends one JSON object per logged step:
 
@@ -56,7 +56,7 @@ def read_train_log(path: str | Path) -> pd.DataFrame:
 
 def read_grid_logs(runs_root: str | Path, grid: str, run_ids: list[str]) -> pd.DataFrame:
     """The logs of ``run_ids`` of ``grid`` stacked, with a ``run_id`` column."""
-    frames = [read_train_log(run_dir(runs_root, grid, rid) / LOG_FILE).assign(run_id=rid) for rid in run_ids]
+    frames = [read_train_log(run_dir(runs_root, rid) / LOG_FILE).assign(run_id=rid) for rid in run_ids]
     return pd.concat(frames, ignore_index=True)
 
 

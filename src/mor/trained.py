@@ -1,6 +1,6 @@
 """A trained run, opened: the one way every reader of a finished run gets its model.
 
-    run = open_run("runs/<grid>/<run_id>")                 # the config from run_dir/config.json
+    run = open_run("runs/<run_id>")                 # the config from run_dir/config.json
     run = open_run(run_dir, config=grid.run(run_id).config) # or the grid's (a workflow job)
     run.config, run.model, run.device, run.files, run.summary, run.meta
 

@@ -126,7 +126,7 @@ def _wait_gone(sid: int, timeout: float = 60.0) -> None:
 def _steps_logged(workdir: Path) -> int:
     """Training steps logged so far over every run of the workflow: a train job's progress."""
     total = 0
-    for log in workdir.glob("runs/*/*/train_log.jsonl"):
+    for log in workdir.glob("runs/*/train_log.jsonl"):
         try:
             total += log.read_bytes().count(b"\n")
         except OSError:

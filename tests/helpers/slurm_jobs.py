@@ -54,7 +54,7 @@ def env() -> dict:
 
 def launch(kind: str, grid: Path, run_id: str, workdir: Path, data_root: Path, *extra: str, popen=False):
     cmd = [sys.executable, "-m", "mor.launch", kind, "--grid", str(grid), "--run-id", run_id, "--mode", "local",
-           "--run-dir", f"runs/{grid.stem}/{run_id}", "--data-root", str(data_root), *extra]
+           "--run-dir", f"runs/{run_id}", "--data-root", str(data_root), *extra]
     if popen:
         return subprocess.Popen(cmd, cwd=workdir, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return run_group(cmd, cwd=workdir, env=env(), timeout=deadline(JOB_S))

@@ -66,10 +66,11 @@ def reference_nll(workdir: Path, row: dict, data_root: Path) -> float:
     import torch
 
     from mor.config import run_config_from_dict
+    from mor.layout import run_dir
     from mor.trained import open_run
 
     cfg = run_config_from_dict(json.loads(row["config_json"]))
-    model = open_run(workdir / "runs" / row["grid"] / row["run_id"], cfg, "cpu", vocab_size=4096).model
+    model = open_run(run_dir(workdir / "runs", row["run_id"]), cfg, "cpu", vocab_size=4096).model
     t = cfg.train.seq_len
     val = np.load(data_root / "tokens" / "val-bpe-4096.npy")
     n = min(len(val) // (t + 1), cfg.eval.nll_tokens // t)

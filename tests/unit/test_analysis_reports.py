@@ -42,7 +42,7 @@ def test_fig5c_draws_each_runs_capped_nll(tmp_path, monkeypatch):
     rows = [row(f"mor{nr}", mor(nr)) for nr in (2, 3)] + [row("van", tiny_run())]
     write_rows(tmp_path / "results" / "g.parquet", rows)
     for r, nll in zip(rows[:2], ([5.5, 5.0], [6.0, 5.4, 5.1])):
-        write_sidecar(sidecar_path(tmp_path / "results", "g", r["run_id"], "depth_cap"),
+        write_sidecar(sidecar_path(tmp_path / "results", r["run_id"], "depth_cap"),
                       {"run_id": r["run_id"], "config_hash": r["config_hash"]},
                       {"max_depth": list(range(1, len(nll) + 1)), "val_nll": nll, "val_nll_causal": [x + 0.1 for x in nll]})
     files = render("figures/fig5c", str(tmp_path / "results" / "g.parquet"), str(grid_file(tmp_path)))
@@ -57,7 +57,7 @@ def test_fig5c_refuses_an_analysis_file_of_another_training(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     r = row("mor2", mor(2))
     write_rows(tmp_path / "results" / "g.parquet", [r])
-    write_sidecar(sidecar_path(tmp_path / "results", "g", "mor2", "depth_cap"), {"run_id": "mor2", "config_hash": "old"},
+    write_sidecar(sidecar_path(tmp_path / "results", "mor2", "depth_cap"), {"run_id": "mor2", "config_hash": "old"},
                   {"max_depth": [1, 2], "val_nll": [1, 2], "val_nll_causal": [1, 2]})
     with pytest.raises(ValueError, match="written for config_hash 'old'"):
         render("figures/fig5c", str(tmp_path / "results" / "g.parquet"), str(grid_file(tmp_path)))
@@ -100,7 +100,7 @@ def test_fig7_and_fig8_draw_the_stored_kv_arrays(tmp_path, monkeypatch):
     write_rows(tmp_path / "results" / "g.parquet", [r, row("mor2", mor(2))])
     mag = np.arange(12, dtype=float).reshape(4, 3)
     cos = np.eye(4) * 0.5 + 0.5
-    write_sidecar(sidecar_path(tmp_path / "results", "g", "rec", "kv"),
+    write_sidecar(sidecar_path(tmp_path / "results", "rec", "kv"),
                   {"run_id": "rec", "config_hash": r["config_hash"], "depth_labels": ["r1.L0", "r1.L1", "r2.L0", "r2.L1"],
                    "recursion_layers": [0, 2, 2, 0]},
                   {"key_magnitude": mag, "value_magnitude": mag * 2, "key_cosine": cos, "value_cosine": cos * 0.9})

@@ -788,7 +788,7 @@ def test_load_frames_reads_every_depth_cap(tmp_path):
     from mor.claims.render import _with_depth_cap
 
     df = pd.DataFrame([{"grid": "fig5c", "run_id": "r1", "num_recursions": 3, "val_nll": 5.0}])
-    path = tmp_path / "runs" / "fig5c" / "r1.depth_cap.npz"
+    path = tmp_path / "runs" / "r1.depth_cap.npz"
     path.parent.mkdir(parents=True)
     np.savez(path, max_depth=np.array([1, 2, 3]), val_nll=np.array([5.3, 5.1, 5.0]))
     out = _with_depth_cap(tmp_path, df).iloc[0]

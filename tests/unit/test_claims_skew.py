@@ -107,7 +107,7 @@ def test_claims_writes_the_skew_table_beside_claims_md(tmp_path):
                      "mode": "local", "scale": "small", "paper_scale": "135M", "seed": s, "variant": "mor",
                      "tying": run.model.tying, "num_recursions": 2, "reduced": False, "n_params": 1, "unique_layers": 1,
                      "effective_layers": 1, "val_nll": 5.0, "config_json": json.dumps(run.to_dict())})
-        path = tmp_path / "runs" / "fig5c" / f"{run.run_id}.depth_cap.npz"
+        path = tmp_path / "runs" / f"{run.run_id}.depth_cap.npz"
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(path, max_depth=np.array([1, 2]), val_nll=np.array([5.05 + 0.01 * rng.standard_normal(), 5.0]))
     write_rows(tmp_path / "fig5c.parquet", rows)

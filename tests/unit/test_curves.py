@@ -41,13 +41,13 @@ def grid_files(tmp_path):
     for scale, base in (("small", 0.0), ("medium", -0.5)):
         for seed, off in ((0, 0.0), (1, 0.2)):
             rid = f"{scale}-recursive-s{seed}"
-            write_log(tmp_path / "runs" / "g" / rid / "train_log.jsonl", base + off, torn=seed == 1)
+            write_log(tmp_path / "runs" / rid / "train_log.jsonl", base + off, torn=seed == 1)
             rows.append(row(rid, scale, "recursive", seed, 5.5 + base + off, "Cycle Nr=2"))
         rid = f"{scale}-vanilla"
-        write_log(tmp_path / "runs" / "g" / rid / "train_log.jsonl", base + 0.1)
+        write_log(tmp_path / "runs" / rid / "train_log.jsonl", base + 0.1)
         rows.append(row(rid, scale, "vanilla", 0, 5.6 + base, "Vanilla"))
         rid = f"{scale}-mor"
-        write_log(tmp_path / "runs" / "g" / rid / "train_log.jsonl", base - 0.1, aux=0.01)
+        write_log(tmp_path / "runs" / rid / "train_log.jsonl", base - 0.1, aux=0.01)
         rows.append(row(rid, scale, "mor", 0, 5.4 + base, "MoR expert-choice", router="expert_choice"))
     write_rows(tmp_path / "results" / "g.parquet", rows)
     return tmp_path
@@ -97,7 +97,7 @@ def test_configurations_sharing_a_label_stay_apart(tmp_path):
     rows = []
     for nr, off in ((2, 0.0), (3, 0.3)):
         rid = f"small-recursive-nr{nr}"
-        write_log(tmp_path / "runs" / "g" / rid / "train_log.jsonl", off)
+        write_log(tmp_path / "runs" / rid / "train_log.jsonl", off)
         r = row(rid, "small", "recursive", 0, 5.5 + off, "cycle")
         r["num_recursions"] = nr
         r["config_json"] = json.dumps({"model": {"scale": "small", "num_recursions": nr}, "train": {"seed": 0}})
@@ -112,7 +112,7 @@ def test_configurations_sharing_a_label_stay_apart(tmp_path):
 
 
 def test_a_run_without_log_names_its_file(grid_files):
-    (grid_files / "runs" / "g" / "small-vanilla" / "train_log.jsonl").unlink()
+    (grid_files / "runs" / "small-vanilla" / "train_log.jsonl").unlink()
     with pytest.raises(TrainLogError, match=r"small-vanilla/train_log\.jsonl: no train log"):
         render_curves(grid_files / "results" / "g.parquet", grid_files / "runs", "g", grid_files / "out")
 

@@ -13,6 +13,8 @@ import re
 import tokenize
 from pathlib import Path
 
+import pytest
+
 from helpers.paths import REPO
 from mor import layout
 
@@ -105,4 +107,22 @@ def test_run_paths_agree_with_the_patterns():
     assert p.row == Path("/r") / layout.ROW_PATTERN.format(**fill)
     assert p.sidecar("kv") == Path("/r") / layout.SIDECAR_PATTERN.format(**fill)
     assert str(layout.RunPaths.of("elsewhere/g/id").summary) == "elsewhere/g/id/train_summary.json"
-    assert layout.RunPaths.of("elsewhere/g/id").grid == "g"
+    assert layout.RunPaths.of("elsewhere/g/id").grid is None  # a run folder names no grid: it has one home
+
+
+def test_a_run_has_one_home_whatever_grid_lists_it():
+    """Issue 58: two grids' paths of one run id are one folder, one analysis file, one log of
+    each of its own jobs; only the result row (and the eval job's log and Slurm folder) is the grid's."""
+    a, b = layout.RunPaths("table10", "135M-x-abc"), layout.RunPaths("table15", "135M-x-abc")
+    assert a.dir == b.dir == Path("runs/135M-x-abc") == layout.RunPaths.own("135M-x-abc").dir
+    assert a.sidecar("kv") == b.sidecar("kv") == Path("results/runs/135M-x-abc.kv.npz")
+    assert a.row != b.row and a.row == Path("results/runs/table10/135M-x-abc.parquet")
+    for job in ("train", "lmeval", "throughput", "analysis-kv"):
+        assert layout.run_log("logs", "table10", "id", job) == layout.run_log("logs", "table15", "id", job)
+        assert layout.job_folder("s", "table10", "id", job) == layout.job_folder("s", "table15", "id", job)
+    assert layout.run_log("logs", "table10", "id", "eval") != layout.run_log("logs", "table15", "id", "eval")
+    assert layout.job_folder("s", "table10", "id", "eval") == Path("s/table10/id/eval")
+    assert layout.run_log_pattern("train").format(grid="g", run_id="i") == "logs/runs/i/train.log"
+    assert layout.run_log_pattern("eval").format(grid="g", run_id="i") == "logs/g/i/eval.log"
+    with pytest.raises(ValueError):
+        layout.RunPaths.own("id").row

@@ -225,7 +225,7 @@ def test_simulated_frames_read_like_the_pipelines(tmp_path):
         rows = df.drop(columns=[c for c in df.columns if c.startswith("depth_cap_nll_")]).astype(object)
         write_rows(tmp_path / f"{g}.parquet", rows.where(rows.notna(), None).to_dict("records"))
     for _, r in frames["fig5c"].iterrows():
-        path = tmp_path / "runs" / "fig5c" / f"{r['run_id']}.depth_cap.npz"
+        path = tmp_path / "runs" / f"{r['run_id']}.depth_cap.npz"
         path.parent.mkdir(parents=True, exist_ok=True)
         depths = np.arange(1, r["num_recursions"] + 1)
         np.savez(path, max_depth=depths, val_nll=[r[f"depth_cap_nll_{d}"] if d < depths[-1] else r["val_nll"] for d in depths])

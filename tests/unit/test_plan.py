@@ -20,7 +20,7 @@ from mor.flops import (capped_forward_flops_per_token, decode_flops_per_token, f
 from mor.grids import load_grid
 from mor.launch.__main__ import main as launch_main
 from mor.launch.cost import lm_eval_sizes, plan_grid
-from mor.launch.plan import format_plan
+from mor.launch.plan import campaign_jobs, format_plan
 from mor.launch.presets import DEFAULT_PRESETS, load_presets
 
 GRIDS = REPO / "grids"
@@ -311,7 +311,8 @@ def test_the_totals_line_sums_every_kind(presets):
     jobs = [j for p in paths for j in plan_grid(load_grid(p, "cluster"), presets)]
     assert set(_counts(jobs)) == {"train", "eval", "lmeval", "analysis", "throughput"}
     est, req = sum(j.gpu_hours for j in jobs), sum(j.gpu_hours_requested for j in jobs)
-    assert f"all grids: 9 runs, {est:.1f} GPU-h estimated, {req:.1f} GPU-h requested" in out.getvalue()
+    assert "9 runs listed, 9 distinct" in out.getvalue()  # these three share no run
+    assert f"GPU-hours: {est:.1f} estimated, {req:.1f} requested; each grid its own runs: {est:.1f} estimated" in out.getvalue()
     # requested: each job's limit (1.5 x a train job's estimated hours, 2 x a scoring job's, rounded up
     # to 15 min, at least 30 min, at most the preset's 24 h / 3 h / 1 h) x its segments x its GPUs
     ceiling = {"train": 24 * 60, "eval": 180, "analysis": 180, "lmeval": 60, "throughput": 60}
@@ -322,6 +323,30 @@ def test_the_totals_line_sums_every_kind(presets):
     assert [j.time_min for j in jobs] == [limit(j) for j in jobs]
     assert req == pytest.approx(sum(math.ceil(j.hours * 60 / limit(j)) * limit(j) / 60 * j.gpus for j in jobs))
     assert req < 5 * 4 * 24 + 4 * 2 * 24 + 9 * 3 + 4 * 3 + 9 * 1 + 5 * 1  # what the presets' limits alone booked
+
+
+def test_a_run_two_grids_list_is_planned_once_with_what_that_saves(presets):
+    """Issue 58: table10 and table15 share runs (one id, one home): the campaign counts each
+    distinct run's own jobs once, each grid's eval row once per grid, and the saving is exactly
+    the GPU-hours of the repeated listings' own jobs."""
+    paths = [GRIDS / "table10.yaml", GRIDS / "table15.yaml"]
+    grids = [load_grid(p, "cluster") for p in paths]
+    planned = {g.name: (g, plan_grid(g, presets)) for g in grids}
+    ids = [{r.run_id for r in g.runs} for g in grids]
+    shared = ids[0] & ids[1]
+    assert shared  # derived from the grids: the test means something only if they share runs
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert launch_main(["plan", *[a for p in paths for a in ("--grid", str(p))], "--mode", "cluster"]) == 0
+    listed, distinct = len(ids[0]) + len(ids[1]), len(ids[0] | ids[1])
+    assert f"{listed} runs listed, {distinct} distinct" in out.getvalue()
+    second = planned["table15"][1]
+    saved = sum(j.gpu_hours for j in second if j.run_id in shared and j.kind != "eval")
+    assert saved > 0
+    assert f"sharing saves {saved:.1f} estimated" in out.getvalue()
+    trains = [j for j in campaign_jobs(planned) if j.kind == "train"]
+    assert len(trains) == distinct and len({j.run_id for j in trains}) == distinct
+    assert len([j for j in campaign_jobs(planned) if j.kind == "eval"]) == listed  # a row per grid
 
 
 def test_the_designs_cluster_costs_are_the_plans_and_the_plan_prints_them():

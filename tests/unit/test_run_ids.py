@@ -79,20 +79,21 @@ def _finished_run(run_dir):
 
 def test_export_paths_say_what_they_found(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    grid = tmp_path / "runs" / "table10"
-    _finished_run(grid / "135M-vanilla-764b48f1")
-    _finished_run(grid / "135M-vanilla-reduced2-1234abcd")
+    runs = tmp_path / "runs"  # one home per run (mor.layout): runs/<run id>
+    _finished_run(runs / "135M-vanilla-764b48f1")
+    _finished_run(runs / "135M-vanilla-reduced2-1234abcd")
+    _finished_run(tmp_path / "old" / "runs" / "table10" / "135M-vanilla-764b48f1")  # the layout before
     (tmp_path / "notes.txt").write_text("x")
     (tmp_path / "empty").mkdir()
     cases = [
-        ("runs/table10", r"runs/table10: a grid folder holding 2 run\(s\), not a run; export one of them, "
-                         r"e\.g\. runs/table10/135M-vanilla-764b48f1"),
-        ("runs", r"runs: a folder of grids \(table10\), not a run"),
+        ("runs", r"runs: a folder holding 2 run\(s\), not a run; export one of them, "
+                 r"e\.g\. runs/135M-vanilla-764b48f1"),
+        ("old/runs", r"old/runs: a folder of grids \(table10\), not a run: .*python -m mor migrate-runs"),
         ("notes.txt", r"notes\.txt: a file, not a run folder"),
         ("empty", r"empty: no run here \(no config\.json"),
-        ("runs/table10/135M-vanilla", r"prefix '135M-vanilla' is ambiguous: 2 run folders start with it: "
-                                      r"runs/table10/135M-vanilla-764b48f1, runs/table10/135M-vanilla-reduced2"),
-        ("runs/table10/360M", r"runs/table10/360M: no such run folder, and no run in runs/table10 starts with '360M'"),
+        ("runs/135M-vanilla", r"prefix '135M-vanilla' is ambiguous: 2 run folders start with it: "
+                              r"runs/135M-vanilla-764b48f1, runs/135M-vanilla-reduced2"),
+        ("runs/360M", r"runs/360M: no such run folder, and no run in runs starts with '360M'"),
         ("runs/table99/x", r"runs/table99/x: no such run folder \(runs/table99 does not exist\)"),
     ]
     for arg, pattern in cases:
@@ -105,8 +106,8 @@ def test_export_paths_say_what_they_found(tmp_path, capsys, monkeypatch):
     from mor.cli import _run_folder
     from pathlib import Path
 
-    assert _run_folder(Path("runs/table10/135M-vanilla-7")) == Path("runs/table10/135M-vanilla-764b48f1")
-    assert _run_folder(Path("135M-vanilla-r")) == Path("runs/table10/135M-vanilla-reduced2-1234abcd")  # a bare id
+    assert _run_folder(Path("runs/135M-vanilla-7")) == Path("runs/135M-vanilla-764b48f1")
+    assert _run_folder(Path("135M-vanilla-r")) == Path("runs/135M-vanilla-reduced2-1234abcd")  # a bare id
 
 
 def test_export_refuses_a_folder_it_did_not_write_even_forced_and_writes_with_the_umask(tmp_path, capsys, data_root):

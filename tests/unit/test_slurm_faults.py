@@ -430,7 +430,7 @@ def _start_training(tmp_path: Path, data_root: Path, name: str):
     launcher = launch("train", grid, run_id, tmp_path, data_root, "--launcher", "slurm",
                       "--presets", str(write_presets(tmp_path / "presets.yaml")), popen=True)
     try:
-        wait_for(lambda: (tmp_path / "runs" / name / run_id / "checkpoints" / "latest.json").exists()
+        wait_for(lambda: (tmp_path / "runs" / run_id / "checkpoints" / "latest.json").exists()
                  or launcher.poll() is not None, "the first checkpoint", every_s=0.05)
         assert launcher.poll() is None, launcher.communicate()[0]
         jid = job_ids(tmp_path)[f"{run_id}/train"]
@@ -439,7 +439,7 @@ def _start_training(tmp_path: Path, data_root: Path, name: str):
         launcher.kill()
         launcher.wait()
         raise
-    return grid, run_id, launcher, jid, tmp_path / "logs" / "slurm" / name / run_id / "train"
+    return grid, run_id, launcher, jid, tmp_path / "logs" / "slurm" / "runs" / run_id / "train"
 
 
 def _cancel(launcher, jid: str) -> str:
@@ -458,7 +458,7 @@ def _assert_rerun_resumes(tmp_path: Path, grid: Path, run_id: str, old_jid: str,
     assert proc.returncode == 0, proc.stdout + proc.stderr
     new = job_ids(tmp_path)[f"{run_id}/train"]
     assert new != old_jid and f"submitted Slurm job {new}" in proc.stdout, proc.stdout
-    run_dir = tmp_path / "runs" / grid.stem / run_id
+    run_dir = tmp_path / "runs" / run_id
     summary = json.loads((run_dir / "train_summary.json").read_text())
     assert summary["steps"] == STEPS and EVERY <= summary["resumed_from"] < STEPS, summary
     assert f"resumed from {summary['resumed_from']}" in proc.stdout

@@ -466,3 +466,25 @@ def test_no_measured_run_no_forecast(workspace, tmp_path):
     console.print(render(collect([grid, load_grid(GRIDS / "table13.yaml", "local")], paths, slurm_query=query, slurm_info=no_info)))
     text = console.export_text()
     assert "wall-h done" in text and "nothing yet" in text and "forecast" not in text and "cores" not in text
+
+
+def test_a_run_two_grids_list_is_shown_once_with_the_grids_that_use_it(tmp_path):
+    """Issue 58: table10 and table15 share runs (one id, one home, runs/<id>/): each shared run is
+    one row, under the first grid, its note naming the other; the second grid's summary counts
+    it as shared rather than listing it again."""
+    grids = [load_grid(GRIDS / "table10.yaml", "cluster"), load_grid(GRIDS / "table15.yaml", "cluster")]
+    shared = {r.run_id for r in grids[0].runs} & {r.run_id for r in grids[1].runs}
+    assert shared  # derived from the grids, not assumed
+    rid = sorted(shared)[0]
+    write_log(tmp_path / "runs" / rid, steps=3, age_s=10_000)  # one folder, whatever grid lists it
+    statuses = collect(grids, Paths(tmp_path / "runs", tmp_path / "results", tmp_path / "logs", tmp_path / "s"),
+                       slurm_query=lambda j: FakeState(""), slurm_info=no_info)
+    rows = [r.run_id for gs in statuses for r in gs.runs]
+    assert len(rows) == len(set(rows)) == len({r.run_id for g in grids for r in g.runs})
+    first = {r.run_id: r for r in statuses[0].runs}
+    assert first[rid].grids == ["table10", "table15"] and first[rid].note.startswith("shared with table15")
+    assert first[rid].step == 3  # read from runs/<id>/ for the grid it is shown under
+    assert set(statuses[1].shared) == shared and set(statuses[1].shared.values()) == {"table10"}
+    console = Console(record=True, width=400)
+    console.print(render(statuses))
+    assert f"and {len(shared)} shared, shown under table10" in console.export_text()

@@ -84,7 +84,7 @@ def test_claims_add_seeds_to_the_deciding_blocks_round_by_round(tmp_path, data_r
     assert sorted(set(got["seed"] - base)) == [0, *range(design.first_seed, raised)]
     assert {r.run_id for r in load_grid(grids / "deciding.yaml", "local").runs} < want
     pilot = {r.run_id for r in load_grid(grids / "deciding.yaml", "local", seeds={"balancing": raised}).runs} - want
-    assert len(pilot) == 2 and not any(run_dir(tmp_path / "runs", "deciding", rid).exists() for rid in pilot)
+    assert len(pilot) == 2 and not any(run_dir(tmp_path / "runs", rid).exists() for rid in pilot)
 
     # the last round stops for a stated reason that its numbers bear out: the pair is at its
     # last look, so nothing can gain from seeds (or both are decided)

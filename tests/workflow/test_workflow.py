@@ -18,16 +18,17 @@ from helpers.workflow import E2E_GRID, SNAKEMAKE, job_counts, plan, reference_nl
 
 def expected_jobs(grid_names: list[str], tables: int = 0, figures: int = 0, data: bool = True) -> dict[str, int]:
     """The jobs a dry run from scratch must list for targets drawn from these shipped grids,
-    derived from the grids themselves (local mode): one train and eval per run, an lmeval per
-    run with lm-eval tasks, one collect (and one set of training curves) per grid, the data
+    derived from the grids themselves (local mode): one train per distinct run id, an eval per
+    grid's run, an lmeval per distinct run with lm-eval tasks, one collect (and one set of training curves) per grid, the data
     jobs (corpus, tokenizer, the train and val token files) and the offline task conversion
     if any run scores a mor_* task."""
     from mor.grids import load_grid
     from mor.lm_eval import is_local_task
 
     runs = [r for g in grid_names for r in load_grid(REPO / "grids" / f"{g}.yaml", "local").runs]
-    lm = [r for r in runs if r.config.eval.lm_eval_tasks]
-    jobs = {"train": len(runs), "lmeval": len(lm), "eval": len(runs), "collect": len(grid_names),
+    lm = {r.run_id for r in runs if r.config.eval.lm_eval_tasks}
+    # a run several grids list is trained (and lm-evaluated) once, in its one home; each grid scores its row
+    jobs = {"train": len({r.run_id for r in runs}), "lmeval": len(lm), "eval": len(runs), "collect": len(grid_names),
             "table": tables, "figure": figures}
     if tables or figures:
         jobs["curves"] = len(grid_names)  # each grid's training curves come with its artifacts
@@ -37,7 +38,7 @@ def expected_jobs(grid_names: list[str], tables: int = 0, figures: int = 0, data
         tokenizers = {r.config.data.tokenizer for r in runs}
         bpe, start = sum(t not in START_POINTS for t in tokenizers), sum(t in START_POINTS for t in tokenizers)
         jobs.update(corpus=1, tokenizer=bpe, tokens=2 * bpe, start_point_tokenizer=start, start_point_tokens=2 * start)
-    if any(is_local_task(t) for r in lm for t in r.config.eval.lm_eval_tasks):
+    if any(is_local_task(t) for r in runs if r.run_id in lm for t in r.config.eval.lm_eval_tasks):
         jobs["lm_eval_tasks"] = 1
     return {k: v for k, v in jobs.items() if v}
 

@@ -1,5 +1,5 @@
 # Measurements of trained runs that some figures need beyond the result row (mor.analysis.job):
-#   analysis   one job per (run, analysis) -> results/runs/<grid>/<run_id>.<analysis>.npz, beside
+#   analysis   one job per (run, analysis) -> results/runs/<run_id>.<analysis>.npz, beside
 #              the run's parquet. depth_cap: NLL with the recursion depth capped at 1..Nr (Fig. 5c);
 #              kv: per-depth key/value magnitude and cosine similarity (Figs. 7, 8). Only the runs
 #              of a grid that lists such a figure get one (mor.analysis.sidecar.ARTIFACT_ANALYSES); the
@@ -13,7 +13,7 @@ rule analysis:
         summary=layout.SUMMARY_PATTERN,
         data=run_data_inputs,
     output:
-        KINDS["analysis"].outputs[0],  # results/runs/{grid}/{run_id}.{analysis}.npz
+        KINDS["analysis"].outputs[0],  # results/runs/{run_id}.{analysis}.npz
     wildcard_constraints:
         analysis="|".join(ANALYSES),
     params:
@@ -26,6 +26,6 @@ rule analysis:
     log:
         layout.run_log_pattern("analysis-{analysis}"),
     shell:
-        "{PY}.launch analysis --analysis {wildcards.analysis} --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml"
+        "{PY}.launch analysis --analysis {wildcards.analysis} --grid {GRIDS_DIR:q}"
         " --run-id {wildcards.run_id} --mode {params.mode} --run-dir \"$(dirname {input.summary:q})\" --data-root {DATA:q}"
         " --threads {threads} --out {output:q} {LAUNCH_ARGS} > {log:q} 2>&1"

@@ -12,6 +12,7 @@ from mor.data.paths import data_paths, local_tokenizer
 from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS  # what each job kind runs and writes (the rules' outputs)
 from mor import layout  # the one spelling of the run-folder layout (RunPaths, the *_PATTERN strings)
+from mor.listings import check_agree, home_of, listings
 from mor.lm_eval import is_local_task
 from mor.results import SCHEMA_VERSION, check_mode, run_list_hash
 from mor.workflow_config import check_use, checked, stop, tag_list
@@ -39,6 +40,10 @@ if LAUNCHER == "slurm":
 GRIDS_DIR = Path(config["grids_dir"]).absolute()
 GRIDS = {p.stem: checked(load_grid, p, MODE) for p in all_grids(GRIDS_DIR)}
 checked(check_use, config, GRIDS)  # a --config key this profile cannot use is refused, not ignored
+# One home per run id (mor.listings): a run several grids list trains once, its lm-eval,
+# throughput and analysis jobs run once; the listings must agree on those jobs' settings.
+RUN_LISTINGS = listings(GRIDS.values())
+checked(check_agree, RUN_LISTINGS, MODE, ("lmeval", "analysis"))
 ARTIFACT_GRID = {a: g.name for g in GRIDS.values() for a in g.artifacts}
 ALL_ARTIFACTS = sorted(ARTIFACT_GRID)
 
@@ -62,8 +67,18 @@ def grid_file(grid):
     return str(grid_named(grid).path)
 
 
-def run_config(wildcards):
-    return checked(grid_named(wildcards.grid).run, wildcards.run_id).config
+_HOMES = {}  # (run id, kind) -> run config: Snakemake asks once per input function per job
+
+
+def run_config(wildcards, kind="train"):
+    """The config of a job's run: as its grid lists it (a job of layout.GRID_KINDS, keyed by
+    grid and run id), else from the home listing of the run's own job of ``kind`` (mor.listings)."""
+    if "grid" in dict(wildcards.items()):
+        return checked(grid_named(wildcards.grid).run, wildcards.run_id).config
+    key = (wildcards.run_id, kind)
+    if key not in _HOMES:
+        _HOMES[key] = checked(home_of, GRIDS, RUN_LISTINGS, wildcards.run_id, kind)[1].config
+    return _HOMES[key]
 
 
 # Run identity (see README, "Run identity"). Train and eval jobs do not take the grid file as
@@ -78,7 +93,7 @@ def job_settings(kind):
     import json
 
     def inner(wildcards):
-        return json.dumps(KINDS[kind].settings_of(run_config(wildcards), MODE, dict(wildcards.items())), sort_keys=True)
+        return json.dumps(KINDS[kind].settings_of(run_config(wildcards, kind), MODE, dict(wildcards.items())), sort_keys=True)
 
     return inner
 
@@ -104,18 +119,18 @@ def job_resources(kind):
     names = list(INT_RESOURCES) + [n for n in STR_RESOURCES if any(p and n in preset_resources(p) for p in every)]
 
     def one(name):  # runtime: the job's own limit from its estimate (mor.launch.resources.run_resource)
-        return lambda wildcards: run_resource(PRESET_TABLE, run_config(wildcards), kind, name,
+        return lambda wildcards: run_resource(PRESET_TABLE, run_config(wildcards, kind), kind, name,
                                               dict(wildcards.items()).get("analysis", ""), MODE)
 
     out.update({name: one(name) for name in names})
     if kind == "train":  # the plan's micro-batch and GiB per GPU, shown beside the request
         from mor.launch.resources import MEMORY_RESOURCES, train_memory
 
-        memory = {}  # (grid, run id) -> both values: one memory model per job, not per resource
+        memory = {}  # run id -> both values: one memory model per job, not per resource
 
         def planned(name):
             def inner(wildcards):
-                k = (wildcards.grid, wildcards.run_id)
+                k = wildcards.run_id
                 if k not in memory:
                     memory[k] = train_memory(PRESET_TABLE, run_config(wildcards))
                 return memory[k][name]
@@ -128,7 +143,7 @@ def job_resources(kind):
 
 def lm_eval_task_inputs(wildcards):
     """The converted offline tasks, when a run scores any of them (mor_*)."""
-    if any(is_local_task(t) for t in run_config(wildcards).eval.lm_eval_tasks):
+    if any(is_local_task(t) for t in run_config(wildcards, "lmeval").eval.lm_eval_tasks):
         return [f"{DATA}/lm_eval/tasks/manifest.json"]
     return []
 
@@ -175,6 +190,13 @@ def init_checkpoint_inputs(wildcards):
     if ckpt.parts[:1] == (layout.RUNS,) and ckpt.name == layout.FINAL_DIR:
         return [str(layout.RunPaths.of(ckpt.parent).summary)]
     return []
+
+
+def branch_source_inputs(wildcards):
+    """A decay branch (mor.branching) waits for its warmup-stable run, which keeps the branch's
+    starting checkpoint (checkpoints/branch/step-*) on the way to its own end."""
+    stable = run_config(wildcards).train.branch_run
+    return [str(layout.RunPaths.own(stable).summary)] if stable else []
 
 
 _MODE_CHECKED = set()
@@ -284,7 +306,7 @@ def artifact_analyses(kind):
         files = []
         analysis = ARTIFACT_ANALYSES.get(artifact)
         if analysis is not None:
-            files += [str(layout.RunPaths(ARTIFACT_GRID[artifact], r.run_id).sidecar(analysis)) for r in runs
+            files += [str(layout.RunPaths.own(r.run_id).sidecar(analysis)) for r in runs
                       if applies(analysis, r.config)]
         if artifact in TOKENIZER_ARTIFACTS:
             tokenizers = {data_paths(r.config.data, DATA).tokenizer for r in runs}
@@ -378,7 +400,7 @@ def round_inputs(r):
 
     files = [f"results/claims/round{r}/{g}.parquet" for g in CLAIM_GRIDS]
     if "fig5c" in GRIDS:
-        files += [str(layout.RunPaths("fig5c", run.run_id).sidecar("depth_cap")) for run in round_runs("fig5c", r)
+        files += [str(layout.RunPaths.own(run.run_id).sidecar("depth_cap")) for run in round_runs("fig5c", r)
                   if applies("depth_cap", run.config)]
     if r:
         files.append(f"results/claims/round{r - 1}/plan.json")

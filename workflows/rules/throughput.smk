@@ -1,5 +1,5 @@
 # Decoding throughput (App. E, mor.engine.job): one job per trained run of a grid that draws
-# fig4a (mor.throughput_protocol.ARTIFACTS) -> runs/<grid>/<run_id>/throughput.json, which the eval rule
+# fig4a (mor.throughput_protocol.ARTIFACTS) -> runs/<run_id>/throughput.json, which the eval rule
 # copies into the run's result row. It reads the final weights and never retrains; its params
 # are the protocol of the mode (workflows/config/throughput.yaml) and the job's VERSION. On Slurm it
 # takes the preset's `throughput` resources (one GPU).
@@ -11,7 +11,7 @@ rule throughput:
         summary=layout.SUMMARY_PATTERN,
         data=run_data_inputs,
     output:
-        KINDS["throughput"].outputs[0],  # runs/{grid}/{run_id}/throughput.json
+        KINDS["throughput"].outputs[0],  # runs/{run_id}/throughput.json
     params:
         mode=MODE,
         protocol=job_settings("throughput"),  # an edit of this mode's protocol re-runs it (and the eval that reads it)
@@ -23,6 +23,6 @@ rule throughput:
     log:
         layout.run_log_pattern("throughput"),
     shell:
-        "{PY}.launch throughput --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml --run-id {wildcards.run_id}"
+        "{PY}.launch throughput --grid {GRIDS_DIR:q} --run-id {wildcards.run_id}"
         " --mode {params.mode} --run-dir \"$(dirname {input.summary:q})\" --data-root {DATA:q} --threads {params.torch_threads}"
         " --out {output:q} {LAUNCH_ARGS} > {log:q} 2>&1"

@@ -1,11 +1,4 @@
-# One job per run: train (or resume from the last checkpoint) -> runs/<grid>/<run_id>/.
-
-
-def branch_source_inputs(wildcards):
-    """A decay branch (mor.branching) waits for its warmup-stable run, which keeps the branch's
-    starting checkpoint (checkpoints/branch/step-*) on the way to its own end."""
-    stable = run_config(wildcards).train.branch_run
-    return [str(layout.RunPaths(wildcards.grid, stable).summary)] if stable else []
+# One job per run id, however many grids list it: train (or resume from the last checkpoint) -> runs/<run_id>/.
 
 
 rule train:
@@ -13,7 +6,7 @@ rule train:
         # token files; an up-training run's source; a decay branch's stable run
         unpack(rule_inputs(data=run_data_inputs, init=init_checkpoint_inputs, branch=branch_source_inputs)),
     output:
-        summary=KINDS["train"].outputs[0],  # runs/{grid}/{run_id}/train_summary.json
+        summary=KINDS["train"].outputs[0],  # runs/{run_id}/train_summary.json
     params:
         mode=MODE,
     threads: config["threads"]
@@ -21,6 +14,7 @@ rule train:
         **job_resources("train"),  # the Slurm preset's GPUs, memory, time (common.smk)
     log:
         layout.run_log_pattern("train"),
+    # --grid a folder: the launcher reads the run's home listing (mor.listings), as run_config does
     shell:
-        "{PY}.launch train --grid {GRIDS_DIR:q}/{wildcards.grid}.yaml --run-id {wildcards.run_id} --mode {params.mode}"
+        "{PY}.launch train --grid {GRIDS_DIR:q} --run-id {wildcards.run_id} --mode {params.mode}"
         " --run-dir \"$(dirname {output.summary:q})\" --data-root {DATA:q} --threads {threads} {LAUNCH_ARGS} > {log:q} 2>&1"

@@ -6,7 +6,7 @@
     router_hist   router output histograms as bars, selected vs unselected (Fig. 5b)
 
 ``mor.analysis.job`` measures the model-dependent ones once per run (the ``analysis`` job)
-and stores them beside the run's parquet: ``results/runs/<grid>/<run_id>.<analysis>.npz``
+and stores them beside the run's parquet: ``results/runs/<run_id>.<analysis>.npz``
 (format and applicability in ``mor.analysis.sidecar``, which the reports read).
 
 Layer: domain (imports model, data, train's model loader; never the launcher).

@@ -1,7 +1,7 @@
 """The ``analysis`` job: measurements of one trained run that some figures need, stored
-beside the run's parquet row as ``results/runs/<grid>/<run_id>.<analysis>.npz``.
+beside the run's parquet row as ``results/runs/<run_id>.<analysis>.npz``.
 
-    python -m mor.launch analysis --analysis depth_cap|kv --grid ... --run-id ... --run-dir runs/<grid>/<id> --out ...
+    python -m mor.launch analysis --analysis depth_cap|kv --grid ... --run-id ... --run-dir runs/<id> --out ...
 
     depth_cap  (Fig. 5c) arrays max_depth, val_nll, val_nll_causal: the validation NLL with the
                recursion depth capped at 1..Nr, on the eval job's windows (eval.nll_tokens)

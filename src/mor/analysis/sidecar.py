@@ -1,6 +1,6 @@
 """What the analysis job stores and which runs it measures: the sidecar format (pure, no torch).
 
-``results/runs/<grid>/<run_id>.<analysis>.npz`` holds the arrays of one analysis of one run
+``results/runs/<run_id>.<analysis>.npz`` holds the arrays of one analysis of one run
 and ``meta`` (JSON: run id, config hash, the analysis, its settings and ``VERSION``), checked
 by ``read_sidecar``. The workflow (which runs need an analysis, its params), the analysis
 job (``mor.analysis.job``, which writes the files) and the reports (which read them) all
@@ -42,8 +42,8 @@ def settings(analysis: str, cfg) -> dict:
     raise ValueError(f"unknown analysis {analysis!r}; known: {list(ANALYSES)}")
 
 
-def sidecar_path(results_dir: str | Path, grid: str, run_id: str, analysis: str) -> Path:
-    return sidecar_file(results_dir, grid, run_id, analysis)
+def sidecar_path(results_dir: str | Path, run_id: str, analysis: str) -> Path:
+    return sidecar_file(results_dir, run_id, analysis)
 
 
 def write_sidecar(path: str | Path, meta: dict, arrays: dict) -> None:

@@ -233,7 +233,7 @@ class VanillaCheckpoint:
         extra = sorted(k for k in self.where if k.startswith(("routers.", "relax.")))
         if extra:
             raise InitCheckpointError(f"{self.source}: holds {extra[0]!r}: a MoR/relaxed model, not a vanilla checkpoint")
-        run_cfg = self.folder.parent / "config.json"  # runs/<grid>/<id>/config.json next to final/
+        run_cfg = self.folder.parent / "config.json"  # runs/<id>/config.json next to final/
         if run_cfg.exists():
             try:
                 model = json.loads(run_cfg.read_text())["config"]["model"]

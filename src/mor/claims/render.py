@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from mor.atomic import remove_stale, replace_dir, temp_sibling
+from mor.layout import sidecar_file
 from mor.claims.registry import (CLAIMS, SPEC_FILE, Reanalysis, Redesign, load_family, load_reanalyses, load_redesigns,
                                  load_specs)
 from mor.claims.verdict import evaluate, verdict_note
@@ -22,7 +23,7 @@ from mor.results import read_frame
 
 def load_frames(results_dir: Path, grids: set[str], analyses_dir: Path | None = None) -> dict[str, pd.DataFrame]:
     """The grids' results that exist (a missing one makes its claims 'not built').
-    ``analyses_dir``: where ``runs/<grid>/<run_id>.depth_cap.npz`` lie (default: results_dir;
+    ``analyses_dir``: where ``runs/<run_id>.depth_cap.npz`` lie (default: results_dir;
     the adaptive design's rounds keep their parquet apart from the runs' analysis files)."""
     out = {}
     for g in sorted(grids):
@@ -41,7 +42,7 @@ def _with_depth_cap(results_dir: Path, df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     caps: dict[int, list[float]] = {1: [math.nan] * len(df)}
     for i, (_, r) in enumerate(df.iterrows()):
-        p = results_dir / "runs" / r["grid"] / f"{r['run_id']}.depth_cap.npz"
+        p = sidecar_file(results_dir, r["run_id"], "depth_cap")  # the run's one home (mor.layout)
         if p.exists():
             a = np.load(p)
             for d, v in zip(a["max_depth"], a["val_nll"]):

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--results", default="results", help="folder of the round's <grid>.parquet")
-    ap.add_argument("--analyses", default=None, help="folder of runs/<grid>/<run>.depth_cap.npz (default: --results)")
+    ap.add_argument("--analyses", default=None, help="folder of runs/<run>.depth_cap.npz (default: --results)")
     ap.add_argument("--grids", default=str(SPEC_FILE.parents[1]))
     ap.add_argument("--mode", default="local")
     ap.add_argument("--previous", default=None, help="the last round's plan.json (none: this is round 0)")

@@ -1,6 +1,6 @@
 """The ``throughput`` job: App. E's decoding-throughput protocol on one trained run.
 
-    python -m mor.launch throughput --grid ... --run-id ... --run-dir runs/<grid>/<id> --out runs/<grid>/<id>/throughput.json
+    python -m mor.launch throughput --grid ... --run-id ... --run-dir runs/<id> --out runs/<id>/throughput.json
 
 Protocol (``workflows/config/throughput.yaml``, one section per mode): ``requests`` prompts from the
 validation split, each a single token (App. E starts "without any input prefix"; one token

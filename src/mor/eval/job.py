@@ -3,7 +3,7 @@
 The row (``mor.results``'s schema) gathers everything a table reads about the run: the
 validation NLL (teacher-forced and with causal routing), the router statistics, the
 training summary, and, where the workflow made them, the lmeval job's accuracies
-(``runs/<grid>/<run_id>/lm_eval.json``) and the throughput job's decoding figures
+(``runs/<run_id>/lm_eval.json``) and the throughput job's decoding figures
 (``throughput.json``). It is the last job of a run, so it reads those siblings' files.
 """
 

@@ -232,8 +232,9 @@ def check_destination(out_dir: Path, run_dir: Path, results: Path, force: bool) 
     target = out_dir.resolve()
     guarded = {run_dir.resolve(): "the run being exported", Path(RUNS).resolve(): "the runs folder",
                Path(RESULTS).resolve(): "the results folder", results.resolve(): "the results folder"}
-    if run_dir.resolve().parent.parent.name == RUNS:
-        guarded[run_dir.resolve().parent.parent] = "the runs folder"
+    for up in (run_dir.resolve().parent, run_dir.resolve().parent.parent):  # runs/<id>; runs/<grid>/<id> before
+        if up.name == RUNS:
+            guarded[up] = "the runs folder"
     guarded.update({repo: "the repository" for repo in _repositories()})
     for path, what in guarded.items():
         if path == target or target in path.parents:
@@ -244,7 +245,8 @@ def check_destination(out_dir: Path, run_dir: Path, results: Path, force: bool) 
         return
     if not out_dir.is_dir():
         raise ExportError(f"{out_dir}: a file is there; export into a folder (export-hf replaces only a folder it wrote)")
-    if (out_dir / "config.json").exists() and (out_dir / "train_summary.json").exists() or (out_dir / "final").is_dir():
+    held = RunPaths.of(out_dir)  # the layout's names (mor.layout), not spelled again here
+    if held.config.exists() and held.summary.exists() or held.final.is_dir():
         raise ExportError(f"{out_dir}: a run folder; export-hf never writes over it, with or without --force: "
                           "export into a new folder")
     names = sorted(p.name for p in out_dir.iterdir())

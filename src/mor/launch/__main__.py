@@ -175,7 +175,17 @@ def _full_run_id(a) -> None:
     a.run_id = full
 
 
+def _home_grid(a) -> None:
+    """``--grid`` a folder of grids (the workflow's rules of a run's own jobs): the grid file of
+    the run's home listing for this kind (``mor.listings``), whichever grids list it."""
+    if Path(a.grid).is_dir():
+        from mor.listings import find_home
+
+        a.grid = str(find_home(a.grid, a.mode, a.run_id, a.kind).path)
+
+
 def _job(a) -> int:
+    _home_grid(a)
     _full_run_id(a)
     return _slurm(a) if a.launcher == "slurm" else _local(a)
 
@@ -212,9 +222,12 @@ def _hub(a) -> int:
 def _plan(a) -> int:
     from mor.data.fineweb import DEFAULT_SETTINGS
     from mor.launch.cost import plan_grid
-    from mor.launch.plan import format_data_plan, format_design, format_plan, format_site
+    from mor.grids import all_grids
+    from mor.launch.plan import format_campaign, format_data_plan, format_design, format_plan, format_site
 
     a.fineweb = a.fineweb or DEFAULT_SETTINGS
+    # a folder of grids (`--grid grids`, the paper): every grid file in it
+    a.grid = [str(p) for g in a.grid for p in (all_grids(Path(g)) if Path(g).is_dir() else [Path(g)])]
 
     presets = load_presets(a.presets)
     print(format_site(presets))  # first: which GPUs the hours are priced on
@@ -222,8 +235,6 @@ def _plan(a) -> int:
     if data:
         print(data)
         print()
-    total_est = total_req = 0.0
-    run_ids: list[str] = []
     planned = {}
     for path in a.grid:
         grid = load_grid(path, a.mode)
@@ -231,11 +242,8 @@ def _plan(a) -> int:
         planned[grid.name] = (grid, jobs)
         print(format_plan(grid, jobs, presets))
         print()
-        total_est += sum(j.gpu_hours for j in jobs)
-        total_req += sum(j.gpu_hours_requested for j in jobs)
-        run_ids += sorted({j.run_id for j in jobs})
-    if len(a.grid) > 1:
-        print(f"all grids: {len(run_ids)} runs, {total_est:.1f} GPU-h estimated, {total_req:.1f} GPU-h requested")
+    if len(a.grid) > 1:  # each distinct run once (one home per run id), and what that saves
+        print(format_campaign(planned, presets))
     design = format_design(planned) if a.mode == "cluster" else ""
     if design:
         print()
@@ -272,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_hub)
 
     p = sub.add_parser("plan", help="dry run: jobs, GPU-hours and run ids per grid")
-    p.add_argument("--grid", required=True, action="append", help="grid file (repeatable)")
+    p.add_argument("--grid", required=True, action="append", help="grid file (repeatable), or a folder of them (grids: the paper)")
     p.add_argument("--mode", default="cluster")
     p.add_argument("--presets", default=str(DEFAULT_PRESETS))
     p.add_argument("--tags", nargs="*")

@@ -4,7 +4,7 @@ keyword arguments (paths, strings, numbers only).
 The pickle is small and a resubmission is exact. On a time-out or preemption Slurm sends
 SIGUSR2; submitit then calls ``checkpoint()``, which returns the same call (same kind, same
 arguments), and requeues the job. A requeued train job trains on from the run's last
-checkpoint in ``runs/<grid>/<run_id>/checkpoints`` (written atomically), and since batches
+checkpoint in ``runs/<run_id>/checkpoints`` (written atomically), and since batches
 are a pure function of (step, micro, rank) the result equals that of an uninterrupted run.
 A requeued data job resumes at
 its first unfinished shard; the scoring jobs (eval, lmeval, analysis, throughput) are short

@@ -16,7 +16,7 @@ never watched: ``nohup python -m mor train ... &`` keeps running after its termi
 Why the second: whatever the reason for two writers (a watcher that could not act, a second
 workflow in another folder on the same ``runs/``), checkpoints and logs written by two
 processes at once are mixed. A train job holds an exclusive ``flock`` on
-``runs/<grid>/.<run_id>.writer.lock`` while it runs (the kernel drops it however the process
+``runs/.<run_id>.writer.lock`` while it runs (the kernel drops it however the process
 ends, SIGKILL included); a second one waits for it (``$MOR_LEASE_WAIT_S``, default 300 s: the
 time an orphan needs to finish its step and checkpoint) and then refuses, naming the holder.
 """

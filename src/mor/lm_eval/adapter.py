@@ -1,6 +1,6 @@
 """The lm-evaluation-harness model ``mor``: one of our runs, scored the way it decodes.
 
-    lm_eval --model mor --model_args run_dir=runs/table10/<run_id> ...     (via mor-lm-eval)
+    lm_eval --model mor --model_args run_dir=runs/<run_id> ...     (via mor-lm-eval)
     lm_eval.simple_evaluate(model="mor", model_args={"run_dir": ...}, ...)
 
 It loads ``<run_dir>/config.json`` (the resolved run config) and ``final/model.safetensors``,
@@ -83,8 +83,8 @@ def _find_tokenizer(spec: str, data_root: str | None, run_dir: Path | None) -> s
     name = Path("tokenizer") / rel.name
     roots = [Path(data_root)] if data_root else []
     roots += [Path("data")]
-    if run_dir is not None and len(run_dir.resolve().parents) > 2:
-        roots.append(run_dir.resolve().parents[2] / "data")  # runs/<grid>/<id> -> <repo>/data
+    if run_dir is not None and len(run_dir.resolve().parents) > 1:
+        roots.append(run_dir.resolve().parents[1] / "data")  # runs/<id> -> <repo>/data
     from mor.lm_eval import REPO
 
     roots.append(REPO / "data")
@@ -107,7 +107,7 @@ class MoRLM(TemplateLM):
         if kwargs:
             log.info("mor adapter: ignoring harness kwargs %s", sorted(kwargs))
         if run_dir is None:
-            raise ValueError("mor adapter: model_args needs run_dir=<runs/<grid>/<run_id>> (a trained run)")
+            raise ValueError("mor adapter: model_args needs run_dir=<runs/<run_id>> (a trained run)")
         from mor.config import run_config_from_dict
         from mor.data.paths import data_paths
         from mor.data.tokenizer import load_tokenizer

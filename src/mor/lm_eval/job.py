@@ -1,6 +1,6 @@
 """The ``lmeval`` job: one run's few-shot accuracies, through lm-eval and the ``mor`` adapter.
 
-    python -m mor.launch lmeval --grid ... --run-id ... --run-dir runs/<grid>/<id> --out runs/<grid>/<id>/lm_eval.json
+    python -m mor.launch lmeval --grid ... --run-id ... --run-dir runs/<id> --out runs/<id>/lm_eval.json
 
 It reads the run's ``eval.lm_eval_*`` settings from the grid and writes, atomically, one JSON::
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from mor.atomic import write_json_atomic
 from mor.lm_eval import is_local_task, offline_env
 
-from mor.layout import LM_EVAL_FILE  # runs/<grid>/<run_id>/lm_eval.json: this job's output, read by the eval job
+from mor.layout import LM_EVAL_FILE  # runs/<run_id>/lm_eval.json: this job's output, read by the eval job
 METRICS = ("acc", "acc_stderr", "acc_norm", "acc_norm_stderr")
 PROTOCOLS = ("causal", "topk")  # mor.lm_eval.adapter.PROTOCOLS; in the settings, so an older JSON re-runs
 

@@ -19,9 +19,9 @@ def runs_with(df: pd.DataFrame, analysis: str) -> pd.DataFrame:
 
 
 def load_sidecar(results: Path, row: pd.Series | dict, analysis: str) -> tuple[dict, dict]:
-    """(meta, arrays) of a row's analysis file: results/runs/<grid>/<run_id>.<analysis>.npz,
+    """(meta, arrays) of a row's analysis file: results/runs/<run_id>.<analysis>.npz,
     beside the per-run parquet of ``results`` (results/<grid>.parquet)."""
-    path = sidecar_path(Path(results).parent, row["grid"], row["run_id"], analysis)
+    path = sidecar_path(Path(results).parent, row["run_id"], analysis)
     return read_sidecar(path, run_id=row["run_id"], config_hash=row["config_hash"])
 
 

@@ -17,7 +17,7 @@ from mor.status.targets import resolve_targets, with_design_seeds
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("targets", nargs="*", help="Snakemake targets (tables/table10, figures/fig6, paper), grid names, "
-                                              "grid files or runs (runs/<grid>/<id>, any unique prefix of the id); "
+                                              "grid files or runs (runs/<id>, any unique prefix of the id); "
                                               "default: every grid with artifacts")
     p.add_argument("--mode", default="local", help="grid mode: local (CPU scales) or cluster")
     p.add_argument("--tags", default="", help="comma-separated block tags, as --config tags=... (default: all runs)")

@@ -29,7 +29,7 @@ class Paths:
     slurm_logs: Path = Path(layout.SLURM_LOGS)
 
     def run_dir(self, grid: str, run_id: str) -> Path:
-        return layout.run_dir(self.runs, grid, run_id)
+        return layout.run_dir(self.runs, run_id)  # the run's one home, whatever grid lists it
 
     def result(self, grid: str, run_id: str) -> Path:
         return layout.row_file(self.results, grid, run_id)

@@ -223,6 +223,9 @@ def render(statuses: list[GridStatus], cores: int | None = None, width: int = 80
         steps = sum(r.step for r in gs.runs), sum(r.steps for r in gs.runs)
         local = _local_cores([gs], cores)
         head = f"{gs.grid.name}: {len(gs.runs)} runs: {counts}; steps {steps[0]}/{steps[1]}"
+        if gs.shared:  # runs an earlier grid lists too: one run, shown once (under that grid)
+            under = sorted(set(gs.shared.values()))
+            head += f"; and {len(gs.shared)} shared, shown under {', '.join(under)}"
         if gs.no_plan:
             lines = [("no hours", f"no plan from the presets ({gs.no_plan})")]
         else:

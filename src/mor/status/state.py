@@ -44,6 +44,7 @@ class RunStatus:
     train_s: float | None = None  # measured device-seconds of training (train_summary.json), None without
     train_plan_s: float = 0.0  # the plan's device-seconds for the run's train job
     cpu_s: dict[str, float] = field(default_factory=dict)  # job -> CPU seconds its local jobs recorded (mor.usage)
+    grids: list[str] = field(default_factory=list)  # the grids shown that list it (one run, one home: shown once)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class GridStatus:
     runs: list[RunStatus] = field(default_factory=list)
     device: str = "GPU"  # "CPU" when the presets run this grid's jobs on CPUs (hours per task)
     no_plan: str = ""  # why the presets give no hours for this grid (then none are shown)
+    shared: dict[str, str] = field(default_factory=dict)  # run id -> the grid it is shown under (listed there first)
 
     def counts(self) -> dict[str, int]:
         return {s: n for s in STATES if (n := sum(r.state == s for r in self.runs))}
@@ -133,10 +135,17 @@ def collect(grids: list[Grid], paths: Paths = Paths(), presets_file: Path | None
     except Exception as e:  # a site's broken presets must not hide the runs
         hours, device, failed = {}, "GPU", {g.name: str(e) for g in grids}
     out = []
+    seen: dict[str, RunStatus] = {}  # a run several grids list is one run (one home): shown once, under the first
     for g in grids:
         gs = GridStatus(g, device=device, no_plan=failed.get(g.name, ""))
         for run in g.select(tags):
+            if run.run_id in seen:
+                seen[run.run_id].grids.append(g.name)
+                gs.shared[run.run_id] = seen[run.run_id].grid
+                continue
             st = run_status(g, run, paths, now, slurm_query, slurm_info)
+            st.grids = [g.name]
+            seen[run.run_id] = st
             h = hours.get((g.name, run.run_id), {})
             if st.state == "running" and st.tokens_per_s:
                 st.eta_s = (st.steps - st.step) * run.config.train.tokens_per_step / st.tokens_per_s
@@ -153,4 +162,8 @@ def collect(grids: list[Grid], paths: Paths = Paths(), presets_file: Path | None
                 st.eta_s, st.estimated = train_wall * 3600, True
             gs.runs.append(st)
         out.append(gs)
+    for st in seen.values():
+        if len(st.grids) > 1:
+            also = f"shared with {', '.join(st.grids[1:])}"
+            st.note = f"{also}; {st.note}" if st.note else also
     return out

@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from mor.grids import Grid, GridError, all_grids, load_grid
+from mor.layout import RUNS
 
 
 def resolve_targets(targets: list[str], grids_dir: Path, mode: str) -> list[Grid]:
     """Grids for Snakemake targets (tables/x, figures/y, paper), grid names or grid files, or
-    runs (``runs/<grid>/<id>``, ``<grid>/<id>``, a bare id; any unique prefix of the id: that
+    runs (``runs/<id>``, ``<grid>/<id>``, a bare id; any unique prefix of the id: that
     grid with those runs alone); none = every grid that lists an artifact."""
     grids = {p.stem: load_grid(p, mode) for p in all_grids(grids_dir)}
     by_artifact = {a: g.name for g in grids.values() for a in g.artifacts}
@@ -48,17 +49,22 @@ def resolve_targets(targets: list[str], grids_dir: Path, mode: str) -> list[Grid
 
 
 def _run_target(t: str, grids: dict[str, Grid], mode: str) -> tuple[str, str] | None:
-    """(grid, run id) for a run target: ``runs/<grid>/<id>``, ``<grid>/<id>`` or a bare id, the id
-    any unique prefix (what the narrow table shows); None for a target that names no run."""
+    """(grid, run id) for a run target: ``runs/<id>`` (its folder), ``<grid>/<id>`` or a bare id
+    (``runs/<grid>/<id>`` of the layout before, too), the id any unique prefix (what the narrow
+    table shows); a run several grids list is shown under the first; None for a target that
+    names no run."""
     parts = [p for p in t.rstrip("/").split("/") if p]
-    if parts[:1] == ["runs"]:
+    folder = parts[:1] == [RUNS]  # runs/<id> (its one home), or runs/<grid>/<id> of the layout before
+    if folder:
         parts = parts[1:]
     if len(parts) == 2 and parts[0] in grids:
         return parts[0], grids[parts[0]].find(parts[1]).run_id
+    if len(parts) == 1 and folder:
+        t = parts[0]
     if len(parts) != 1 or t in grids or t in ("paper", "all") or t.endswith(".yaml") or "/" in t:
         return None
     hits = [(g.name, r.run_id) for g in grids.values() for r in g.runs if r.run_id.startswith(t)]
-    if len(hits) > 1 and len({h[0] for h in hits}) > 1:
+    if len({h[1] for h in hits}) > 1 and len({h[0] for h in hits}) > 1:
         raise GridError(f"run id prefix {t!r} is ambiguous in mode {mode!r}: runs of "
                         f"{sorted({h[0] for h in hits})} start with it; name the grid: <grid>/{t}")
     return (hits[0][0], grids[hits[0][0]].find(t).run_id) if hits else None

@@ -2,7 +2,7 @@
 
 Both launchers call it (``mor.jobs`` names it for the kind ``train``): inline in one process,
 or on every task of a Slurm job, where ``mor.launch`` has already initialised
-torch.distributed and passes this rank's ``dist``. It writes ``runs/<grid>/<run_id>/``
+torch.distributed and passes this rank's ``dist``. It writes ``runs/<run_id>/``
 (checkpoints, ``train_log.jsonl``, ``final/``, ``train_summary.json``) and returns the summary.
 """
 

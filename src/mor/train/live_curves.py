@@ -8,8 +8,8 @@ run trains. Nothing else depends on it, so a sink that fails to start warns and 
 
 Turned on by one setting, ``live_curves``: the Slurm preset's entry (``live_curves:
 tensorboard``) or ``$MOR_LIVE_CURVES`` for any launcher; ``tensorboard``, ``wandb`` or both
-(``tensorboard,wandb``). TensorBoard event files go to ``runs/<grid>/<id>/tensorboard/``
-(``tensorboard --logdir runs``); W&B's offline run to ``runs/<grid>/<id>/wandb/`` (``wandb
+(``tensorboard,wandb``). TensorBoard event files go to ``runs/<id>/tensorboard/``
+(``tensorboard --logdir runs``); W&B's offline run to ``runs/<id>/wandb/`` (``wandb
 sync`` uploads it later; compute nodes rarely reach the internet). A resumed run starts its
 event file with ``purge_step`` at the checkpoint's step, so TensorBoard drops the steps the
 log trimmed and every step shows once, as in the log.
