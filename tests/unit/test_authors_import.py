@@ -98,3 +98,15 @@ def test_config_must_agree_with_the_weights(tmp_path):
     (ckpt / "authors_config.yaml").write_text(yaml.safe_dump(cfg))
     with pytest.raises(CheckpointError, match="num_recursion"):
         import_checkpoint(ckpt, tmp_path / "run")
+
+
+def test_cli_imports_and_refuses_a_full_folder(tmp_path, capsys):
+    from mor.cli import main
+
+    src = FIXTURES / "token_mc3_kv"
+    assert main(["import-authors", str(src), str(tmp_path / "run"), "--commit", "abc1234"]) == 0
+    meta = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert meta["provenance"]["authors_commit"] == "abc1234"
+    assert set(meta["provenance"]["files_sha256"]) >= {"config.json", "pytorch_model.bin", "authors_config.yaml"}
+    assert main(["import-authors", str(src), str(tmp_path / "run")]) == 2
+    assert "not empty" in capsys.readouterr().err
