@@ -29,7 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "tests" / "fixtures" / "authors_ckpt"
 SHAPE = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
-             max_position_embeddings=64, tie_word_embeddings=True, initializer_range=0.02)
+             max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=True, initializer_range=0.02)
+# (the shape of our `tiny` scale, grids/scales.yaml, with their layer count: the importer then writes
+# a full run folder that mor.trained.open_run, and so eval / lmeval / the engine, open)
 BATCH, SEQ, SEED, ROUTER_SCALE = 2, 16, 0, 30.0
 CASES = {  # name -> (router, sharing, Nr, layers, kv sharing, attention)
     "expert_mc3_untied": ("expert", "middle_cycle", 3, 5, False, "untied"),

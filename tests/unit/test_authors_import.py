@@ -47,6 +47,22 @@ def test_import_matches_their_logits_and_routing(name, tmp_path):
     assert mismatches == 0
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_imported_folder_is_a_finished_run(name, tmp_path):
+    """The fixtures have our `tiny` scale's shape: the folder is a run that open_run (the one way
+    eval, lmeval, analysis and the engine open a trained run) opens, with the same forward."""
+    from mor.trained import open_run
+
+    meta = import_checkpoint(FIXTURES / name, tmp_path / "run")
+    assert meta["config"]["model"]["scale"] == "tiny"
+    run = open_run(tmp_path / "run", device="cpu")
+    expected = np.load(FIXTURES / name / "expected.npz")
+    ids = torch.from_numpy(expected["input_ids"])
+    with torch.no_grad():
+        out = run.model.train()(ids, targets=ids)
+    assert (out.logits - torch.from_numpy(expected["logits"])).abs().max().item() <= 1e-6
+
+
 def test_fixtures_cover_the_issue():
     cases = list(CASES.values())
     assert {c[0] for c in cases} == {"expert", "token"}

@@ -274,8 +274,42 @@ def import_checkpoint(ckpt: str | Path, run_dir: str | Path, config: str | Path 
             "provenance": {"checkpoint": str(ckpt.resolve()), "authors_commit": commit or theirs["cfg"].get("commit", ""),
                            "weights_file": wfile.name, "config_file": theirs["file"], "config_sha256": theirs["sha256"],
                            "files_sha256": files, "final_sha256": record["sha256"]}}
+    run = run_config(model_cfg, shape, theirs["cfg"])
+    if run is not None:  # a shape of grids/scales.yaml: a finished run that mor.trained.open_run opens
+        meta["config"] = run.to_dict()
+        summary = {"source": "authors", "config_hash": run.config_hash, "final_sha256": record["sha256"],
+                   "steps": int(theirs["cfg"].get("num_train_steps") or 0), "tokens_seen": 0, "train_time_s": 0.0,
+                   "tokens_per_s": 0.0, "final_loss": None}
+        (run_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     (run_dir / "config.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
+
+
+def matching_scale(shape):
+    """The name of a scale in grids/scales.yaml that builds the same network as ``shape`` (its
+    layer count aside: that is ``model.layers``), or None."""
+    from mor.config import load_scales
+
+    same = ("hidden", "heads", "kv_heads", "mlp", "rope_theta", "norm_eps")
+    for name, sc in load_scales().items():
+        if all(getattr(sc, f) == getattr(shape, f) for f in same) and sc.vocab in (0, shape.vocab) \
+                and sc.max_seq_len >= shape.max_seq_len:
+            return name
+    return None
+
+
+def run_config(model_cfg, shape, cfg: dict):
+    """Our RunConfig of the imported model when a named scale has its shape (else None: only
+    ``open_imported`` opens the folder)."""
+    from mor.config import RunConfig, load_scales
+
+    name = matching_scale(shape)
+    if name is None:
+        return None
+    layers = shape.layers if shape.layers != load_scales()[name].layers else 0
+    model = dataclasses.replace(model_cfg, scale=name, layers=layers)
+    return RunConfig(grid="authors_import", model=model, label=f"authors {model_cfg.router.type} "
+                     f"{model_cfg.tying} Nr={model_cfg.num_recursions}")
 
 
 def open_imported(run_dir: str | Path, device: str | torch.device = "cpu"):
