@@ -126,3 +126,18 @@ def test_cli_imports_and_refuses_a_full_folder(tmp_path, capsys):
     assert set(meta["provenance"]["files_sha256"]) >= {"config.json", "pytorch_model.bin", "authors_config.yaml"}
     assert main(["import-authors", str(src), str(tmp_path / "run")]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda c: c["mor"].__setitem__("type", "expert"), "mor.type"),
+    (lambda c: c["kv_sharing"].__setitem__("enable", False), "kv_sharing.enable"),
+    (lambda c: c.__setitem__("relaxation", {"enable": True}), "relaxation"),
+])
+def test_their_config_is_checked_against_the_checkpoint(edit, match, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(FIXTURES / "token_mc3_kv", ckpt)
+    cfg = yaml.safe_load((ckpt / "authors_config.yaml").read_text())
+    edit(cfg)
+    (ckpt / "authors_config.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(CheckpointError, match=match):
+        import_checkpoint(ckpt, tmp_path / "run")

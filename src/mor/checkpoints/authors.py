@@ -132,6 +132,14 @@ def model_config(ckpt: Path, hf: dict, cfg: dict, kind: str, nr: int, tying: str
         raise _err(ckpt, f"config says recursive.sharing={rec.get('sharing')!r} but the weights are laid out {tying}")
     if int(rec.get("num_recursion", nr)) != nr:
         raise _err(ckpt, f"config says recursive.num_recursion={rec.get('num_recursion')} but the weights have {nr}")
+    if mor.get("enable") is False:
+        raise _err(ckpt, "config says mor.enable=false, but the weights have MoR routers")
+    if mor.get("type") not in (None, kind.split("_")[0]):
+        raise _err(ckpt, f"config says mor.type={mor.get('type')!r} but the weights are {kind}")
+    if (cfg.get("relaxation") or {}).get("enable"):
+        raise _err(ckpt, "relaxation.enable=true (LoRA / prompt relaxation) is not imported")
+    if kind == "expert_choice" and (mor.get("expert") or {}).get("include_first", True) is not True:
+        raise _err(ckpt, "mor.expert.include_first=false is not imported (our model keeps their default, true)")
     if mor.get("rand_router"):
         raise _err(ckpt, "mor.rand_router=true (a random router) has no counterpart in our model")
     if mor.get("router_type", "linear") != "linear":
@@ -162,6 +170,9 @@ def model_config(ckpt: Path, hf: dict, cfg: dict, kind: str, nr: int, tying: str
     if kvs.get("enable") and (kvs.get("sharing") != tying or int(kvs.get("num_recursion", nr)) != nr
                               or kvs.get("update_cache")):
         raise _err(ckpt, f"kv_sharing {kvs} differs from the recursion (sharing {tying}, Nr {nr}, update_cache false)")
+    if "enable" in (cfg.get("kv_sharing") or {}) and bool(cfg["kv_sharing"]["enable"]) != bool(kvs.get("enable")):
+        raise _err(ckpt, f"config says kv_sharing.enable={cfg['kv_sharing']['enable']} but config.json's "
+                         f"kv_sharing is {kvs or None}")
     if hf.get("rope_scaling"):
         raise _err(ckpt, f"rope_scaling {hf['rope_scaling']} is not supported")
     if not hf.get("tie_word_embeddings", True):
