@@ -215,7 +215,7 @@ def map_weights(ckpt: Path, sd: dict[str, torch.Tensor], layers: list[dict], rou
             if name in out:
                 if not torch.equal(out[name], t):
                     raise _err(ckpt, f"{layer[p]} differs from the same unique layer's weight in another recursion "
-                                     f"(not the {plan.tying if hasattr(plan, 'tying') else 'configured'} tying)")
+                                     f"(unique layer {u}: not the tying its layout says)")
             else:
                 out[name] = t
     for i, key in enumerate(routers):
