@@ -5,6 +5,7 @@
     claims   check the paper's claims against the results (tables/claims)
     status   where every run the targets need stands (--watch refreshes)
     export-hf  a finished run as a transformers folder (AutoModelForCausalLM, trust_remote_code)
+    import-authors  a checkpoint the authors' trainer saved, as one of our run folders
 
 Job kinds and the launcher's verbs are one code path: ``python -m mor train ...`` (likewise
 eval, lmeval, analysis, throughput, data and plan) is ``python -m mor.launch train ...``,
@@ -142,6 +143,20 @@ def _run_folder(path: Path) -> Path:
                                                         else f" ({path.parent} does not exist)"))
 
 
+def _import_authors(a) -> int:
+    from mor.checkpoints.authors import import_checkpoint
+    from mor.checkpoints.native import CheckpointError
+
+    out = Path(a.run_dir)
+    if out.exists() and any(out.iterdir()) and not a.force:
+        raise CheckpointError(f"{out} is not empty; pass --force to import over it")
+    meta = import_checkpoint(a.checkpoint, out, config=a.config, commit=a.commit)
+    m = meta["model"]
+    print(f"{out}: {m['router']['type']} {m['tying']} Nr={m['num_recursions']} kv={m['kv']} "
+          f"attention={m['recursion_attention']}, {len(meta['provenance']['files_sha256'])} files hashed")
+    return 0
+
+
 def _recipe(a) -> int:
     """Print the recipe (mor.recipe); exit 1 when a setting differs from the authors' released
     config without a recorded reason."""
@@ -250,6 +265,16 @@ def _main(args: list[str]) -> int:
                    help="replace OUT_DIR when it is an earlier export (its .mor-export.json lists what it wrote); any "
                    "other non-empty folder, a run, runs/, results/ and the repository are refused, --force or not")
     p.set_defaults(fn=_export_hf)
+
+    p = sub.add_parser("import-authors", help="a checkpoint the authors' trainer saved, as one of our run folders")
+    p.add_argument("checkpoint", help="their save_pretrained folder (config.json, pytorch_model.bin)")
+    p.add_argument("run_dir", help="the run folder to write (config.json, final/model.safetensors)")
+    p.add_argument("--config", type=Path, default=None,
+                   help="their resolved training config (recursive / mor sections); default: the checkpoint's "
+                   "authors_config.yaml or .hydra/config.yaml")
+    p.add_argument("--commit", default="", help="their repository's commit that trained it (provenance)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty RUN_DIR")
+    p.set_defaults(fn=_import_authors)
 
     a = ap.parse_args(args)
     return a.fn(a)
