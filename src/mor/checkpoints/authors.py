@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from mor.atomic import sha256_file
+from mor.layout import SUMMARY_FILE
 from mor.checkpoints.native import CheckpointError, MODEL_FILE, load_model_weights, save_tensors
 
 __all__ = ["import_checkpoint", "open_imported", "model_config", "map_weights", "FINAL_DIR"]
@@ -291,7 +292,7 @@ def import_checkpoint(ckpt: str | Path, run_dir: str | Path, config: str | Path 
         summary = {"source": "authors", "config_hash": run.config_hash, "final_sha256": record["sha256"],
                    "steps": int(theirs["cfg"].get("num_train_steps") or 0), "tokens_seen": 0, "train_time_s": 0.0,
                    "tokens_per_s": 0.0, "final_loss": None}
-        (run_dir / "train_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     (run_dir / "config.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 
