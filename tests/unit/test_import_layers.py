@@ -30,8 +30,10 @@ JOB_FILES = ("mor.eval.job", "mor.lm_eval.job", "mor.analysis.job", "mor.engine.
 READERS = ("mor.model", "mor.checkpoints", "mor.data", "mor.trained", "mor.eval", "mor.engine", "mor.lm_eval",
            "mor.analysis", "mor.export_hf", "mor.metrics")
 # what the checkpoint formats may import: the network and the torch-free foundations below it
+# mor.layout: the torch-free run-folder layout (it imports only mor), which the authors'
+# checkpoint importer writes a run folder in
 BELOW_CHECKPOINTS = ("mor.checkpoints", "mor.model", "mor.config", "mor.capacity", "mor.identity", "mor.yaml_io",
-                     "mor.atomic", "mor.errors")
+                     "mor.atomic", "mor.errors", "mor.layout")
 
 
 def _under(mod: str, prefixes) -> bool:
