@@ -52,8 +52,9 @@ def manual_first_recursion(model, x):
     for i in model.plan.recursions[0]:
         out = model.unique_layers[i](out, pos, model.rope)
     if model.routers:
-        g = torch.sigmoid(model.routers[0].head(h).squeeze(-1)) * model.cfg.router.alpha  # (B, T)
-        h = h + g.unsqueeze(-1) * (out - h)
+        g = torch.sigmoid(model.routers[0].head(h).squeeze(-1)).unsqueeze(-1) * model.cfg.router.alpha  # (B, T, 1)
+        # the authors' combine (default): h + g f(h), f the block with its residual; ours: h + g (f(h) - h)
+        h = h + g * out if model.cfg.router.combine == "layer_output" else h + g * (out - h)
     else:
         h = out
     for i in model.plan.suffix:
