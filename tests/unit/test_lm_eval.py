@@ -425,7 +425,8 @@ def test_protocol_is_checked(runs, data_root):
 def _decisive(model) -> None:
     """A 4-step model barely reads its depth: routers x50 (decisive routing, as in the parity
     runs of issue 56) and N(0, 0.1) added to the layers' matrices, so where a token goes changes
-    which choice wins (seeded: on these 40 PIQA documents the accuracies are 22 vs 23 / 40)."""
+    which choice wins (seeded: on these 40 PIQA documents acc_norm is 17 vs 18 / 40 under the
+    authors' model defaults of issue 56; 22 vs 23 / 40 acc under the settings before)."""
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in model.routers.parameters():
@@ -453,7 +454,10 @@ def test_lmeval_job_scores_accuracy_under_both_protocols(runs, data_root, real_t
     van_causal, van_topk = out["vanilla"]
     assert van_topk is van_causal
     mor_causal, mor_topk = out["mor-aux_loss"]
-    assert mor_topk["mor_piqa"]["acc"] != mor_causal["mor_piqa"]["acc"], (mor_causal, mor_topk)
+    # the routed model's scores move with the protocol: its (acc, acc_norm) pair differs (which of
+    # the two moves on 40 documents depends on the seeded model; both equal would mean one forward)
+    scores = lambda t: (t["mor_piqa"]["acc"], t["mor_piqa"]["acc_norm"])  # noqa: E731
+    assert scores(mor_topk) != scores(mor_causal), (mor_causal, mor_topk)
     row = accuracy_columns({"tasks": mor_causal, "tasks_topk": mor_topk})
     assert row["accuracy_topk"] == {"mor_piqa": mor_topk["mor_piqa"]["acc"]}
     assert row["avg_accuracy"] == mor_causal["mor_piqa"]["acc"] and row["avg_accuracy_topk"] == mor_topk["mor_piqa"]["acc"]

@@ -36,6 +36,12 @@ def _with(run, **train):
     return dataclasses.replace(run, train=dataclasses.replace(run.train, **train))
 
 
+def _scaled_init(run):
+    """``run`` with the model settings of before issue 56 (its defaults are the authors')."""
+    router = dataclasses.replace(run.model.router, combine="layer_update", capacity_rounding="ceil", aux_accum_steps=1)
+    return dataclasses.replace(run, model=dataclasses.replace(run.model, residual_init="scaled", router=router))
+
+
 def _split(data_root, tmp_path, run, ranks, micros):
     """{step: the (x, y) micro-batches of every rank of a ``ranks`` x ``micros`` split, rank-major},
     read through Trainer.micro_batches (what train_step consumes)."""
@@ -124,9 +130,11 @@ def test_legacy_rank_order_reproduces_the_old_draws_and_run_ids(data_root, tmp_p
     want_x, want_y = _old_draw(tokens, 32, 5, 9, 1, 3, 4)
     assert np.array_equal(x.numpy(), want_x) and np.array_equal(y.numpy(), want_y)
 
-    # tiny_run()'s id before issue 22 (computed with the config module of commit 5fa1a0d)
-    assert _with(tiny_run(), data_order="rank").run_id == "tiny-vanilla-a00a7760"
-    assert "data_order" not in _with(tiny_run(), data_order="rank").training_dict()["train"]
+    # tiny_run()'s id before issue 22 (computed with the config module of commit 5fa1a0d), with
+    # the residual init of then (issue 56 made the authors' N(0, 0.02) the default)
+    legacy = _with(_scaled_init(tiny_run()), data_order="rank")
+    assert legacy.run_id == "tiny-vanilla-a00a7760"
+    assert "data_order" not in legacy.training_dict()["train"]
     assert tiny_run().training_dict()["train"]["data_order"] == "sequence"  # the new default is hashed
     assert tiny_run().run_id != "tiny-vanilla-a00a7760"
 
@@ -138,6 +146,8 @@ def test_data_order_is_validated_at_the_config_boundary():
                                           r"choose one of \['sequence', 'rank', 'pass'\]"):
         run_config_from_dict(stored)
     stored["train"]["data_order"] = "rank"
+    stored["model"]["residual_init"] = "scaled"  # the settings of then (issue 56's defaults are the authors')
+    stored["model"]["router"].update(combine="layer_update", capacity_rounding="ceil", aux_accum_steps=1)
     assert run_config_from_dict(stored).run_id == "tiny-vanilla-a00a7760"
 
 
