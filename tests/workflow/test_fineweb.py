@@ -372,7 +372,7 @@ def test_plan_lists_the_data_job_with_its_cpu_hours(capsys):
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("HuggingFaceTB/SmolLM-135M"))
     rate = load_presets(REPO / "slurm" / "presets.yaml").data.tokens_per_s_per_cpu
-    assert "32.01B" in line and f"{32.01e9 / rate / 3600:.1f}" in line.split()
+    assert "88.01B" in line and f"{88.01e9 / rate / 3600:.1f}" in line.split()
     assert out.index("FineWeb-Edu preparation") < out.index("table10 (")
 
 
@@ -392,7 +392,7 @@ def test_slurm_dry_run_shows_the_data_job_with_its_preset(tmp_path):
     assert any(ln.split() == ["fineweb", "1"] for ln in out.splitlines())
     msg = next(ln for ln in out.splitlines() if "rule fineweb" in ln)
     assert "CPU Slurm job, preset 'data'" in msg and "32 CPUs, 0 GPUs, 64 GB, 24:00 h" in msg
-    assert "fineweb-edu-HuggingFaceTB--SmolLM-135M/train/manifest.json" in msg and "32.01B tokens" in msg
+    assert "fineweb-edu-HuggingFaceTB--SmolLM-135M/train/manifest.json" in msg and "88.01B tokens" in msg
 
 
 def test_hub_tokenizer_batch_encoding_matches_encode(tokenizer, dataset):

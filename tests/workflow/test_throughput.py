@@ -7,6 +7,8 @@ end to end, a 2-run tiny grid through the local profile (marked slow: ~1 min).
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import pandas as pd
@@ -36,7 +38,11 @@ def test_protocol_has_both_modes_and_app_e_values():
 def test_baseline_is_the_vanilla_of_the_same_effective_depth():
     mor = lambda nr: ModelConfig(scale="360M", variant="mor", tying="middle_cycle", num_recursions=nr)  # noqa: E731
     assert baseline(mor(2)) == baseline(mor(3)) == ModelConfig(scale="360M", variant="vanilla")
-    assert baseline(mor(4)).layers == 34 and baseline(mor(4)).variant == "vanilla"  # App. E's 34-layer Vanilla
+    # the authors' depth rule (issue 55): 1 + floor(30 / 4) x 4 + 1 = 30 layers unless the grid sets
+    # App. E's 34 (fig4a, table3 do), and the baseline is the Vanilla of that depth
+    assert baseline(mor(4)).layers == 30 and baseline(mor(4)).variant == "vanilla"
+    deep = dataclasses.replace(mor(4), layers=34)
+    assert baseline(deep).layers == 34 and baseline(deep).variant == "vanilla"  # App. E's 34-layer Vanilla
     assert baseline(ModelConfig(scale="360M", variant="vanilla")) == ModelConfig(scale="360M", variant="vanilla")
 
 
