@@ -22,7 +22,18 @@ import pytest
 
 from helpers.paths import REPO, SRC
 
-RUNS = ("135M-vanilla-59477dd4", "135M-recursive-cycle-nr2-36b28abe")  # grids/table10.yaml, cluster mode
+def _table10_runs() -> tuple[str, str]:
+    """grids/table10.yaml's cluster Vanilla and Recursive Cycle Nr 2 at 135M, by what they are (their
+    ids move with the model's settings: issue 55's depth rule, issue 56's defaults)."""
+    from mor.grids import load_grid
+
+    runs = [r.config for r in load_grid(REPO / "grids" / "table10.yaml", "cluster").runs]
+    pick = lambda **kw: next(c.run_id for c in runs if all(getattr(c.model, k) == v for k, v in kw.items()))  # noqa: E731
+    return (pick(scale="135M", variant="vanilla", reduced=False),
+            pick(scale="135M", variant="recursive", tying="cycle", num_recursions=2))
+
+
+RUNS = _table10_runs()
 CATEGORIES = ("params", "grads", "optimizer", "transient", "total")
 
 

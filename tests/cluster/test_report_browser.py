@@ -92,7 +92,9 @@ def test_paper_report_renders_claims_and_a_figure(tmp_path, data_root):
     for junk in ("ENCODING", "ERRORS", "WHOLE", "utf-8", "strict", "VERSION"):
         assert junk not in landing.upper().split(), (junk, landing)
     runs = len(pd.read_parquet(tmp_path / "results" / "table10.parquet"))  # the grid's rows: 3 configs x 2 seeds
-    assert runs == 6 and f"GRIDS WITH RESULTS\n1\nRUNS WITH RESULTS\n{runs}" in landing.upper(), landing
+    # the counts are those of what the report shows (issue 57): in the text and in the metadata
+    assert runs == 6 and f"GRIDS SHOWN\n1\nRUNS SHOWN\n{runs}" in landing.upper(), landing
+    assert f"Shown here: 1 grid(s), {runs} runs: table10 ({runs})." in landing, landing
     assert "The paper's claims:" in landing and "Code: commit" in landing
     assert set(categories) == {CLAIMS_CATEGORY, CURVES_CATEGORY, SHARING}  # claims and curves first (mor.reports.landing)
     header, body = rows[0], rows[1:]

@@ -30,6 +30,7 @@ from helpers.deadlines import deadline
 from helpers.slurm_jobs import JOB_S, job_ids, job_report, launch, preempt, sacct_states, start_now, wait_for
 
 from mor.grids import load_grid
+from mor.layout import job_folder, run_dir as run_home
 
 pytestmark = pytest.mark.slurm
 
@@ -103,8 +104,8 @@ def test_usr2_checkpoints_the_step_boundary_requeues_and_resumes_two_ranks_bit_i
         slurm_cluster, tmp_path, data_root):
     grid = _grid(tmp_path / "grids" / "pre2.yaml")
     run_id = load_grid(grid, "local").runs[0].run_id
-    run_dir = tmp_path / "runs" / "pre2" / run_id
-    folder = tmp_path / "logs" / "slurm" / "pre2" / run_id / "train"
+    run_dir = run_home(tmp_path / "runs", run_id)  # a run's one home (mor.layout)
+    folder = job_folder(tmp_path / "logs" / "slurm", "pre2", run_id, "train")
     launcher = launch("train", grid, run_id, tmp_path, data_root, "--launcher", "slurm",
                       "--presets", str(_presets(tmp_path / "presets.yaml")), popen=True)
     try:

@@ -20,6 +20,7 @@ import torch
 from helpers.deadlines import deadline
 from helpers.procs import run_group
 from mor.grids import load_grid
+from mor.layout import job_folder, run_dir as run_home
 from helpers.launch import single_process_reference
 from helpers.paths import REPO
 from helpers.slurm_jobs import (
@@ -61,7 +62,8 @@ def test_grid_through_the_slurm_profile(slurm_cluster, tmp_path, data_root):
     for key, jid in ids.items():  # every job went through Slurm and is accounted for
         states = wait_for(lambda: (s := sacct_states(jid)) and s[-1] == "COMPLETED" and s, f"sacct COMPLETED {key}", 60)
         assert states == ["COMPLETED"], (key, states)
-        assert (tmp_path / "logs" / "slurm" / "e2e" / key / f"{jid}_0_log.out").exists()
+        run_id, kind = key.split("/")
+        assert (job_folder(tmp_path / "logs" / "slurm", "e2e", run_id, kind) / f"{jid}_0_log.out").exists()
 
     again = snakemake(tmp_path, *cfg)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
@@ -76,13 +78,13 @@ def test_two_rank_ddp_job_equals_one_process_on_the_same_batches(slurm_cluster, 
     proc = launch("train", grid, run.run_id, tmp_path, data_root, "--launcher", "slurm",
                   "--presets", str(write_presets(tmp_path / "presets.yaml", tasks=2)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    folder = tmp_path / "logs" / "slurm" / "ddp" / run.run_id / "train"
+    folder = job_folder(tmp_path / "logs" / "slurm", "ddp", run.run_id, "train")
     ranks = json.loads((folder / "result.json").read_text())
     assert [r["rank"] for r in ranks] == [0, 1] and all(r["world_size"] == 2 for r in ranks)
     assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"]
     assert ranks[0]["final_loss"] == ranks[1]["final_loss"]  # the logged loss is the global-batch mean
 
-    run_dir = tmp_path / "runs" / "ddp" / run.run_id
+    run_dir = run_home(tmp_path / "runs", run.run_id)
     losses = [json.loads(x)["loss"] for x in (run_dir / "train_log.jsonl").read_text().splitlines()]
     assert len(losses) == 12 and all(map(torch.isfinite, torch.tensor(losses)))
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.2, losses
@@ -112,12 +114,12 @@ def test_preempted_job_requeues_and_resumes_to_the_uninterrupted_result(slurm_cl
     launcher = launch("train", grid, run.run_id, tmp_path, data_root, "--launcher", "slurm",
                       "--presets", str(write_presets(tmp_path / "presets.yaml")), popen=True)
     try:
-        run_dir = tmp_path / "runs" / "rq" / run.run_id
+        run_dir = run_home(tmp_path / "runs", run.run_id)
         wait_for(lambda: (run_dir / "checkpoints" / "latest.json").exists() or launcher.poll() is not None,
                  "the first checkpoint", every_s=0.05)
         assert launcher.poll() is None, launcher.communicate()[0]
         jid = job_ids(tmp_path)[f"{run.run_id}/train"]
-        slurm_log = tmp_path / "logs" / "slurm" / "rq" / run.run_id / "train" / f"{jid}_0_log.out"
+        slurm_log = job_folder(tmp_path / "logs" / "slurm", "rq", run.run_id, "train") / f"{jid}_0_log.out"
         subprocess.run(["scontrol", "suspend", jid], check=True, timeout=deadline(30))
         wait_for(lambda: squeue_state(jid) == "SUSPENDED", "the job to be suspended", 60)
         assert not (run_dir / "train_summary.json").exists()  # frozen before the end
@@ -185,7 +187,7 @@ def test_failing_job_fails_the_rule_with_the_slurm_log_path(slurm_cluster, tmp_p
     assert "Error in rule train" in text
     run_id = load_grid(grids / "bad.yaml", "local").runs[0].run_id
     jid = job_ids(tmp_path)[f"{run_id}/train"]
-    log = tmp_path / "logs" / "slurm" / "bad" / run_id / "train" / f"{jid}_0_log.err"
+    log = job_folder(tmp_path / "logs" / "slurm", "bad", run_id, "train") / f"{jid}_0_log.err"
     assert f"Slurm job {jid} (train of bad/{run_id}) failed: ValueError: token file" in text
     assert f"Slurm log: {log}" in text and "corrupt" in log.read_text()
     assert wait_for(lambda: sacct_states(jid)[-1:] == ["FAILED"], "sacct FAILED", 60)
