@@ -41,6 +41,7 @@ from helpers.paths import REPO
 from helpers.procs import frozen, members, run_group
 from helpers.workflow import E2E_GRID, SNAKEMAKE
 
+from mor.layout import run_dir as run_home, run_log
 from mor.grids import SCHEMA_FILE, load_grid
 
 
@@ -561,7 +562,7 @@ def test_a_sigkilled_workflow_leaves_no_trainer_behind_and_loses_no_step(tmp_pat
     grids = tmp_path / "grids"
     grid = write_grid(grids, "orphan", steps=20_000, tying=False, checkpoint_every=10_000)
     run_id = load_grid(grid, "local").runs[0].run_id
-    run_dir = tmp_path / "runs" / "orphan" / run_id
+    run_dir = run_home(tmp_path / "runs", run_id)  # the run's one home (mor.layout, issue 58)
     lease = run_dir.parent / f".{run_id}.writer.lock"
     cmd = [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--profile", str(REPO / "local"), "tables/table10",
            "--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}"]
@@ -587,7 +588,7 @@ def test_a_sigkilled_workflow_leaves_no_trainer_behind_and_loses_no_step(tmp_pat
             flow.wait()
         if trainer and _state(trainer) not in (None, "Z"):
             os.kill(trainer, signal.SIGKILL)
-    text = (tmp_path / "logs" / "orphan" / run_id / "train.log").read_text()
+    text = run_log(tmp_path / "logs", "orphan", run_id, "train").read_text()
     assert f"the workflow that started this job (Snakemake, pid {flow.pid}) is gone" in text, text[-2000:]
     steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
     last = steps[-1]

@@ -325,12 +325,12 @@ def test_uptraining_starts_from_the_pretrained_run_of_the_same_grid(tmp_path, da
     rows = {r["variant"]: r for r in pq.read_table(tmp_path / "results" / "uptrain.parquet").to_pylist()}
     assert set(rows) == {"vanilla", "recursive"}
     config = json.loads(rows["recursive"]["config_json"])
-    assert config["model"]["init_checkpoint"] == f"runs/uptrain/{rows['vanilla']['run_id']}/final"
+    assert config["model"]["init_checkpoint"] == f"runs/{rows['vanilla']['run_id']}/final"  # its one home (issue 58)
     # started from the pretrained weights, the up-trained model's first logged loss is far
     # below a random init's (~ln 4096 = 8.3)
-    log = tmp_path / "runs" / "uptrain" / rows["recursive"]["run_id"] / "train_log.jsonl"
+    log = tmp_path / "runs" / rows["recursive"]["run_id"] / "train_log.jsonl"
     first = json.loads(log.read_text().splitlines()[0])["loss"]
-    pre_log = tmp_path / "runs" / "uptrain" / rows["vanilla"]["run_id"] / "train_log.jsonl"
+    pre_log = tmp_path / "runs" / rows["vanilla"]["run_id"] / "train_log.jsonl"
     pre_first = json.loads(pre_log.read_text().splitlines()[0])["loss"]
     assert first < pre_first - 0.5, (first, pre_first)
     assert "uptrain" in (tmp_path / "tables" / "table12" / "table12.md").read_text()
@@ -360,7 +360,7 @@ def test_lmeval_jobs_fill_the_accuracy_columns_and_rerun_only_on_their_settings(
     snakemake(*targets, *cfg)
     rows = pq.read_table(tmp_path / "results" / "lme.parquet").to_pylist()
     for r in rows:
-        res = json.loads((tmp_path / "runs" / "lme" / r["run_id"] / "lm_eval.json").read_text())
+        res = json.loads((tmp_path / "runs" / r["run_id"] / "lm_eval.json").read_text())
         assert {t: m["n"] for t, m in res["tasks"].items()} == {"mor_piqa": 8, "mor_winogrande": 6}
         acc = dict(r["accuracy"])
         assert acc == {t: m["acc"] for t, m in res["tasks"].items()}
