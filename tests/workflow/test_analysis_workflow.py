@@ -42,7 +42,7 @@ def test_analysis_figures_build_from_a_tiny_grid(tmp_path, data_root):
         "train": 2, "eval": 2, "analysis": 3, "collect": 1, "curves": 1, "figure": 5, "table": 1}
     snakemake(*ARTIFACTS, *cfg)
     rows = {r["variant"]: r for r in pq.read_table(tmp_path / "results" / "ana.parquet").to_pylist()}
-    runs = tmp_path / "results" / "runs" / "ana"
+    runs = tmp_path / "results" / "runs"  # a run's analysis files in its one home (mor.layout.sidecar_file)
     for variant, r in rows.items():
         meta, a = read_sidecar(runs / f"{r['run_id']}.depth_cap.npz", r["run_id"], r["config_hash"])
         assert a["max_depth"].tolist() == [1, 2]
