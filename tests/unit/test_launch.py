@@ -390,7 +390,12 @@ def test_fsdp_on_two_gloo_ranks_resumes_to_the_single_process_result(data_root, 
         # thread count earlier tests leave): ~3e-6 typically, up to 1.6e-5 seen on one element
         # of 2048, where AdamW normalises a near-zero gradient; a real error moves weights by
         # ~lr = 3e-3 a step, over many elements
-        torch.testing.assert_close(final[n], p.detach(), rtol=1e-4, atol=3e-5, msg=lambda m, n=n: f"{n}: {m}")
+        # (issue 54: seen 1.5e-4 on 5 of 131,072 embedding elements with the authors' model defaults).
+        # So: nearly every element within float tolerance, and none moved by a step's worth (lr)
+        diff = (final[n] - p.detach()).abs()
+        off = diff > 3e-5 + 1e-4 * p.detach().abs()
+        assert off.float().mean() < 1e-3, f"{n}: {int(off.sum())} of {off.numel()} elements differ, max {diff.max():.3g}"
+        assert diff.max() < run.train.lr / 2, f"{n}: an element moved by {diff.max():.3g} (lr {run.train.lr})"
     if kind == "mor-tc-loss-free":  # the sharded bias moved, by the same steps as in one process
         assert final["routers.0.bias"].abs().sum() > 0
     steps = [json.loads(x)["step"] for x in (tmp_path / "fsdp" / "train_log.jsonl").read_text().splitlines()]
