@@ -22,13 +22,13 @@ folder it was given). It deletes nothing but the folders its own moves left empt
 
 from __future__ import annotations
 
-import fcntl
 import filecmp
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mor import layout
+from mor.workflow_guard import workflow_alive
 
 
 class MigrateError(RuntimeError):
@@ -111,20 +111,6 @@ def _legacy_log_runs(logs: Path) -> list[tuple[str, str]]:
             for d in sorted(g.iterdir()) if d.is_dir()]
 
 
-def _workflow_alive(root: Path) -> bool:
-    path = root / ".snakemake" / "mor-workflow.flock"
-    if not path.exists():
-        return False
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
 def _in_flight(plan: Plan, query=None) -> list[str]:
     """Recorded Slurm jobs among the moves still queued or running."""
     from mor.launch.slurm import QUEUED_STATES, RUNNING_STATES
@@ -143,7 +129,7 @@ def _in_flight(plan: Plan, query=None) -> list[str]:
 def migrate(root: str | Path = ".", dry_run: bool = False, slurm_query=None) -> Plan:
     """Move the layout before into one home per run (see the module docstring); the plan it carried out."""
     root = Path(root)
-    if _workflow_alive(root):
+    if workflow_alive(root):
         raise MigrateError(f"{root.resolve()}: a Snakemake workflow is running here; let it finish (or stop it), "
                            "then migrate: nothing was moved")
     plan = plan_migration(root)

@@ -30,6 +30,22 @@ import sys
 from pathlib import Path
 
 _held: list[int] = []  # the flock's file descriptor, held for the life of this process
+FLOCK = "mor-workflow.flock"  # under .snakemake/
+
+
+def workflow_alive(workdir: str | Path = ".") -> bool:
+    """Whether a Snakemake of this workflow holds its flock in ``workdir`` now (without taking it)."""
+    path = Path(workdir) / ".snakemake" / FLOCK
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def clear_stale_locks(workdir: str | Path = ".") -> bool:
@@ -41,7 +57,7 @@ def clear_stale_locks(workdir: str | Path = ".") -> bool:
     os.environ["MOR_WORKFLOW_PID"] = str(os.getpid())
     if _held:
         return False
-    fd = os.open(meta / "mor-workflow.flock", os.O_RDWR | os.O_CREAT, 0o644)  # O_CLOEXEC: jobs never hold it
+    fd = os.open(meta / FLOCK, os.O_RDWR | os.O_CREAT, 0o644)  # O_CLOEXEC: jobs never hold it
     _held.append(fd)
     removed = False
     try:
