@@ -144,8 +144,9 @@ _MANY = {"sacct": ["sacct", "-n", "-X", "-P", "-j", "{ids}", "-o", "JobID,State"
 _GONE = {"sacct": "sacct has no record of it", "squeue": "squeue does not know it"}
 
 
-def parse_states(stdout: str, job_ids: list[str]) -> dict[str, str]:
-    """``{job id: state}`` from a client's lines; one job asked alone is listed without its id.
+def parse_states(stdout: str, job_ids: list[str], keyed: bool = True) -> dict[str, str]:
+    """``{job id: state}`` from a client's lines: ``<id> <state>`` (or ``<id>|<state>``), or
+    the state alone when one job was asked in the state-only format (``keyed`` false).
 
     The last listed record of a job wins (a requeued job's newest record comes last).
     """
@@ -153,7 +154,7 @@ def parse_states(stdout: str, job_ids: list[str]) -> dict[str, str]:
     for line in stdout.splitlines():
         if not line.strip():
             continue
-        if len(job_ids) == 1:  # asked alone, in the state-only format
+        if not keyed:
             jid, state = job_ids[0], line
         else:
             jid, _, state = line.strip().replace("|", " ", 1).partition(" ")
@@ -162,18 +163,20 @@ def parse_states(stdout: str, job_ids: list[str]) -> dict[str, str]:
     return seen
 
 
-def ask(tool: str, job_ids: list[str]) -> dict[str, Answer]:
+def ask(tool: str, job_ids: list[str], keyed: bool = True) -> dict[str, Answer]:
     """Run ``tool`` (sacct or squeue) ONCE for every job; ``{job id: Answer}``, ``""`` for a job it
     does not list, ``None`` for every job when the client failed (squeue's "invalid job id" is
-    an answer: slurmctld holds none of them)."""
-    template = _ONE[tool] if len(job_ids) == 1 else _MANY[tool]
+    an answer: slurmctld holds none of them). ``keyed`` false: one job, state-only format."""
+    if not keyed and len(job_ids) != 1:
+        raise ValueError(f"the state-only format names one job, not {len(job_ids)}")
+    template = _MANY[tool] if keyed else _ONE[tool]
     out = _client([a.replace("{ids}", ",".join(job_ids)) for a in template])
     if out is None:
         return {j: Answer(None, f"{tool} did not run or timed out") for j in job_ids}
     rc, stdout, stderr = out
     if rc != 0 and not (tool == "squeue" and "invalid job id" in stderr.lower()):
         return {j: Answer(None, f"{tool} failed: {_last_line(stderr)}") for j in job_ids}
-    seen = parse_states(stdout, job_ids) if rc == 0 else {}
+    seen = parse_states(stdout, job_ids, keyed) if rc == 0 else {}
     return {j: Answer(seen.get(j, ""), f"{tool}: {seen[j]}" if j in seen else _GONE[tool]) for j in job_ids}
 
 
@@ -197,7 +200,7 @@ def merge_answers(acct: Answer, queue: Answer) -> SlurmState:
 
 def slurm_states(job_ids: list[str]) -> dict[str, SlurmState]:
     """Every job's state from ONE sacct and ONE squeue call, whatever their number: what the
-    workflow's watcher asks once per interval. One job is asked in the state-only format."""
+    workflow's watcher asks once per interval."""
     ids = sorted(set(map(str, job_ids)), key=lambda j: (len(j), j))
     if not ids:
         return {}
@@ -206,8 +209,10 @@ def slurm_states(job_ids: list[str]) -> dict[str, SlurmState]:
 
 
 def slurm_state(job_id: str) -> SlurmState:
-    """One job's state (sacct, then squeue): what a launcher waiting for its one job asks."""
-    return slurm_states([str(job_id)])[str(job_id)]
+    """One job's state (sacct, then squeue, state-only format): what a launcher waiting for its
+    one job, or re-attaching to it, asks."""
+    jid = str(job_id)
+    return merge_answers(ask("sacct", [jid], keyed=False)[jid], ask("squeue", [jid], keyed=False)[jid])
 
 
 class JobInfo(NamedTuple):
