@@ -29,9 +29,9 @@ PY = f"{shlex.quote(sys.executable)} -m mor"  # quoted: a checkout path may hold
 LAUNCHER = config.get("launcher", "local")
 PRESETS = Path(config.get("presets") or Path(workflow.basedir) / "slurm" / "presets.yaml").absolute()
 LAUNCH_ARGS = f"--launcher {LAUNCHER}"
-# The launcher rules' `localrule:`: a Slurm launcher goes to the profile's executor (mor-slurm:
-# submit, then the one watcher); anything else, every other rule included (`localrule: True`),
-# runs on the node Snakemake runs on.
+# What the launcher rules say as `localrule`: a Slurm launcher goes to the profile's executor
+# (mor-slurm: submit, then the one watcher); a local launcher, like all the other rules
+# (`localrule` True), runs on the node Snakemake runs on.
 LOCAL_LAUNCH = LAUNCHER != "slurm"
 PRESET_TABLE = None  # the parsed preset file (launcher slurm): the rules' resources come from it
 if LAUNCHER == "slurm":
