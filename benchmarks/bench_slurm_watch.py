@@ -15,7 +15,7 @@ it starts, sampled every 0.2 s; the number of sacct / squeue calls per minute is
 the RPC counts (sacct talks to slurmdbd, not to slurmctld, so it is not in sdiag).
 ``--kill-at K``: the watcher run is SIGKILLed once K jobs have finished and restarted; the
 number of jobs submitted twice is counted from the job.json records (0 expected).
-The state interval is the launcher's default (MOR_LAUNCH_STATE_POLL_S=30) unless set.
+The state interval is the watcher's default (30 s; MOR_LAUNCH_STATE_POLL_S, the fallback of --mor-slurm-state-poll-s) unless set.
 """
 
 from __future__ import annotations

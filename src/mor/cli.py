@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (is_domain_error(e) or isinstance(e, OSError)):
             raise
         print(one_line(e), file=sys.stderr)
-        launch = sys.modules.get("mor.launch.slurm")
+        launch = sys.modules.get("mor.launch.slurm_submit")
         return 1 if launch and isinstance(e, launch.LaunchError) else 2
 
 

@@ -14,7 +14,7 @@ import sys
 # (module, class) of every domain error. Looked up only in modules already imported (an error of
 # a module never imported cannot have been raised), so no entry point imports torch for them.
 DOMAIN_ERRORS = (("mor.grids", "GridError"), ("mor.config", "ConfigError"), ("mor.yaml_io", "YamlError"),
-                 ("mor.launch.presets", "PresetError"), ("mor.launch.slurm", "LaunchError"),
+                 ("mor.launch.presets", "PresetError"), ("mor.launch.slurm_submit", "LaunchError"),
                  ("mor.results", "ResultsError"), ("mor.export_hf", "ExportError"),
                  ("mor.checkpoints.native", "CheckpointError"), ("mor.train_log", "TrainLogError"),
                  ("mor.data.fineweb", "SettingsError"), ("mor.data.shards", "ShardError"),

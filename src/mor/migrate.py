@@ -113,7 +113,7 @@ def _legacy_log_runs(logs: Path) -> list[tuple[str, str]]:
 
 def _in_flight(plan: Plan, query=None) -> list[str]:
     """Recorded Slurm jobs among the moves still queued or running."""
-    from mor.launch.slurm import QUEUED_STATES, RUNNING_STATES
+    from mor.launch.slurm_state import QUEUED_STATES, RUNNING_STATES
     from mor.status.read import slurm_job_state
 
     out = []

@@ -3,18 +3,21 @@
 Snakemake finds this package by its name (``snakemake_executor_plugin_<name>``, installed with
 the project). It runs the rules whose shell command is a Slurm launcher (``python -m mor.launch
 <kind> ... --launcher slurm``: train, eval, lmeval, analysis, throughput, data); every other
-rule stays on the login node as before (they are made local rules here).
+rule says ``localrule: True`` (and the launcher rules say so too when the launcher is local), so
+it runs on the node Snakemake runs on, as with the local executor.
 
-No process waits per job. A launcher job goes through three steps (``mor.launch.slurm``,
-"Hand-off"): the rule's own command runs with ``$MOR_LAUNCH_HANDOFF`` set, submits through the
-project's submitit ``Job`` wrapper (or re-attaches to the job an earlier workflow left running)
-and exits; the watcher asks Slurm about every job in flight with ONE ``sacct`` and ONE
-``squeue`` call per interval (``MOR_LAUNCH_STATE_POLL_S``, 30 s), and looks for the jobs'
-result files every ``MOR_LAUNCH_POLL_S`` (2 s); once a job has ended the same command runs
-again and collects it: result.json and the rule's log, or the failure message with the job id
-and the Slurm log path. At most ``MOR_LAUNCH_STEPS`` (default 4) such launcher steps run at
-once, so the login node holds Snakemake plus a few short-lived launchers, whatever the number
-of jobs in flight (the profile's ``jobs``).
+A thin adapter: the decisions live in ``mor.launch``. A launcher job goes through three steps
+(``mor.launch.slurm_handoff``): the rule's own command runs with ``$MOR_LAUNCH_HANDOFF`` set,
+submits through the project's submitit ``Job`` wrapper (or re-attaches to the job an earlier
+workflow left running) and exits; ``slurm_handoff.verdicts`` asks Slurm about every job in
+flight with ONE ``sacct`` and ONE ``squeue`` call (``mor.launch.slurm_state``, paced by its
+``Pacer``: every ``--mor-slurm-state-poll-s``, 30 s) and looks for the jobs' result files every
+``--mor-slurm-poll-s`` (2 s); once a job has ended the same command runs again and collects
+it: result.json and the rule's log, or the failure message with the job id and the Slurm log
+path. At most ``--mor-slurm-steps`` (4) such launcher steps run at once, so the login node
+holds Snakemake plus a few short-lived launchers, whatever the number of jobs in flight (the
+profile's ``jobs``). The settings (``settings.ExecutorSettings``) are profile keys and flags;
+the launcher steps get them as ``MOR_LAUNCH_*`` in their environment.
 """
 
 from __future__ import annotations
@@ -23,20 +26,22 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncGenerator, List
 
+from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from snakemake_interface_executor_plugins.settings import CommonSettings
 
-from mor.atomic import write_json_atomic
-from mor.launch.slurm import (
-    HANDOFF_ENV, env_poll_s, env_state_poll_s, env_unknown_s, mark_reported, read_handoff, results_ready,
-    slurm_states,
-)
+from mor.launch.job_record import mark_reported
+from mor.launch.slurm_handoff import HANDOFF_ENV, InFlight, read_handoff, verdicts, write_verdict
+from mor.launch.slurm_state import Pacer, Sighting
+from snakemake_executor_plugin_mor_slurm.settings import ExecutorSettings
+
+__all__ = ["Executor", "ExecutorSettings", "common_settings"]
 
 common_settings = CommonSettings(
     non_local_exec=True,
@@ -49,8 +54,6 @@ common_settings = CommonSettings(
     init_seconds_before_status_checks=0,
 )
 
-STEPS_ENV = "MOR_LAUNCH_STEPS"  # launcher steps (submit / collect) running at once
-
 
 def is_launcher_command(cmd: str | None) -> bool:
     return bool(cmd) and "--launcher slurm" in cmd
@@ -58,45 +61,42 @@ def is_launcher_command(cmd: str | None) -> bool:
 
 @dataclass
 class Flight:
-    """One launcher job: which step it is at, and what the watcher knows of its Slurm job."""
+    """One launcher job: which step it is at, and (in flight) the Slurm job the watcher follows."""
 
     cmd: str
     handoff: Path
     log: str
     step: str = "submit"  # submit -> submitting -> in flight -> collect -> collecting
     proc: subprocess.Popen | None = None
-    job_id: str = ""
-    folder: str = ""
-    tasks: int = 1
-    unknown_since: float | None = None
-    last: dict = field(default_factory=dict)
+    job: InFlight | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id if self.job else ""
 
 
 class Executor(RemoteExecutor):
-    # RemoteExecutor starts its watching thread before __post_init__ runs: these must exist by then
+    # RemoteExecutor starts its watching thread before __post_init__ runs: this must exist by then
     ready = False
-    steps, state_poll_s, poll_s, unknown_s, next_ask, queries = 4, 30.0, 2.0, 300.0, 0.0, 0
 
     def __post_init__(self):
-        launch_args = str(self.workflow.globals.get("LAUNCH_ARGS", ""))
-        for rule in self.workflow.rules:  # what is not a Slurm launcher runs here, as with the local executor
-            if not (rule.shellcmd and "{LAUNCH_ARGS}" in rule.shellcmd and "--launcher slurm" in launch_args):
-                self.workflow._localrules.add(rule.name)
-        self.steps = max(1, int(os.environ.get(STEPS_ENV, "4")))
-        self.state_poll_s = env_state_poll_s()
-        self.poll_s = min(env_poll_s(), self.state_poll_s)
-        self.unknown_s = env_unknown_s()
-        self.next_ask = 0.0
+        try:
+            self.settings = self.workflow.executor_settings.watch()
+        except ValueError as e:
+            raise WorkflowError(f"mor-slurm executor settings: {e}") from None
+        self.pacer = Pacer(self.settings.state_poll_s, max_per_s=self.max_status_checks_per_second)
+        self.poll_s = min(self.settings.poll_s, self.settings.state_poll_s)
+        self.step_env = {**os.environ, **self.settings.environment()}
         self.handoffs = Path(self.tmpdir)
-        self.queries = 0  # batched Slurm queries made (each: one sacct + one squeue)
         self.next_seconds_between_status_checks = 0.5
         self.ready = True
 
     # ------------------------------------------------------------------ submit
     def run_job(self, job: JobExecutorInterface):
         cmd = job.shellcmd
-        if not is_launcher_command(cmd):  # a rule made local in __post_init__ never comes here
-            raise RuntimeError(f"mor-slurm runs Slurm launcher rules only, not rule {job.rule.name}")
+        if not is_launcher_command(cmd):  # a rule without `localrule: True` that is no Slurm launcher
+            raise WorkflowError(f"mor-slurm runs Slurm launcher rules only (`--launcher slurm`); rule "
+                                f"{job.rule.name} needs `localrule: True`")
         for f in [*job.output, *job.log]:  # the directories, not a deletion of outputs: a job that
             Path(f).parent.mkdir(parents=True, exist_ok=True)  # ended unwatched is collected, not redone
         flight = Flight(cmd=cmd, handoff=self.handoffs / f"{job.jobid}.json", log=str(job.log[0]) if job.log else "")
@@ -107,7 +107,7 @@ class Executor(RemoteExecutor):
         try:
             f.proc = subprocess.Popen(["bash", "-c", "set -euo pipefail; " + f.cmd], stdout=out,
                                       stderr=subprocess.STDOUT, start_new_session=True,
-                                      env={**os.environ, HANDOFF_ENV: str(f.handoff)})
+                                      env={**self.step_env, HANDOFF_ENV: str(f.handoff)})
         finally:
             out.close()
         f.step = "submitting" if f.step == "submit" else "collecting"
@@ -127,67 +127,49 @@ class Executor(RemoteExecutor):
                 + "\n".join(said) + "\n")
 
     # ------------------------------------------------------------------ watch
+    def _step_ended(self, info: SubmittedJobInfo, f: Flight) -> bool:
+        """Handle a launcher step that exited; True when Snakemake has been told the job's outcome."""
+        rc, f.proc = f.proc.returncode, None
+        if f.step == "collecting":  # Snakemake is told now: a later run of this rule submits anew
+            if rc == 0:
+                self.report_job_success(info)
+            else:
+                self.report_job_error(info, msg=self._failure(f, rc))
+            mark_reported(Path(f.job.folder), f.job_id)
+            return True
+        h = read_handoff(f.handoff)
+        if rc == 0 and h.get("job_id"):
+            f.step = "in flight"
+            f.job = InFlight(str(h["job_id"]), h["folder"], int(h["tasks"]), Sighting(self.settings.unknown_s))
+            info.external_jobid = f.job_id
+            return False
+        self.report_job_error(info, msg=self._failure(f, rc))
+        return True
+
     async def check_active_jobs(self, active_jobs: List[SubmittedJobInfo]
                                 ) -> AsyncGenerator[SubmittedJobInfo, None]:
         if not self.ready:
             for info in active_jobs:
                 yield info
             return
-        now = time.monotonic()
         done: set[int] = set()
         for i, info in enumerate(active_jobs):  # launcher steps that ended
             f: Flight = info.aux["flight"]
-            if f.proc is None or f.proc.poll() is None:
-                continue
-            rc, f.proc = f.proc.returncode, None
-            if f.step == "collecting":  # Snakemake is told now: a later run of this rule submits anew
-                if rc == 0:
-                    self.report_job_success(info)
-                else:
-                    self.report_job_error(info, msg=self._failure(f, rc))
-                mark_reported(Path(f.folder), f.job_id)
+            if f.proc is not None and f.proc.poll() is not None and self._step_ended(info, f):
                 done.add(i)
-                continue
-            if f.step == "submitting":
-                h = read_handoff(f.handoff)
-                if rc == 0 and h.get("job_id"):
-                    f.step, f.job_id, f.folder, f.tasks = "in flight", str(h["job_id"]), h["folder"], int(h["tasks"])
-                    info.external_jobid = f.job_id
-                    continue
-            self.report_job_error(info, msg=self._failure(f, rc))
-            done.add(i)
 
         flying = [info.aux["flight"] for i, info in enumerate(active_jobs)
                   if i not in done and info.aux["flight"].step == "in flight"]
-        states = {}
-        if flying and now >= self.next_ask:
-            states = slurm_states([f.job_id for f in flying])
-            self.queries += 1
-            self.next_ask = now + self.state_poll_s
+        ended = verdicts([f.job for f in flying], time.monotonic(), self.pacer)
         for f in flying:
-            verdict = None
-            st = states.get(f.job_id)
-            if st is not None:
-                f.last = {"state": st.state, "detail": st.detail, "queue_answered": st.queue_answered}
-                if st.finished:
-                    verdict = dict(f.last)
-                elif st.known:
-                    f.unknown_since = None
-                else:
-                    f.unknown_since = now if f.unknown_since is None else f.unknown_since
-                    if now - f.unknown_since >= self.unknown_s:
-                        verdict = {**f.last, "vanished_s": now - f.unknown_since}
-            if verdict is None and results_ready(Path(f.folder), f.job_id, f.tasks):
-                verdict = dict(f.last)
-            if verdict is not None:
-                h = read_handoff(f.handoff)
-                write_json_atomic(f.handoff, {**h, "verdict": verdict})
+            if f.job_id in ended:
+                write_verdict(f.handoff, ended[f.job_id])
                 f.step = "collect"
 
         running = sum(1 for info in active_jobs if info.aux["flight"].proc is not None)
         for i, info in enumerate(active_jobs):  # start waiting steps, a bounded number at once
             f = info.aux["flight"]
-            if running >= self.steps:
+            if running >= self.settings.steps:
                 break
             if i not in done and f.step in ("submit", "collect") and f.proc is None:
                 self._start(f)

@@ -9,6 +9,7 @@ from mor.analysis.sidecar import ANALYSES, VERSION as ANALYSIS_VERSION
 
 
 rule analysis:
+    localrule: LOCAL_LAUNCH  # a Slurm launcher runs through the mor-slurm executor
     input:
         summary=layout.SUMMARY_PATTERN,
         data=run_data_inputs,

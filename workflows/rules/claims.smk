@@ -25,6 +25,7 @@ PLAN_DIGEST = checked(plan_digest, CLAIMS_SPEC, MODE)
 
 
 rule collect_round:
+    localrule: True
     input:
         round_run_results,
     output:
@@ -36,6 +37,7 @@ rule collect_round:
 
 
 checkpoint seeding:
+    localrule: True
     input:
         this_round_inputs,
     output:
@@ -53,6 +55,7 @@ checkpoint seeding:
 
 
 rule claims:
+    localrule: True
     input:
         final_round_inputs,
         design=str(CLAIMS_SPEC),  # the whole file: the table draws its sources and re-analyses

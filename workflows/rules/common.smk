@@ -29,6 +29,10 @@ PY = f"{shlex.quote(sys.executable)} -m mor"  # quoted: a checkout path may hold
 LAUNCHER = config.get("launcher", "local")
 PRESETS = Path(config.get("presets") or Path(workflow.basedir) / "slurm" / "presets.yaml").absolute()
 LAUNCH_ARGS = f"--launcher {LAUNCHER}"
+# What the launcher rules say as `localrule`: a Slurm launcher goes to the profile's executor
+# (mor-slurm: submit, then the one watcher); a local launcher, like all the other rules
+# (`localrule` True), runs on the node Snakemake runs on.
+LOCAL_LAUNCH = LAUNCHER != "slurm"
 PRESET_TABLE = None  # the parsed preset file (launcher slurm): the rules' resources come from it
 if LAUNCHER == "slurm":
     from mor.launch.presets import load_presets

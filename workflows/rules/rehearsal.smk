@@ -11,6 +11,7 @@ REHEARSAL_GRIDS = sorted(p.stem for p in all_grids(GRIDS_DIR)
 
 
 rule rehearsal_env:
+    localrule: True
     output:
         str(REHEARSAL_VENV / ".mor-installed"),
     params:
@@ -22,6 +23,7 @@ rule rehearsal_env:
 
 
 rule rehearsal_table:
+    localrule: True
     input:
         grid=str(GRIDS_DIR / "{grid}.yaml"),
         env=rules.rehearsal_env.output,
@@ -42,6 +44,7 @@ rule rehearsal_table:
 
 
 rule rehearsal_grid:
+    localrule: True
     input:
         csv=rules.rehearsal_table.output.csv,
     output:
@@ -55,6 +58,7 @@ rule rehearsal_grid:
 
 
 rule rehearsal_paper:
+    localrule: True
     input:
         expand("rehearsal/{grid}", grid=REHEARSAL_GRIDS),
     output:

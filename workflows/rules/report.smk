@@ -21,6 +21,7 @@ config["mor_curve_caption"] = curves_caption  # (common.smk)
 
 
 rule table:
+    localrule: True
     input:
         unpack(artifact_results("tables")),  # results: the grid's parquet; rows: each of its runs' rows (common.smk)
         grid=artifact_grid_file("tables"),
@@ -43,6 +44,7 @@ rule table:
 
 
 rule figure:
+    localrule: True
     input:
         unpack(artifact_results("figures")),  # results: the grid's parquet; rows: each of its runs' rows (common.smk)
         grid=artifact_grid_file("figures"),
@@ -66,6 +68,7 @@ rule figure:
 # logs (mor.reports.curves); listed in the report's second section (after the claims), one
 # entry per grid.
 rule curves:
+    localrule: True
     input:
         results=layout.GRID_RESULTS_PATTERN,
     output:
@@ -79,6 +82,7 @@ rule curves:
 
 # Every table and figure of the paper for the active profile, and the claims checked on them.
 rule paper:
+    localrule: True
     input:
         ALL_ARTIFACTS,
         "tables/claims",

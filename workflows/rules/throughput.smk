@@ -7,6 +7,7 @@ from mor.throughput_protocol import VERSION as THROUGHPUT_VERSION
 
 
 rule throughput:
+    localrule: LOCAL_LAUNCH  # a Slurm launcher runs through the mor-slurm executor
     input:
         summary=layout.SUMMARY_PATTERN,
         data=run_data_inputs,

@@ -2,6 +2,7 @@
 
 
 rule train:
+    localrule: LOCAL_LAUNCH  # a Slurm launcher runs through the mor-slurm executor
     input:
         # token files; an up-training run's source; a decay branch's stable run
         unpack(rule_inputs(data=run_data_inputs, init=init_checkpoint_inputs, branch=branch_source_inputs)),

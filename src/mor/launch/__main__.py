@@ -38,7 +38,7 @@ from mor.grids import GridError, load_grid
 from mor.jobs import KINDS, RUN_KINDS
 from mor.launch.lease import LeaseError
 from mor.launch.presets import DEFAULT_PRESETS, PresetError, load_presets
-from mor.launch.slurm import LaunchError
+from mor.launch.slurm_submit import LaunchError
 from mor.lm_eval.hub_cache import HubCacheError
 from mor.train.stop import Preempted
 
@@ -126,12 +126,12 @@ def _usage(a, started: float, finished: bool) -> None:
 
 def _submit(kind: str, kwargs: dict, preset, folder: Path, name: str, what: str) -> list[dict] | None:
     """Submit ``kind`` as a Slurm job through the one generic wrapper and wait for its ranks' results
-    (None: handed to the workflow's watcher, ``mor.launch.slurm.run_or_hand_off``)."""
+    (None: handed to the workflow's watcher, ``mor.launch.slurm_handoff.run_or_hand_off``)."""
     from mor.launch.checkpointable import Job
-    from mor.launch.slurm import env_poll_s, pythonpath_setup, run_or_hand_off
+    from mor.launch.slurm_handoff import run_or_hand_off
+    from mor.launch.slurm_submit import pythonpath_setup
 
-    results = run_or_hand_off(Job(kind, kwargs), preset, folder, name=name, what=what,
-                              setup=pythonpath_setup(), poll_s=env_poll_s())
+    results = run_or_hand_off(Job(kind, kwargs), preset, folder, name=name, what=what, setup=pythonpath_setup())
     if results is None:
         return None
     write_text_atomic(folder / "result.json", json.dumps(results, indent=2, default=str))

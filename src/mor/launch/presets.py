@@ -13,7 +13,7 @@ Slurm job asks for. Sites differ, so it is data a user edits (or copies and poin
 The whole file is validated on load; an error names the file and the key
 (``slurm/presets.yaml: scales.135M.train.gpus_per_node: expected an integer >= 0, got 'two'``).
 
-Apart from submission (``mor.launch.slurm``) because the Snakemake process, the plan and
+Apart from submission (``mor.launch.slurm_submit``) because the Snakemake process, the plan and
 ``mor status`` read presets too, and none of them may pull in submitit or torch.
 """
 

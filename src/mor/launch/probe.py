@@ -1,5 +1,5 @@
 """``python -m mor.launch.probe``: a Slurm job that only sleeps, launched exactly as a train or
-eval job is (``mor.launch.slurm.run_or_hand_off``: submitit, job.json, re-attach, the
+eval job is (``mor.launch.slurm_handoff.run_or_hand_off``: submitit, job.json, re-attach, the
 watcher's hand-off) but with no grid, model or data: what the launch path costs the login
 node and the controller, measured by ``benchmarks/bench_slurm_watch.py`` on hundreds of jobs."""
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 from mor.atomic import write_text_atomic
 from mor.launch.presets import Preset
-from mor.launch.slurm import LaunchError, pythonpath_setup, run_or_hand_off
+from mor.launch.slurm_handoff import run_or_hand_off
+from mor.launch.slurm_submit import LaunchError, pythonpath_setup
 
 
 def nap(seconds: float, tag: str) -> dict:

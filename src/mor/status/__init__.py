@@ -33,7 +33,7 @@ The table fits the terminal: below ``--wide`` the run ids are shortened (their h
 or cut to the shortest prefix that stays unique in the grid) and folded, notes move under the
 table, and the numbers' columns are never narrower than their widest number.
 
-Slurm's state comes from the launcher's own queries (``mor.launch.slurm.slurm_state``) for the
+Slurm's state comes from the launcher's own queries (``mor.launch.slurm_state``) for the
 job id it recorded in
 ``logs/slurm/<grid>/<id>/<kind>/job.json``; without Slurm clients those answer "unknown" and
 the files decide. For a Slurm job the note also gives its node and elapsed time against its

@@ -1,5 +1,7 @@
 """Reading what a run leaves on disk, and what Slurm says of its recorded jobs, for ``mor status``.
 
+Slurm is asked through ``mor.launch.slurm_state``, the one module that asks it.
+
 Every function here only reads, and a missing or torn file reads as "nothing yet" (None or
 an empty list), never as an error: status runs beside a workflow that is writing these files.
 """
@@ -11,9 +13,11 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from mor import layout
+from mor.launch.job_record import read_job_id
+# status asks Slurm the launcher's way (mor.launch.slurm_state: the one module that asks it)
+from mor.launch.slurm_state import SLURM_CLIENT_S, JobInfo, slurm_job_info, slurm_state  # noqa: F401
 
 TAIL_BYTES = 64 * 1024  # enough for the last few hundred log lines
 _ERROR = re.compile(r"(\w*(Error|Exception|Interrupt)\b|^error:|Traceback|Killed|CANCELLED|TIMEOUT)")
@@ -82,42 +86,10 @@ def last_error_line(path: Path) -> str | None:
 def slurm_job_state(record: Path, query=None) -> tuple[str, str] | None:
     """(Slurm state, job id) of the job the launcher recorded, None without a record. The
     state is "" when neither sacct nor squeue can say."""
-    try:
-        job_id = str(json.loads(record.read_text())["job_id"])
-    except (OSError, ValueError, KeyError, TypeError):
+    job_id = read_job_id(record)
+    if job_id is None:
         return None
-    if query is None:
-        from mor.launch.slurm import slurm_state as query
-    return query(job_id).state, job_id
-
-
-class JobInfo(NamedTuple):
-    """Where and how long a Slurm job ran, as Slurm prints them ("" when it does not say)."""
-
-    node: str = ""
-    elapsed: str = ""  # [D-]HH:MM:SS
-    limit: str = ""
-
-
-SLURM_CLIENT_S = 10.0  # one sacct / squeue call: only bounds a hung client (status then says less)
-
-
-def slurm_job_info(job_id: str) -> JobInfo | None:
-    """Node, elapsed time and time limit of a Slurm job: sacct first (it remembers ended jobs),
-    else squeue; None when neither answers (no Slurm clients here, slurmdbd down)."""
-    import subprocess
-
-    for cmd in (["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "NodeList,Elapsed,Timelimit"],
-                ["squeue", "-h", "-j", job_id, "-o", "%N|%M|%l"]):
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=SLURM_CLIENT_S, check=False)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
-        if p.returncode == 0 and lines:
-            node, elapsed, limit = (part.strip() for part in (lines[-1].split("|") + ["", ""])[:3])
-            return JobInfo("" if node in ("None assigned", "(null)") else node, elapsed, limit)
-    return None
+    return (query or slurm_state)(job_id).state, job_id
 
 
 def slurm_log_error(record: Path, job_id: str) -> str | None:

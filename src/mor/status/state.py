@@ -1,7 +1,7 @@
 """A run's state (done, trained, running, queued, failed, stopped, not started) decided from what
 ``mor.status.read`` reads, and every run of the grids collected with the plan's hours.
 
-The Slurm state names come from the launcher (``mor.launch.slurm``), so that status and the
+The Slurm state names come from the launcher (``mor.launch.slurm_state``), so that status and the
 launcher that waits on the job never disagree on what is queued or running.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mor import layout
 from mor.grids import Grid
-from mor.launch.slurm import QUEUED_STATES, RUNNING_STATES
+from mor.launch.slurm_state import QUEUED_STATES, RUNNING_STATES
 from mor.status.hours import plan_hours
 from mor.usage import run_cpu_s
 from mor.status.read import (JobInfo, Paths, checkpoint_step, last_error_line, log_tail, measured_train_s,
