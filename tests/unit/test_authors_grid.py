@@ -160,3 +160,16 @@ def test_engine_equals_generate_on_the_imported_model(name, tmp_path):
             assert res.outputs[r.id] == solo(model, r), f"request {r.id}"
     ran = res.recursion_tokens()
     assert min(ran) < ran[0]  # their routers sent tokens out early: the depth-wise batching was exercised
+
+
+def test_the_plan_and_the_dag_agree_on_an_imported_runs_jobs():
+    """No GPU job imports (the import runs where the workflow runs); the engine measures it when it
+    serves it (tied attention), as common.smk's throughput_result asks mor.throughput_protocol.measured."""
+    from mor.launch.cost import run_jobs
+    from mor.throughput_protocol import measured
+
+    grid = load_grid(SHIPPED, "local")
+    cfg = grid.runs[0].config
+    assert [k for k, _ in run_jobs(grid, cfg)] == ["eval", "lmeval", "throughput"]
+    untied = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, recursion_attention="untied"))
+    assert measured((), cfg) and not measured((), untied) and measured(("tables/fig4a",), untied)

@@ -156,11 +156,11 @@ def lm_eval_result(wildcards):
 
 
 def throughput_result(wildcards):
-    """A run of a grid that draws fig4a, or that imports the authors' checkpoint (issue 62: our
-    engine on their model): its eval row waits for (and reads) the throughput job's JSON."""
-    from mor.throughput_protocol import ARTIFACTS
+    """A run of a grid that draws fig4a, or that imports the authors' checkpoint (issue 62; the one
+    rule: mor.throughput_protocol.measured): its eval row waits for (and reads) the throughput job's JSON."""
+    from mor.throughput_protocol import measured
 
-    if set(grid_named(wildcards.grid).artifacts) & set(ARTIFACTS) or run_config(wildcards).model.import_checkpoint:
+    if measured(grid_named(wildcards.grid).artifacts, run_config(wildcards)):
         return [str(layout.RunPaths(wildcards.grid, wildcards.run_id).throughput)]
     return []
 
