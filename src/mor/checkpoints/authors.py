@@ -284,6 +284,10 @@ def import_checkpoint(ckpt: str | Path, run_dir: str | Path, config: str | Path 
     for n, p in ours.named_parameters():
         if tuple(p.shape) != tuple(tensors[n].shape):
             raise _err(ckpt, f"weight for {n} has shape {tuple(tensors[n].shape)}, our model needs {tuple(p.shape)}")
+    mapped = run_config(model_cfg, shape, theirs["cfg"])
+    if run is not None:  # before anything is written
+        check_agrees(ckpt, mapped, run)
+        mapped = run
     (run_dir / FINAL_DIR).mkdir(parents=True, exist_ok=True)
     record = save_tensors(tensors, run_dir / FINAL_DIR / MODEL_FILE)
     files = folder_files(ckpt)
@@ -292,11 +296,8 @@ def import_checkpoint(ckpt: str | Path, run_dir: str | Path, config: str | Path 
             "provenance": {"checkpoint": str(ckpt.resolve()), "authors_commit": commit or theirs["cfg"].get("commit", ""),
                            "weights_file": wfile.name, "config_file": theirs["file"], "config_sha256": theirs["sha256"],
                            "files_sha256": files, "final_sha256": record["sha256"]}}
-    mapped = run_config(model_cfg, shape, theirs["cfg"])
     if run is not None:
-        check_agrees(ckpt, mapped, run)
         meta["provenance"]["import_sha256"] = run.model.import_sha256
-        mapped = run
     summary = None
     if mapped is not None:  # a shape of grids/scales.yaml: a finished run that mor.trained.open_run opens
         meta["config"] = mapped.to_dict()
