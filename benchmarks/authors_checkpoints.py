@@ -39,7 +39,11 @@ CASES = {  # name -> (router, sharing, Nr, layers, kv sharing, attention)
     "expert_cycle2_untied": ("expert", "cycle", 2, 4, False, "untied"),
     "token_mc3_kv": ("token", "middle_cycle", 3, 5, True, "tied"),
     "token_mc3": ("token", "middle_cycle", 3, 5, False, "tied"),
+    # the engine's model (tied attention) with the vocabulary of a local BPE (bpe-512), so eval, lmeval and
+    # the throughput job read real tokens through it (grids/authors/imported.yaml; issue 62)
+    "expert_mc3_tied_v512": ("expert", "middle_cycle", 3, 5, False, "tied"),
 }
+VOCAB = {"expert_mc3_tied_v512": 512}  # case -> vocab_size where it is not SHAPE's
 # Not here: token-choice with Cycle sharing. Their transform_layer_to_mor_token then puts the
 # wrapper in place of model.layers and their forward fails ('MoRLlamaDecoderLayer' object is not
 # subscriptable), so their code has no such model to save.
@@ -86,7 +90,8 @@ def build_case(name, spec, out: Path):
     raw = their_cfg(router, sharing, nr, kv)
     cfg = OmegaConf.create(dict(raw, precision="fp32", num_warmup_steps=0, gradient_accumulation_steps=1))
     torch.manual_seed(SEED)
-    conf = LlamaConfig(num_hidden_layers=layers, **SHAPE)
+    shape = dict(SHAPE, vocab_size=VOCAB.get(name, SHAPE["vocab_size"]))
+    conf = LlamaConfig(num_hidden_layers=layers, **shape)
     model = MoRLlamaForCausalLM(conf)
     model.config._attn_implementation = "flash_attention_2"
     model, _ = sharing_strategy(cfg, model)
@@ -110,7 +115,7 @@ def build_case(name, spec, out: Path):
     else:
         wrappers[0].mor_router.register_forward_hook(lambda mod, a, o: picked.append(o))
     model.train()
-    ids = torch.randint(0, SHAPE["vocab_size"], (BATCH, SEQ), generator=torch.Generator().manual_seed(SEED))
+    ids = torch.randint(0, shape["vocab_size"], (BATCH, SEQ), generator=torch.Generator().manual_seed(SEED))
     with torch.no_grad():
         res = model(input_ids=ids, use_cache=kv, num_items_in_batch=BATCH * SEQ)
     arrays = {"input_ids": ids.numpy(), "logits": res.logits.float().numpy()}
@@ -145,7 +150,10 @@ def main(argv=None):
 
     ALL_ATTENTION_FUNCTIONS["flash_attention_2"] = cpu_flash
     total = sum(build_case(n, CASES[n], args.out) for n in args.cases)
-    (args.out / "cases.json").write_text(json.dumps({n: CASES[n] for n in args.cases}, indent=1) + "\n")
+    listed = args.out / "cases.json"  # the cases built now, added to those already there
+    cases = json.loads(listed.read_text()) if listed.is_file() else {}
+    cases.update({n: CASES[n] for n in args.cases})
+    listed.write_text(json.dumps(cases, indent=1) + "\n")
     print(f"total {total} bytes")
 
 

@@ -22,7 +22,7 @@ from mor.errors import is_domain_error, one_line
 from mor.grids import all_grids, load_grid
 from mor.jobs import KINDS
 
-LAUNCH_VERBS = (*KINDS, "plan")  # handed to mor.launch whole
+LAUNCH_VERBS = (*(k for k in KINDS if k != "import"), "plan")  # handed to mor.launch whole (import: run by train)
 def _runs(a) -> int:
     if a.check:
         for p in all_grids():

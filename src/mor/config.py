@@ -233,9 +233,18 @@ class ModelConfig:
     # the expert-choice wrapper of the authors' release aef56f7). Which one produced the
     # paper's numbers the released code cannot tell (docs/authors.md).
     recursion_attention: RecursionAttention = "tied"
+    # A checkpoint folder the authors' trainer saved (their save_pretrained layout), imported as
+    # this run's final weights instead of training them (issue 62; mor.checkpoints.authors): the
+    # run's train job is an import job, and the model fields above must be what the importer
+    # maps the checkpoint to. A relative path is read from the workflow's working directory.
+    import_checkpoint: str = ""
+    # The sha256 of the folder's files (mor.checkpoint_identity), filled by the grid loader so
+    # that the run id follows the checkpoint's bytes; a grid that writes it pins the checkpoint.
+    import_sha256: str = ""
 
     def __post_init__(self) -> None:
         own = "model"
+        self._check_import()
         _check_choice(own, "residual_init", self.residual_init, ResidualInit)
         _check_choice(own, "recursion_attention", self.recursion_attention, RecursionAttention)
         if self.recursion_attention == "untied" and self.variant == "vanilla":
@@ -280,6 +289,24 @@ class ModelConfig:
                 f"model.num_recursions={self.num_recursions} needs one per recursion"
             )
         self._check_relaxation_and_init()
+
+    def _check_import(self) -> None:
+        """model.import_checkpoint: structure only (the folder itself is checked where the grid is
+        loaded, mor.checkpoint_identity, so a stored config reads without it)."""
+        if self.import_sha256 and not self.import_checkpoint:
+            raise ConfigError(f"model.import_sha256={self.import_sha256!r} pins a checkpoint, but "
+                              "model.import_checkpoint is not set")
+        if self.import_sha256 and (len(self.import_sha256) != 64
+                                   or any(c not in "0123456789abcdef" for c in self.import_sha256)):
+            raise ConfigError(f"model.import_sha256={self.import_sha256!r}: expected 64 lowercase hex digits")
+        if not self.import_checkpoint:
+            return
+        if self.variant != "mor":
+            raise ConfigError(f"model.import_checkpoint={self.import_checkpoint!r} imports the authors' MoR "
+                              f"checkpoints only; model.variant is {self.variant!r}, set it to 'mor'")
+        if self.init_checkpoint or self.relaxation != "none":
+            raise ConfigError(f"model.import_checkpoint={self.import_checkpoint!r} cannot be combined with "
+                              "model.init_checkpoint or model.relaxation (the import is the run's final weights)")
 
     def _check_relaxation_and_init(self) -> None:
         """Relaxations (mor.model.relax) and tied-layer init (mor.checkpoints.hf)."""
@@ -563,6 +590,8 @@ class RunConfig:
             parts += [m.tying.replace("_", ""), f"nr{m.num_recursions}"]
         if self.train.seed:  # seed 0 (every grid's default) keeps the ids runs had before seeds
             parts.append(f"s{self.train.seed}")
+        if m.import_checkpoint:  # the authors' weights, imported (issue 62): never one of our trainings
+            parts.append("imported")
         return "-".join(parts + [self.config_hash[:8]]).replace(".", "p")
 
 

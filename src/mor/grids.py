@@ -39,6 +39,7 @@ import yaml
 
 from mor.branching import BranchError, branch_budgets
 from mor.budget import resolve_budget
+from mor.checkpoint_identity import resolve_import
 from mor.layout import RunPaths
 from mor.config import ConfigError, RunConfig, load_scales, run_config_from_dict
 from mor.yaml_io import YamlError, display_path, key_line, load_derived, read_yaml_mapping, where
@@ -385,6 +386,7 @@ def _resolve(cfg, grid_name, scale_map, scales, where, label_fmt, values, keys) 
                         f"are {sorted(k.replace('.', '_') for k in keys)}") from None
     try:
         rc = resolve_budget(run_config_from_dict(cfg, where="run"))  # train.budget_flops -> train.tokens
+        rc = resolve_import(rc)  # model.import_checkpoint -> its digest, in the run id (issue 62)
     except ConfigError as e:
         raise GridError(f"{where}: {e}") from None
     return Run(rc, "", ())

@@ -32,7 +32,10 @@ LATER_FIELDS = {("model", "layers"): 0, ("train", "budget_flops"): 0.0, ("model"
                 ("train", "warmup_steps"): 0, ("model", "router", "combine"): "layer_update",
                 ("model", "router", "capacity_rounding"): "ceil",
                 ("model", "router", "aux_accum_steps"): 1, ("model", "residual_init"): "scaled",
-                ("model", "recursion_attention"): "tied"}
+                ("model", "recursion_attention"): "tied",
+                ("model", "import_checkpoint"): "", ("model", "import_sha256"): ""}
+# (Issue 62: model.import_checkpoint / import_sha256, the authors' checkpoint a run imports: hashed,
+# path and digest, only when set, so the id follows the checkpoint and no trained run is renamed.)
 # Fields that left the identity for ExecConfig: a stored config (config.json, a results row)
 # may still carry them and parses (the value is dropped), and the hash keeps them at the one
 # value every shipped grid had, so no existing run id changes. A run that had set another

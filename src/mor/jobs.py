@@ -95,6 +95,10 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
             summary="mor.data.fineweb:summary", online=True),
     JobKind("train", "mor.train.job:train_job", preset="train",
             outputs=(SUMMARY_PATTERN,), summary="mor.train.job:summary", ranks="all", planned=True),
+    # a run that imports the authors' checkpoint (model.import_checkpoint): its train rule runs this
+    # instead, where the workflow runs (nothing is trained; mor.launch picks it, ``import_kind``)
+    JobKind("import", "mor.checkpoints.import_job:import_job", preset=None,
+            outputs=(SUMMARY_PATTERN,), summary="mor.checkpoints.import_job:summary"),
     JobKind("eval", "mor.eval.job:eval_job", preset="eval",
             outputs=(ROW_PATTERN,), summary="mor.eval.job:summary",
             settings="mor.eval.settings:job_settings", returns=("run_id", "val_nll", "val_tokens"), planned=True),
@@ -108,7 +112,14 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
             outputs=(THROUGHPUT_PATTERN,), summary="mor.engine.job:summary",
             settings="mor.throughput_protocol:job_settings", planned=True),
 )}
-RUN_KINDS = tuple(k for k in KINDS if k not in ("hub", "data"))  # one job per run of a grid
+# one job per run of a grid (``import`` stands in for ``train`` where a run imports its weights)
+RUN_KINDS = tuple(k for k in KINDS if k not in ("hub", "data", "import"))
+
+
+def import_kind(name: str, run) -> str:
+    """The kind that runs the ``name`` job of ``run``: ``import`` for the train job of a run whose
+    weights are the authors' checkpoint (``model.import_checkpoint``), else ``name``."""
+    return "import" if name == "train" and run.model.import_checkpoint else name
 
 
 def kind(name: str) -> JobKind:

@@ -43,6 +43,16 @@ def sequence_len(p: dict) -> int:
     return int(p["gen_max"])
 
 
+def measured(artifacts, run) -> bool:
+    """Whether ``run`` of a grid listing ``artifacts`` gets a throughput job: every run of a grid
+    that draws fig4a, and a run that imports the authors' checkpoint (issue 62: our engine on their
+    model) when the engine serves it: tied attention (``mor.engine.step.Stepper`` refuses the
+    release's untied expert-choice attention, which ``mor.model.decode`` serves)."""
+    if set(artifacts) & set(ARTIFACTS):
+        return True
+    return bool(run.model.import_checkpoint) and run.model.recursion_attention == "tied"
+
+
 def job_settings(run, mode: str, wildcards: dict) -> dict:
     """The throughput kind's settings hook (``mor.jobs``; Snakemake calls it while it builds the
     DAG, so it lives here, without torch): the mode's protocol (workflows/config/throughput.yaml)."""

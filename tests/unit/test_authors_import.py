@@ -68,7 +68,7 @@ def test_fixtures_cover_the_issue():
     assert {c[0] for c in cases} == {"expert", "token"}
     assert {c[1] for c in cases} == {"middle_cycle", "cycle"}
     assert {c[4] for c in cases} == {True, False} and {c[5] for c in cases} == {"tied", "untied"}
-    assert sum(f.stat().st_size for f in FIXTURES.rglob("*") if f.is_file()) < 1_000_000
+    assert sum(f.stat().st_size for f in FIXTURES.rglob("*") if f.is_file()) < 1_100_000  # 1.03 MB: expert_mc3_tied_v512 (issue 62) holds a bpe-512 vocabulary
 
 
 def _edited(tmp_path: Path, edit) -> Path:

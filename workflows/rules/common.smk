@@ -160,10 +160,11 @@ def lm_eval_result(wildcards):
 
 
 def throughput_result(wildcards):
-    """A run of a grid that draws fig4a: its eval row waits for (and reads) the throughput job's JSON."""
-    from mor.throughput_protocol import ARTIFACTS
+    """A run of a grid that draws fig4a, or that imports the authors' checkpoint (issue 62; the one
+    rule: mor.throughput_protocol.measured): its eval row waits for (and reads) the throughput job's JSON."""
+    from mor.throughput_protocol import measured
 
-    if set(grid_named(wildcards.grid).artifacts) & set(ARTIFACTS):
+    if measured(grid_named(wildcards.grid).artifacts, run_config(wildcards)):
         return [str(layout.RunPaths(wildcards.grid, wildcards.run_id).throughput)]
     return []
 

@@ -1,4 +1,6 @@
 # One job per run id, however many grids list it: train (or resume from the last checkpoint) -> runs/<run_id>/.
+# A run that imports the authors' checkpoint (model.import_checkpoint) is imported instead, nothing
+# trained (mor.launch runs mor.jobs.KINDS['import'] for it, in this process; issue 62).
 
 
 rule train:

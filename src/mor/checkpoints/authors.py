@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from mor.atomic import sha256_file
+from mor.checkpoint_identity import folder_files
 from mor.layout import SUMMARY_FILE
 from mor.checkpoints.native import CheckpointError, MODEL_FILE, load_model_weights, save_tensors
 
@@ -240,8 +241,13 @@ def _untied(sd, layers, plan) -> bool:
 
 
 def import_checkpoint(ckpt: str | Path, run_dir: str | Path, config: str | Path | None = None,
-                      commit: str = "") -> dict:
-    """Their checkpoint folder -> our run folder (config.json, final/model.safetensors, provenance)."""
+                      commit: str = "", run=None) -> dict:
+    """Their checkpoint folder -> our run folder (config.json, final/model.safetensors, provenance).
+
+    ``run``: the RunConfig of a grid's run that imports this checkpoint (``model.import_checkpoint``,
+    the import job): its model must be the one the checkpoint maps to (``check_agrees``), and the
+    folder becomes that run (its config and config hash), so ``mor.trained.open_run`` opens it
+    with the grid's config as it opens any trained run."""
     from mor.model.transformer import build_model
 
     ckpt, run_dir = Path(ckpt), Path(run_dir)
@@ -278,23 +284,60 @@ def import_checkpoint(ckpt: str | Path, run_dir: str | Path, config: str | Path 
     for n, p in ours.named_parameters():
         if tuple(p.shape) != tuple(tensors[n].shape):
             raise _err(ckpt, f"weight for {n} has shape {tuple(tensors[n].shape)}, our model needs {tuple(p.shape)}")
+    mapped = run_config(model_cfg, shape, theirs["cfg"])
+    if run is not None:  # before anything is written
+        check_agrees(ckpt, mapped, run)
+        mapped = run
     (run_dir / FINAL_DIR).mkdir(parents=True, exist_ok=True)
     record = save_tensors(tensors, run_dir / FINAL_DIR / MODEL_FILE)
-    files = {f.relative_to(ckpt).as_posix(): sha256_file(f) for f in sorted(ckpt.rglob("*")) if f.is_file()}
+    files = folder_files(ckpt)
     meta = {"source": "authors", "model": dataclasses.asdict(model_cfg), "shape": dataclasses.asdict(shape),
             "vocab_size": shape.vocab,
             "provenance": {"checkpoint": str(ckpt.resolve()), "authors_commit": commit or theirs["cfg"].get("commit", ""),
                            "weights_file": wfile.name, "config_file": theirs["file"], "config_sha256": theirs["sha256"],
                            "files_sha256": files, "final_sha256": record["sha256"]}}
-    run = run_config(model_cfg, shape, theirs["cfg"])
-    if run is not None:  # a shape of grids/scales.yaml: a finished run that mor.trained.open_run opens
-        meta["config"] = run.to_dict()
-        summary = {"source": "authors", "config_hash": run.config_hash, "final_sha256": record["sha256"],
-                   "steps": int(theirs["cfg"].get("num_train_steps") or 0), "tokens_seen": 0, "train_time_s": 0.0,
-                   "tokens_per_s": 0.0, "final_loss": None}
-        (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if run is not None:
+        meta["provenance"]["import_sha256"] = run.model.import_sha256
+    summary = None
+    if mapped is not None:  # a shape of grids/scales.yaml: a finished run that mor.trained.open_run opens
+        meta["config"] = mapped.to_dict()
+        summary = {"source": "authors", "run_id": mapped.run_id, "config_hash": mapped.config_hash,
+                   "final_sha256": record["sha256"], "steps": int(theirs["cfg"].get("num_train_steps") or 0),
+                   "tokens_seen": 0, "train_time_s": 0.0, "tokens_per_s": 0.0, "final_loss": None}
     (run_dir / "config.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    if summary is not None:  # last: the summary says the folder is a finished run
+        (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return meta
+
+
+def check_agrees(ckpt: Path, mapped, run) -> None:
+    """A grid's run that imports ``ckpt`` states the model the checkpoint maps to (``mapped``, None
+    when no scale of grids/scales.yaml has its shape), field by field; else a CheckpointError naming
+    the first field that differs. Capacities compare as the model builds them (() = (Nr - i) / Nr)."""
+    from mor.capacity import capacities
+
+    if mapped is None:
+        raise _err(ckpt, f"no scale of grids/scales.yaml has the checkpoint's shape, so run {run.run_id} "
+                         f"(model.scale {run.model.scale!r}) cannot be it; import it with `python -m mor "
+                         "import-authors` and open it with open_imported instead")
+
+    def fields(m) -> dict:
+        d = dataclasses.asdict(dataclasses.replace(m, import_checkpoint="", import_sha256=""))
+        d["router"]["capacity"] = [round(c, 9) for c in capacities(m.num_recursions, m.router.capacity)]
+        return _flat(d)
+
+    ours, theirs = fields(run.model), fields(mapped.model)
+    for key in ours:
+        if ours[key] != theirs.get(key):
+            raise _err(ckpt, f"run {run.run_id} says model.{key}={ours[key]!r}, but the checkpoint is "
+                             f"model.{key}={theirs.get(key)!r}: set it so in the grid")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
 
 
 def matching_scale(shape):

@@ -53,6 +53,7 @@ SUPPORTED = {
     "relaxation": ("none", "lora", "dora", "prefix", "recursion_pe"), "relaxation_rank": None,
     "tied_init": None, "init_checkpoint": None, "weight_init": None, "attention": None,  # training-time / same math
     "residual_init": None, "recursion_attention": ("tied",),  # untied: one attention per recursion, not exported
+    "import_checkpoint": None, "import_sha256": None,  # where the weights came from (the authors'; issue 62)
     "router": {
         "type": ("expert_choice", "token_choice"), "func": ("sigmoid", "tanh", "softmax", "none"), "alpha": None,
         "temperature": None, "arch": ("linear", "mlp", "wide_mlp"), "gating": ("weighted", "additive"),

@@ -35,7 +35,7 @@ from mor.atomic import write_text_atomic
 from mor.errors import is_domain_error, one_line
 from mor.data.fineweb import SettingsError
 from mor.grids import GridError, load_grid
-from mor.jobs import KINDS, RUN_KINDS
+from mor.jobs import KINDS, RUN_KINDS, import_kind
 from mor.launch.lease import LeaseError
 from mor.launch.presets import DEFAULT_PRESETS, PresetError, load_presets
 from mor.launch.slurm_submit import LaunchError
@@ -88,14 +88,14 @@ def job_kwargs(a, threads: int, preset=None) -> dict:
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: stopped by a signal with its checkpoint saved; the same command resumes
 
 
-def _local(a) -> int:
+def _local(a, spec=None) -> int:
     """In this process; a train job is never distributed here (a local run inside an salloc stays one process).
     SIGTERM / SIGUSR2 stop a train job at the end of its step with a checkpoint (``mor.train.stop``).
     Under a workflow the job stops when its Snakemake is gone, and a train job holds its run
     folder's writer lock while it runs (``mor.launch.lease``): never two writers on one run."""
     from mor.launch.lease import run_lease, watch_workflow
 
-    spec = KINDS[a.kind]
+    spec = spec or KINDS[a.kind]
     watch_workflow()
     lease = run_lease(Path(a.run_dir), what=f"{a.kind} job") if a.kind == "train" else contextlib.nullcontext()
     started = time.monotonic()
@@ -187,7 +187,14 @@ def _home_grid(a) -> None:
 def _job(a) -> int:
     _home_grid(a)
     _full_run_id(a)
+    if a.kind == "train" and _imports(a):  # the authors' weights, imported here: nothing to train, no GPU
+        return _local(a, KINDS["import"])
     return _slurm(a) if a.launcher == "slurm" else _local(a)
+
+
+def _imports(a) -> bool:
+    """The run's train job is an import (``model.import_checkpoint``; mor.jobs.import_kind)."""
+    return import_kind("train", load_grid(a.grid, a.mode).run(a.run_id).config) == "import"
 
 
 def _data(a) -> int:

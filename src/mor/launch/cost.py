@@ -153,15 +153,11 @@ def grid_analyses(grid: Grid) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ARTIFACT_ANALYSES[a] for a in grid.artifacts if a in ARTIFACT_ANALYSES))
 
 
-def draws_throughput(grid: Grid) -> bool:
-    """The grid's runs get a throughput job (common.smk ``throughput_result``)."""
-    return bool(set(grid.artifacts) & set(throughput_protocol.ARTIFACTS))
-
-
 def run_jobs(grid: Grid, run: RunConfig, kinds: tuple[str, ...] = PLANNED) -> list[tuple[str, str]]:
     """(kind, analysis) of each job the workflow creates for ``run`` of ``grid``: train and eval
-    always (rules train, eval, collect), lmeval with lm-eval tasks, throughput in a grid that
-    draws fig4a, one analysis per analysis of the grid that applies to the run."""
+    always (rules train, eval, collect; an imported run's train job is no GPU job), lmeval with
+    lm-eval tasks, throughput where ``throughput_protocol.measured`` says (a grid that draws fig4a,
+    an imported checkpoint), one analysis per analysis of the grid that applies to the run."""
     out: list[tuple[str, str]] = []
     for kind in kinds:
         if kind == "analysis":
@@ -169,7 +165,9 @@ def run_jobs(grid: Grid, run: RunConfig, kinds: tuple[str, ...] = PLANNED) -> li
         elif kind == "lmeval":
             out += [(kind, "")] if run.eval.lm_eval_tasks else []
         elif kind == "throughput":
-            out += [(kind, "")] if draws_throughput(grid) else []
+            out += [(kind, "")] if throughput_protocol.measured(grid.artifacts, run) else []
+        elif kind == "train" and run.model.import_checkpoint:
+            continue  # the authors' weights, imported where the workflow runs (mor.jobs import kind): no GPU job
         else:
             out.append((kind, ""))
     return out
@@ -423,7 +421,8 @@ def plan_grid(grid: Grid, presets: Presets, tags: list[str] | None = None,
     resources of the kind's preset entry (``mor.jobs.KINDS``). A kind without an entry at a
     scale the file has is planned without resources (``missing_preset``); a scale the file
     lacks altogether is an error, as before."""
-    protocol = throughput_protocol.load_protocol(grid.mode) if "throughput" in kinds and draws_throughput(grid) else None
+    measured = any(throughput_protocol.measured(grid.artifacts, r.config) for r in grid.select(tags))
+    protocol = throughput_protocol.load_protocol(grid.mode) if "throughput" in kinds and measured else None
     out = []
     for r in grid.select(tags):
         run = r.config
