@@ -97,8 +97,8 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
             outputs=(SUMMARY_PATTERN,), summary="mor.train.job:summary", ranks="all", planned=True),
     # a run that imports the authors' checkpoint (model.import_checkpoint): its train rule runs this
     # instead, where the workflow runs (nothing is trained; mor.launch picks it, ``import_kind``)
-    JobKind("import", "mor.checkpoints.import_job:import_job", preset=None,
-            outputs=(SUMMARY_PATTERN,), summary="mor.checkpoints.import_job:summary"),
+    JobKind("import", "mor.authors.import_job:import_job", preset=None,
+            outputs=(SUMMARY_PATTERN,), summary="mor.authors.import_job:summary"),
     JobKind("eval", "mor.eval.job:eval_job", preset="eval",
             outputs=(ROW_PATTERN,), summary="mor.eval.job:summary",
             settings="mor.eval.settings:job_settings", returns=("run_id", "val_nll", "val_tokens"), planned=True),

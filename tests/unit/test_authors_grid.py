@@ -17,7 +17,7 @@ import torch
 
 from mor.checkpoint_identity import folder_digest
 from mor.checkpoints.authors import import_checkpoint
-from mor.checkpoints.import_job import import_job
+from mor.authors.import_job import import_job
 from mor.checkpoints.native import CheckpointError
 from mor.config import ConfigError, ModelConfig
 from mor.engine import Engine, Request

@@ -32,8 +32,10 @@ READERS = ("mor.model", "mor.checkpoints", "mor.data", "mor.trained", "mor.eval"
 # what the checkpoint formats may import: the network and the torch-free foundations below it
 # mor.layout: the torch-free run-folder layout (it imports only mor), which the authors'
 # checkpoint importer writes a run folder in
+# mor.checkpoint_identity: a checkpoint folder's sha256 listing (torch-free; mor.atomic, mor.config), which
+# the importer records as the run's provenance
 BELOW_CHECKPOINTS = ("mor.checkpoints", "mor.model", "mor.config", "mor.capacity", "mor.identity", "mor.yaml_io",
-                     "mor.atomic", "mor.errors", "mor.layout")
+                     "mor.atomic", "mor.errors", "mor.layout", "mor.checkpoint_identity")
 
 
 def _under(mod: str, prefixes) -> bool:
