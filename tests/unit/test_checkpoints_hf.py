@@ -272,3 +272,19 @@ def test_matches_transformers_llama(tmp_path):
     x = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         torch.testing.assert_close(hf(x).logits, logits(src), rtol=1e-4, atol=1e-5)
+
+
+def test_initial_model_reads_a_checkpoint_only_for_a_run_that_names_one(monkeypatch):
+    """A run trained from scratch is built by the model layer alone: the up-training reader is
+    never called (issue 59); a run naming ``model.init_checkpoint`` calls it once."""
+    from helpers.tiny import tiny_run
+    from mor.checkpoints import hf
+    from mor.train.trainer import initial_model
+
+    calls = []
+    monkeypatch.setattr(hf, "init_from_checkpoint", lambda model, spec, scheme: calls.append((spec, scheme)))
+    initial_model(tiny_run("recursive", tying="cycle", nr=2), 64, torch.device("cpu"))
+    assert calls == []
+    initial_model(tiny_run("recursive", tying="cycle", nr=2, tied_init="stepwise", init_checkpoint="some/folder"), 64,
+                  torch.device("cpu"))
+    assert calls == [("some/folder", "stepwise")]

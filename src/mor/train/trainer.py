@@ -124,7 +124,7 @@ class TrainerSeams:
     """The trainer's collaborators that a dry run replaces (``mor.rehearsal`` runs the train job
     on fake tensors, which have no values and no data-dependent shapes); the defaults are the
     real ones, so a training run never sets this. Passing them in, rather than patching this
-    module, keeps the dependency visible: rename one and the rehearsal fails to import.
+    module, keeps the dependency visible: rename one and the rehearsal fails where it names it.
 
     router_stats    (model, routing trace) -> the step's logged router statistics
     check_pass      (sampler, steps, epochs, source) -> the epochs a ``data_order: pass`` run reads
