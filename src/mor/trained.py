@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -63,11 +64,15 @@ def read_summary(files: RunPaths, config: RunConfig) -> dict:
 
 
 def open_run(run_dir: str | Path, config: RunConfig | None = None, device: str | torch.device = "auto",
-             data_root: str | Path = "data", vocab_size: int | None = None) -> TrainedRun:
+             data_root: str | Path = "data", vocab_size: int | None = None,
+             read_weights: Callable[[Path, torch.nn.Module], None] | None = None) -> TrainedRun:
     """Open the finished run in ``run_dir``: checked, its model built on ``device`` with its final weights.
 
     ``config``: the run's config when the caller holds it (a grid's), else ``run_dir/config.json``'s.
     The vocabulary is ``vocab_size``, else config.json's, else the run's tokenizer under ``data_root``.
+    ``read_weights(file, model)`` fills the built model from the final weights file: None, our
+    own format's reader (``mor.checkpoints.native.load_model_weights``); a dry run
+    (``mor.rehearsal``), which has no weights, passes one that reads none.
     """
     files = RunPaths.of(run_dir)
     meta = json.loads(files.config.read_text()) if files.config.is_file() else {}
@@ -86,7 +91,7 @@ def open_run(run_dir: str | Path, config: RunConfig | None = None, device: str |
     dev = pick_device(device)
     model = make_model(config, vocab_size, dev)  # every weight is then the run's final one
     try:
-        load_model_weights(files.weights, model)
+        (read_weights or load_model_weights)(files.weights, model)
     except CheckpointError as e:
         raise CheckpointError(f"run {config.run_id}: {e}; {redo(files)}") from None
     return TrainedRun(config, model.eval(), dev, files, summary, meta)

@@ -114,29 +114,66 @@ def clear_cache() -> None:
     """Forget every parsed file and what was built from it (tests that count parses start here)."""
     _CACHE.clear()
     _DERIVED.clear()
+    _NODES.clear()
 
 
-def key_line(path: str | Path, keys: list) -> int | None:
+_NODES: dict[str, tuple[int, int, Any]] = {}  # resolved path -> (mtime_ns, size, composed node tree)
+
+
+def compose(path: str | Path) -> Any:
+    """``path``'s YAML node tree (keys with their lines), composed once while the file is
+    unchanged and shared (not copied); None when the file cannot be read or composed."""
+    key = os.path.abspath(path)
+    try:
+        st = os.stat(key)
+    except OSError:
+        return None
+    hit = _NODES.get(key)
+    if hit is None or hit[0] != st.st_mtime_ns or hit[1] != st.st_size:
+        try:
+            node = yaml.compose(Path(key).read_text(), Loader=_LOADER)
+        except (OSError, yaml.YAMLError):
+            node = None
+        hit = (st.st_mtime_ns, st.st_size, node)
+        _NODES[key] = hit
+    return hit[2]
+
+
+def _dotted_line(node, dotted: str) -> int | None:
+    """The line of key ``dotted`` inside mapping ``node``, spelled dotted, nested or mixed
+    (``train.lr``, ``train: {lr: ..}``); None when it is not there."""
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    for kn, vn in node.value:
+        if kn.value == dotted:
+            return kn.start_mark.line + 1
+        if dotted.startswith(kn.value + "."):
+            hit = _dotted_line(vn, dotted[len(kn.value) + 1:])
+            if hit:
+                return hit
+    return None
+
+
+def key_line(path: str | Path, keys: list, dotted: str = "") -> int | None:
     """The line (1-based) of the node at ``keys`` (mapping keys and list indices) in ``path``,
     or of the deepest part of it that exists; None when the file cannot be composed. For
-    errors found after parsing (a schema violation, a bad value) to name the line too."""
-    try:
-        node = yaml.compose(Path(path).read_text(), Loader=_LOADER)
-    except (OSError, yaml.YAMLError):
-        return None
+    errors found after parsing (a schema violation, a bad value) to name the line too.
+    ``dotted``: a key inside the mapping at ``keys``, spelled dotted, nested or mixed (a grid's
+    ``set: {train.lr: ..}``); its line, else that of ``keys``."""
+    node = compose(path)
     line = node.start_mark.line + 1 if node is not None else None
     for k in keys:
         if isinstance(node, yaml.MappingNode):
             nxt = next(((kn, vn) for kn, vn in node.value if kn.value == str(k)), None)
             if nxt is None:
-                break
+                return line
             line, node = nxt[0].start_mark.line + 1, nxt[1]
         elif isinstance(node, yaml.SequenceNode) and isinstance(k, int) and 0 <= k < len(node.value):
             node = node.value[k]
             line = node.start_mark.line + 1
         else:
-            break
-    return line
+            return line
+    return (_dotted_line(node, dotted) or line) if dotted else line
 
 
 def read_yaml_mapping(path: Path, error: type[Exception], what: str, missing_hint: str = "") -> dict:

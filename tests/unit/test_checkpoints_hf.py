@@ -143,9 +143,9 @@ def test_native_final_weights_of_a_vanilla_run_load(tmp_path):
         init_from_checkpoint(vanilla(seed=1), str(final), "stepwise")
 
 
-def test_start_model_applies_the_init(tmp_path):
+def test_initial_model_applies_the_init(tmp_path):
     from helpers.tiny import tiny_run
-    from mor.checkpoints.hf import start_model
+    from mor.train.trainer import initial_model
     from mor.config import load_scales
     from mor.model.build import make_model
 
@@ -156,7 +156,7 @@ def test_start_model_applies_the_init(tmp_path):
     torch.manual_seed(0)  # the run's models below draw from seed 0, as the trainer seeds them
     folder = write_llama_checkpoint(src, tmp_path / "ckpt")
     run = tiny_run("recursive", tying="cycle", nr=2, tied_init="stepwise", init_checkpoint=str(folder))
-    model = start_model(run, 64, torch.device("cpu"))
+    model = initial_model(run, 64, torch.device("cpu"))
     # tiny: 4 layers, Cycle Nr=2 -> unique 0, 1 <- round(linspace(0, 3, 2)) = 0, 3
     assert torch.equal(model.unique_layers[1].self_attn.o_proj.weight, src.unique_layers[3].self_attn.o_proj.weight)
     untouched = make_model(run, 64, torch.device("cpu"))  # the network alone reads no checkpoint
@@ -272,3 +272,19 @@ def test_matches_transformers_llama(tmp_path):
     x = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         torch.testing.assert_close(hf(x).logits, logits(src), rtol=1e-4, atol=1e-5)
+
+
+def test_initial_model_reads_a_checkpoint_only_for_a_run_that_names_one(monkeypatch):
+    """A run trained from scratch is built by the model layer alone: the up-training reader is
+    never called (issue 59); a run naming ``model.init_checkpoint`` calls it once."""
+    from helpers.tiny import tiny_run
+    from mor.checkpoints import hf
+    from mor.train.trainer import initial_model
+
+    calls = []
+    monkeypatch.setattr(hf, "init_from_checkpoint", lambda model, spec, scheme: calls.append((spec, scheme)))
+    initial_model(tiny_run("recursive", tying="cycle", nr=2), 64, torch.device("cpu"))
+    assert calls == []
+    initial_model(tiny_run("recursive", tying="cycle", nr=2, tied_init="stepwise", init_checkpoint="some/folder"), 64,
+                  torch.device("cpu"))
+    assert calls == [("some/folder", "stepwise")]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import mor.grids as grids_mod
+import mor.grids.load as grids_load  # where Grid expands more seeds (mor.grids re-exports it)
 import mor.yaml_io as yaml_io
 from helpers.paths import REPO
 from mor.config import ConfigError, load_scales
@@ -133,8 +133,8 @@ def test_further_seeds_are_expanded_once_per_seed_count(tmp_path, monkeypatch):
     extra = [r.run_id for r in wider.runs if r.config.train.seed == 3]
     assert len(extra) == 4 and all("-s3-" in i for i in extra)
     calls = []
-    real = grids_mod.load_grid
-    monkeypatch.setattr(grids_mod, "load_grid", lambda *a, **k: calls.append(k) or real(*a, **k))
+    real = grids_load.load_grid
+    monkeypatch.setattr(grids_load, "load_grid", lambda *a, **k: calls.append(k) or real(*a, **k))
     for _ in range(3):
         for rid in extra:
             assert grid.run(rid).config.train.seed == 3

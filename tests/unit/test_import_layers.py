@@ -2,6 +2,7 @@
 
     model  ->  checkpoints  ->  data  ->  trained  ->  eval / engine / lm_eval / analysis / export_hf  ->  jobs
     model  ->  checkpoints  ->  data  ->  train  ->  launch  ->  cli
+    eval / engine / lm_eval / train / jobs / launch  ->  rehearsal   (nothing imports it)
 
 The network (``mor.model``) knows no checkpoint format; the formats (``mor.checkpoints``: our
 own, HF, GGUF) sit on the network and import nothing above it. A job that only reads a trained
@@ -15,6 +16,7 @@ Each check fails naming the offending import, file and line.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,8 @@ from helpers.import_graph import SRC, find_cycle, graph, modules
 
 DOMAIN = ("mor.model", "mor.data", "mor.train", "mor.eval", "mor.engine", "mor.lm_eval", "mor.analysis",
           "mor.metrics")
-JOB_MODULES = ("mor.jobs", "mor.train", "mor.launch", "mor.cli")  # what reports and claims must never reach
+# what reports and claims must never reach
+JOB_MODULES = ("mor.jobs", "mor.train", "mor.launch", "mor.cli", "mor.rehearsal")
 # job functions of the domain packages: they run a model or fetch data
 JOB_FILES = ("mor.eval.job", "mor.lm_eval.job", "mor.analysis.job", "mor.engine.job", "mor.data.fineweb")
 # everything that reads a trained run without training it
@@ -94,6 +97,41 @@ def test_the_job_table_stays_light(g):
     only the torch-free run-folder layout its outputs are spelled in."""
     assert not [t for t in g["mor.jobs"] if t not in ("mor", "mor.layout")], sorted(g["mor.jobs"])
     assert not [t for t in g["mor.layout"] if t != "mor"], sorted(g["mor.layout"])
+
+
+def test_nothing_imports_the_rehearsal(g):
+    """``mor.rehearsal`` runs the job functions on fake tensors through their parameters (it
+    reads the presets of ``mor.launch``): it sits on top, so a dry run never changes what a real
+    job imports."""
+    known = modules()
+    bad = [f"{mod} imports {target} ({known[mod].relative_to(SRC.parent)}:{line})"
+           for mod, edges in sorted(g.items()) if not _under(mod, ("mor.rehearsal",))
+           for target, line in sorted(edges.items()) if _under(target, ("mor.rehearsal",))]
+    assert not bad, "a module imports the rehearsal:\n" + "\n".join(bad)
+
+
+PATCHING = "mor.rehearsal.fake"  # the one module of src/ that patches, and it patches torch only
+
+
+def test_shipped_code_patches_none_of_our_packages():
+    """The rehearsal replaces our jobs' collaborators through their parameters, never by patching
+    them: only ``mor.rehearsal.fake`` imports ``unittest.mock``, and each patch it makes is of
+    torch (what torch offers no parameter for)."""
+    bad = []
+    for mod, path in sorted(modules().items()):
+        tree = ast.parse(path.read_text())
+        mocks = [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                 and ("unittest.mock" in [a.name for a in n.names] if isinstance(n, ast.Import)
+                      else n.module in ("unittest", "unittest.mock"))]
+        if mocks and mod != PATCHING:
+            bad.append(f"{path.relative_to(SRC.parent)}:{mocks[0]} imports unittest.mock")
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args and \
+                    ast.unparse(n.func) in ("mock.patch", "mock.patch.object"):
+                target = n.args[0].value if isinstance(n.args[0], ast.Constant) else ast.unparse(n.args[0])
+                if not str(target).startswith("torch"):
+                    bad.append(f"{path.relative_to(SRC.parent)}:{n.lineno} patches {target}")
+    assert not bad, "shipped code patches (pass the collaborator as a parameter instead):\n" + "\n".join(bad)
 
 
 # ---------------------------------------------------------------- the checker itself

@@ -36,8 +36,6 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from mor.config import RunConfig
-from mor.model.build import make_model
 from mor.model.transformer import MoRTransformer
 from mor.model.tying import TyingPlan
 
@@ -284,15 +282,6 @@ class VanillaCheckpoint:
 # --------------------------------------------------------------------------------------
 # Initialising a model
 # --------------------------------------------------------------------------------------
-def start_model(run: RunConfig, vocab_size: int, device: torch.device) -> MoRTransformer:
-    """The run's model as training starts it: built (``mor.model.build.make_model``), then
-    ``model.init_checkpoint`` loaded per ``model.tied_init`` when the run names one (up-training)."""
-    model = make_model(run, vocab_size, device)
-    if run.model.init_checkpoint:
-        init_from_checkpoint(model, run.model.init_checkpoint, run.model.tied_init)
-    return model
-
-
 @torch.no_grad()
 def init_from_checkpoint(model, spec: str, scheme: str) -> dict[int, list[int]]:
     """Overwrite ``model``'s embedding, final norm and every unique layer from a vanilla

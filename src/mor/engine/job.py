@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Callable
 
 # the protocol's definition lives without torch, for the planner and the Snakefile
 from mor.throughput_protocol import PROTOCOL_FILE, VERSION, baseline, load_protocol, sequence_len
@@ -47,7 +48,8 @@ def requests_from(val_tokens, p: dict):
 
 
 def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, dtype,
-            memory_bytes: float | None = None, graphs: bool | None = None) -> dict:
+            memory_bytes: float | None = None, graphs: bool | None = None,
+            run_engine: Callable | None = None) -> dict:
     """Warm up, then run ``reqs`` through the engine with ``batch`` rows per pass (continuous
     depth-wise batching); the timings and batching of the timed run. Live sequences are
     admitted while their KV fits ``memory_bytes`` (the engine's limit is ``flops.max_batch``
@@ -63,16 +65,20 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
     and the same over the whole run beside them (``*_run``); a run whose queue never waits
     has no window (None: a visible gap). Also: occupancy (mean live sequences / the
     admission limit), recursion_share (tokens that ran each recursion / those that ran the
-    first), tokens_per_s_wall (whole run, wall clock)."""
+    first), tokens_per_s_wall (whole run, wall clock).
+
+    ``run_engine`` (engine, requests) -> EngineResult runs a request set: None, ``Engine.run``;
+    a dry run (``mor.rehearsal``) passes one that runs the engine's passes once and reports."""
     import torch
 
     from mor.engine import Engine, Request
 
+    run_requests = run_engine or Engine.run
     engine = Engine(model, batch=batch, max_len=max_len, device=device, dtype=dtype, memory_bytes=memory_bytes,
                     graphs=graphs)  # None: CUDA graphs per row bucket on a GPU, eager on a CPU
     if warmup_tokens:
-        engine.run([Request(-1 - i, reqs[i % len(reqs)].prompt, warmup_tokens) for i in range(batch)])
-    res = engine.run(reqs)
+        run_requests(engine, [Request(-1 - i, reqs[i % len(reqs)].prompt, warmup_tokens) for i in range(batch)])
+    res = run_requests(engine, reqs)
     graphs_on = engine.stepper.graphs
     # the KV pool (most of a GPU) goes with the engine (Engine.__del__ releases its stepper):
     # the next setting's engine asks for the same memory
@@ -96,7 +102,14 @@ def measure(model, reqs, batch: int, max_len: int, warmup_tokens: int, device, d
 
 def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
                    device: str = "auto", threads: int = 0, protocol_file: str | Path = PROTOCOL_FILE,
-                   graphs: bool | None = None) -> dict:
+                   graphs: bool | None = None, measure: Callable[..., dict] = measure,
+                   read_weights: Callable | None = None) -> dict:
+    """App. E's protocol on one trained run; writes ``out`` (JSON) and returns it.
+
+    ``measure`` (model, reqs, batch, max_len, warmup_tokens, device, dtype, memory_bytes, graphs)
+    -> figures runs one setting (``measure`` above); ``read_weights`` fills the model from the
+    run's final weights (None: ``mor.trained.open_run``'s reader). A dry run (``mor.rehearsal``)
+    passes its own of both."""
     import torch
 
     from mor.atomic import write_text_atomic
@@ -114,7 +127,7 @@ def throughput_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, da
     p = load_protocol(mode, protocol_file)
     run = load_grid(grid, mode).run(run_id).config
     paths = data_paths(run.data, Path(data_root))
-    opened = open_run(run_dir, run, device, data_root)
+    opened = open_run(run_dir, run, device, data_root, read_weights=read_weights)
     model, dev = opened.model, opened.device
     dtype = getattr(torch, p["dtype"])
     elem = torch.tensor([], dtype=dtype).element_size()

@@ -13,6 +13,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Callable
 
 from mor.config import model_shape
 from mor.cpu_allocator import tune_cpu_allocator
@@ -29,8 +30,13 @@ from mor.trained import open_run
 
 
 def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
-             device: str = "auto", threads: int = 0) -> dict:
-    """Score a trained run on the validation split and write its result row."""
+             device: str = "auto", threads: int = 0, evaluate: Callable[..., dict] = evaluate,
+             read_weights: Callable | None = None) -> dict:
+    """Score a trained run on the validation split and write its result row.
+
+    ``evaluate`` (model, tokens, seq_len, max_tokens, batch, device) -> metrics scores the
+    split (``mor.eval.nll.evaluate``); ``read_weights`` fills the model from the run's final
+    weights (None: ``mor.trained.open_run``'s reader). A dry run (``mor.rehearsal``) passes its own of both."""
     import torch
 
     if threads:
@@ -39,7 +45,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
 
     g = load_grid(grid, mode)
     run = g.run(run_id).config
-    opened = open_run(run_dir, run, device, data_root)
+    opened = open_run(run_dir, run, device, data_root, read_weights=read_weights)
     model, dev, files, summary, final = opened.model, opened.device, opened.files, opened.summary, opened.files.weights
     paths = data_paths(run.data, Path(data_root))
     metrics = evaluate(model, load_tokens(paths.val_tokens), run.train.seq_len, run.eval.nll_tokens, run.eval.batch, dev)

@@ -49,7 +49,8 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -95,6 +96,23 @@ def _find_tokenizer(spec: str, data_root: str | None, run_dir: Path | None) -> s
                             "pass model_args data_root=<folder holding tokenizer/> or tokenizer=<file.json>")
 
 
+@dataclass(frozen=True)
+class AdapterSeams:
+    """What a dry run (``mor.rehearsal``, on fake tensors, without the hub or the run's weights)
+    replaces when the adapter opens a run; the defaults are the real ones (None: the real one,
+    imported where it is used), so lm-eval's own construction never passes this.
+
+    load_tokenizer  (spec) -> tokenizer; None: ``mor.data.tokenizer.load_tokenizer``
+    read_weights    (file, model) -> None; None: ``mor.trained.open_run``'s reader
+    cuda_available  () -> bool: a requested 'cuda' device is there (else the CPU is used); None:
+                    ``torch.cuda.is_available``
+    """
+
+    load_tokenizer: Callable | None = None
+    read_weights: Callable | None = None
+    cuda_available: Callable[[], bool] | None = None
+
+
 @register_model("mor")
 class MoRLM(TemplateLM):
     """A trained run (``run_dir``) or an in-memory model (``MoRLM.from_model``) for lm-eval."""
@@ -102,8 +120,10 @@ class MoRLM(TemplateLM):
     def __init__(self, run_dir: str | None = None, data_root: str | None = None, tokenizer: str | None = None,
                  device: str | None = "auto", batch_size: int | str | None = DEFAULT_BATCH,
                  max_batch_size: int | str | None = None, max_length: int | str | None = None,
-                 threads: int | str | None = None, protocol: str = "causal", **kwargs) -> None:
+                 threads: int | str | None = None, protocol: str = "causal", seams: AdapterSeams | None = None,
+                 **kwargs) -> None:
         super().__init__()
+        seams = seams or AdapterSeams()
         if kwargs:
             log.info("mor adapter: ignoring harness kwargs %s", sorted(kwargs))
         if run_dir is None:
@@ -124,12 +144,14 @@ class MoRLM(TemplateLM):
         meta = json.loads(files.config.read_text())
         run = run_config_from_dict(meta["config"])
         tok_spec = tokenizer or _find_tokenizer(data_paths(run.data, Path("data")).tokenizer, data_root, files.dir)
-        tok = load_tokenizer(tok_spec)
+        tok = (seams.load_tokenizer or load_tokenizer)(tok_spec)
         dev = pick_device(device or "auto")
-        if dev.type == "cuda" and not torch.cuda.is_available():  # lm-eval's CLI asks for cuda by default
+        cuda_available = seams.cuda_available or torch.cuda.is_available
+        if dev.type == "cuda" and not cuda_available():  # lm-eval's CLI asks for cuda by default
             log.warning("mor adapter: device %s requested but CUDA is not available; running on the CPU", device)
             dev = torch.device("cpu")
-        opened = open_run(files.dir, run, dev, vocab_size=meta.get("vocab_size") or tok.vocab_size)
+        opened = open_run(files.dir, run, dev, vocab_size=meta.get("vocab_size") or tok.vocab_size,
+                          read_weights=seams.read_weights)
         self._setup(opened.model, tok, dev, max_length or run.train.seq_len, batch_size, max_batch_size,
                     name=str(tok_spec), protocol=protocol)
         self.run = run

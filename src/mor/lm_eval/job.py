@@ -27,6 +27,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Callable
 
 from mor.atomic import write_json_atomic
 from mor.lm_eval import is_local_task, offline_env
@@ -75,9 +76,10 @@ def evaluate_tasks(lm, settings: dict, tasks_dir: str | Path | None) -> dict:
     return out
 
 
-def topk_tasks(lm, settings: dict, tasks_dir, causal: dict) -> dict:
-    """The tasks under the authors' top-k protocol: a second harness run on the same model for a
-    routed one; ``causal`` itself for a model without a router (the adapter's forward is the same)."""
+def topk_tasks(lm, settings: dict, tasks_dir, causal: dict, evaluate_tasks: Callable = evaluate_tasks) -> dict:
+    """The tasks under the authors' top-k protocol: a second harness run (``evaluate_tasks``) on the
+    same model for a routed one; ``causal`` itself for a model without a router (the adapter's
+    forward is the same)."""
     if not lm.model.routers:
         return causal
     lm.protocol = "topk"
@@ -88,8 +90,13 @@ def topk_tasks(lm, settings: dict, tasks_dir, causal: dict) -> dict:
 
 
 def lmeval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
-               device: str = "auto", threads: int = 0, tasks_dir: str | None = None) -> dict:
-    """Score one trained run on its grid's lm-eval tasks; write ``out`` (JSON)."""
+               device: str = "auto", threads: int = 0, tasks_dir: str | None = None,
+               evaluate_tasks: Callable[..., dict] = evaluate_tasks, seams=None) -> dict:
+    """Score one trained run on its grid's lm-eval tasks; write ``out`` (JSON).
+
+    ``evaluate_tasks`` (lm, settings, tasks_dir) -> {task: metrics} runs the harness; ``seams``
+    (``mor.lm_eval.adapter.AdapterSeams``) what the adapter uses to open the run. A dry run
+    (``mor.rehearsal``) passes its own of both; a real run leaves them as they are."""
     from mor.grids import load_grid
 
     run = load_grid(grid, mode).run(run_id).config
@@ -111,9 +118,9 @@ def lmeval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_r
 
         tune_cpu_allocator()
         lm = MoRLM(run_dir=run_dir, data_root=data_root, device=device, batch_size=max(16, run.eval.batch),
-                   threads=threads or None)
+                   threads=threads or None, seams=seams)
         result["tasks"] = evaluate_tasks(lm, settings, tasks_dir)
-        result["tasks_topk"] = topk_tasks(lm, settings, tasks_dir, result["tasks"])
+        result["tasks_topk"] = topk_tasks(lm, settings, tasks_dir, result["tasks"], evaluate_tasks)
         result["lm_eval_version"] = lm_eval.__version__
     result["seconds"] = round(time.time() - t0, 2)
     write_json_atomic(out, result)

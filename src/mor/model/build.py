@@ -3,7 +3,8 @@
 Training (``mor.train``) and every job that only reads a model (``mor.trained.open_run``) build
 it here, so a reader never imports the trainer (torchtitan builds each model from its spec
 apart from the training loop). Its weights come from a checkpoint format (``mor.checkpoints``):
-a run's own final weights (``native``), or up-training's start point (``hf.start_model``).
+a run's own final weights (``native``), or up-training's start point (``hf.init_from_checkpoint``, which the
+trainer calls only for a run that names ``model.init_checkpoint``).
 
     pick_device(requested)                the GPU when there is one, else the CPU
     make_model(run, vocab_size, device)   the run's network, seeded by train.seed
@@ -28,7 +29,7 @@ def pick_device(requested: str | torch.device = "auto") -> torch.device:
 
 def make_model(run: RunConfig, vocab_size: int, device: torch.device) -> MoRTransformer:
     """The run's network with its seeded initial weights (``model.init_checkpoint`` is not read:
-    ``mor.checkpoints.hf.start_model`` loads it for training; readers overwrite every weight)."""
+    ``mor.train.trainer.initial_model`` loads it for training; readers overwrite every weight)."""
     shape = model_shape(run.model)
     vocab = shape.vocab or vocab_size
     if shape.vocab and shape.vocab < vocab_size:

@@ -12,6 +12,13 @@ dtypes, devices and storage sizes are real, no kernel runs. Three things need a 
   fake tensor; it returns 1.0, so a loss or gradient norm reads as finite.
 * ``OpTrace`` remembers the last op dispatched, so a failure (a device mismatch, a dtype error,
   an op without a kernel for the device) is raised as ``RehearsalError`` naming the op.
+
+This is the one module of ``src/`` that patches anything, and it patches torch only: our own
+jobs take what a rehearsal replaces as parameters (``mor.train.trainer.TrainerSeams``, the
+eval, lmeval and throughput jobs' evaluator, weights reader and measure), while these are
+torch's module-level functions and C++ checks, which torch offers no way to pass in: the CUDA
+queries above, DDP's parameter checks and FSDP's default mesh (``fake_process_group``), and
+``Tensor.pin_memory`` / ``Module.to`` on fake tensors (``engine_tensors``).
 """
 
 from __future__ import annotations
@@ -74,6 +81,69 @@ def cuda_queries(gpu_gib: float, devices: int = 1):
         # autocast("cuda") asks the C++ side whether CUDA exists; tell it the fake one does
         stack.enter_context(mock.patch("torch.cuda.amp.common.amp_definitely_not_available", lambda: False))
         yield props
+
+
+@contextlib.contextmanager
+def free_memory(free: int, total: int):
+    """``torch.cuda.mem_get_info`` answers ``(free, total)`` bytes (a GPU holding the model already)."""
+    with mock.patch.object(torch.cuda, "mem_get_info", lambda *a, **k: (free, total)):
+        yield
+
+
+@contextlib.contextmanager
+def fake_process_group(world: int):
+    """torch.distributed initialised as rank 0 of ``world`` over a process group that moves no data."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if world <= 1:
+        yield None
+        return
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    # DDP's constructor compares and broadcasts parameter bytes in C++, which fake tensors have
+    # none of; the ranks of a rehearsal hold the same model by construction
+    # FSDP makes its device mesh at the first fully_shard; made under the fake mode it fails
+    # (the mesh's rank table is built with data-dependent ops), so it is made here, outside it
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (world,))
+    try:
+        with mock.patch("torch.nn.parallel.distributed._verify_param_shape_across_processes", lambda *a, **k: None), \
+                mock.patch("torch.nn.parallel.distributed._sync_module_states", lambda *a, **k: None), \
+                mock.patch("torch.distributed.fsdp._fully_shard._fully_shard._init_default_mesh", lambda *a, **k: mesh):
+            yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+def module_to(module: torch.nn.Module, *args, **kwargs) -> torch.nn.Module:
+    """``Module.to`` on fake tensors: torch swaps a fake parameter for its converted copy
+    (``torch.utils.swap_tensors``), which fails while anything else refers to it ("Couldn't
+    swap"); here each parameter and buffer is replaced by its converted copy instead (one copy
+    per tensor, so tied weights stay tied), floating-point ones in ``dtype``, as ``to`` does."""
+    device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+    done: dict[int, torch.Tensor] = {}
+    for m in module.modules():
+        for table, param in ((m._parameters, True), (m._buffers, False)):
+            for name, t in list(table.items()):
+                if t is None:
+                    continue
+                if id(t) not in done:
+                    new = t.to(device=device, dtype=dtype if t.is_floating_point() else None)
+                    done[id(t)] = t if new is t else (torch.nn.Parameter(new, requires_grad=t.requires_grad)
+                                                      if param else new)
+                table[name] = done[id(t)]
+    return module
+
+
+@contextlib.contextmanager
+def engine_tensors():
+    """What the throughput engine does to tensors that fake ones cannot: ``Module.to`` by
+    ``module_to``, and a pinned host copy (the passes' uploads on a GPU, which needs a real
+    device) used unpinned."""
+    with mock.patch.object(torch.Tensor, "pin_memory", lambda self, *a, **k: self), \
+            mock.patch.object(torch.nn.Module, "to", module_to):
+        yield
 
 
 @contextlib.contextmanager

@@ -1,7 +1,9 @@
 """One rehearsal per job kind, each through the function the Slurm job runs (``mor.jobs.KINDS``).
 
 A rehearsal calls the kind's job function with the preset's settings on fake tensors
-(``mor.rehearsal.fake``) and returns a row for the table: run id, job, world size,
+(``mor.rehearsal.fake``), passing its stand-ins for what fake tensors cannot run through the
+job's own parameters (the train job's ``loop`` and ``seams``; the evaluator, the weights reader,
+the engine's ``measure``): it patches none of our code. It returns a row for the table: run id, job, world size,
 micro-batch, status, and for a train job the peak per GPU by category, measured
 (``mor.rehearsal.measure``) and modelled (``mor.memory``).
 
@@ -31,12 +33,9 @@ scheduler; no graph capture)"). Its memory, measured, stands beside the job's ow
 from __future__ import annotations
 
 import contextlib
-import itertools
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from unittest import mock
 
 import torch
 
@@ -46,7 +45,8 @@ from mor.grids import load_grid
 from mor.jobs import KINDS
 from mor.rehearsal import measure
 from mor.rehearsal.data import ensure_data
-from mor.rehearsal.fake import GiB, RehearsalError, cuda_queries, fake_device
+from mor.rehearsal.fake import (GiB, RehearsalError, cuda_queries, engine_tensors, fake_device, fake_process_group,
+                                 free_memory)
 
 STATES = 3  # micro-batches of a step that the memory pass runs (``one_step``)
 CLUSTER_VOCAB = 49152  # the cluster tokenizer's (HuggingFaceTB/SmolLM-135M), where a scale has none
@@ -67,47 +67,10 @@ class Row:
     modelled: dict = field(default_factory=dict)
 
 
-@contextlib.contextmanager
-def fake_process_group(world: int):
-    """torch.distributed initialised as rank 0 of ``world`` over a process group that moves no data."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if world <= 1:
-        yield None
-        return
-    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
-    # DDP's constructor compares and broadcasts parameter bytes in C++, which fake tensors have
-    # none of; the ranks of a rehearsal hold the same model by construction
-    ddp = "torch.nn.parallel.distributed."
-    # FSDP makes its device mesh at the first fully_shard; made under the fake mode it fails
-    # (the mesh's rank table is built with data-dependent ops), so it is made here, outside it
-    from torch.distributed.device_mesh import init_device_mesh
-
-    mesh = init_device_mesh("cpu", (world,))
-    try:
-        with mock.patch(ddp + "_verify_param_shape_across_processes", lambda *a, **k: None), \
-                mock.patch(ddp + "_sync_module_states", lambda *a, **k: None), \
-                mock.patch("torch.distributed.fsdp._fully_shard._fully_shard._init_default_mesh", lambda *a, **k: mesh):
-            yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
-
-
-@contextlib.contextmanager
-def cpu_autocast(device: str):
-    """Off CUDA, bf16 autocast on the CPU where the run asks for bf16 (the job refuses it there):
-    the same casts of the weights and matmul inputs as the GPU's autocast."""
-    import torch
-
-    from mor.train import trainer
-
-    if device == "cuda":
-        yield
-        return
-    pick = lambda precision, dev: None if precision == "fp32" else torch.bfloat16  # noqa: E731
-    with mock.patch.object(trainer, "autocast_dtype", pick):
-        yield
+def cpu_bf16(precision: str, device) -> torch.dtype | None:
+    """The trainer's autocast dtype off CUDA, where the run asks for bf16 (the job refuses it
+    there): the same casts of the weights and matmul inputs as the GPU's autocast."""
+    return None if precision == "fp32" else torch.bfloat16
 
 
 def _create_moments(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -127,49 +90,41 @@ def _kept_bucket(state, bucket):
     return fut
 
 
-@contextlib.contextmanager
-def one_step(backward: bool = True):
-    """``Trainer.fit`` (and its DDP / FSDP overrides) replaced by one measured training step.
+def one_step(device: str, backward: bool = True):
+    """The train job's seams for a rehearsal: ``(seams, loop)`` for ``train_job``, its loop
+    (``Trainer.fit``, and the DDP / FSDP trainers' own) replaced by one measured training step.
 
-    ``backward=False``: ``Tensor.backward`` does nothing (on fake CUDA the autograd engine asks
+    Off CUDA the trainer autocasts to bf16 where the run asks for it (``cpu_bf16``). The router
+    statistics the step logs after the update select rows by a mask (a shape that depends on the
+    data, which fake tensors do not have): none are logged; the step itself is done then. The
+    synthetic pool (``mor.rehearsal.data``) is a few hundred windows: a one-pass run
+    (``train.data_order: pass``) of the cluster's length would be refused; one step fits any pool.
+
+    ``backward=False``: the backward pass does nothing (on fake CUDA the autograd engine asks
     for a CUDA context, PyTorch issue #92627); the rest of the step runs on no gradients, for
-    the first micro-batch only."""
-    from mor.train.parallel import DDPTrainer, FSDPTrainer
-    from mor.train.trainer import Trainer
+    the first micro-batch only (every micro-batch takes the same path: the first one checks it)."""
+    from mor.train.trainer import TrainerSeams
 
-    micro_batches = Trainer.micro_batches
+    seams = TrainerSeams(router_stats=lambda model, trace: {},
+                         check_pass=lambda sampler, steps, epochs, source: 1,
+                         **({} if device == "cuda" else {"autocast_dtype": cpu_bf16}),
+                         **({} if backward else {"backward": lambda loss: None}))
 
-    def fit(self):
-        model = self.ddp_model or self.model
+    def loop(trainer) -> dict:
+        model = trainer.ddp_model or trainer.model
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             model.register_comm_hook(None, _kept_bucket)  # the fake group's all-reduce returns nothing
-        _create_moments(self.model, self.optimizer)
+        _create_moments(trainer.model, trainer.optimizer)
         # Micro-batches 3 .. accum-1 repeat micro-batch 2 (gradients held, no synchronisation):
         # the first (gradients made), the second and the last (synchronised) are every state
-        # the step's memory goes through
-        accumulation, self.accum = self.accum, min(self.accum, STATES)
-        with measure.StorageTracker(model, self.optimizer) as mt:
-            self.train_step()
-        return {"micro_batch": self.micro, "accumulation": accumulation, "memory": mt.peak, "phase": mt.peak_phase}
+        # the step's memory goes through (``Trainer.micro_batches`` gives the first ``accum``)
+        accumulation, trainer.accum = trainer.accum, min(trainer.accum, STATES if backward else 1)
+        with measure.StorageTracker(model, trainer.optimizer) as mt:
+            trainer.train_step()
+        return {"micro_batch": trainer.micro, "accumulation": accumulation, "memory": mt.peak,
+                "phase": mt.peak_phase}
 
-    with contextlib.ExitStack() as stack:
-        for cls in (Trainer, DDPTrainer, FSDPTrainer):
-            stack.enter_context(mock.patch.object(cls, "fit", fit))
-        if not backward:
-            stack.enter_context(mock.patch.object(torch.Tensor, "backward", lambda self, *a, **k: None))
-            # every micro-batch takes the same path: the first one checks it
-            stack.enter_context(mock.patch.object(Trainer, "micro_batches",
-                                                  lambda self: itertools.islice(micro_batches(self), 1)))
-        else:
-            stack.enter_context(mock.patch.object(Trainer, "micro_batches",
-                                                  lambda self: itertools.islice(micro_batches(self), self.accum)))
-        # the router statistics the step logs after the update select rows by a mask (a shape
-        # that depends on the data, which fake tensors do not have); the step itself is done then
-        stack.enter_context(mock.patch("mor.train.trainer.router_stats", lambda model, trace: {}))
-        # the synthetic pool (mor.rehearsal.data) is a few hundred windows: a one-pass run
-        # (train.data_order: pass) of the cluster's length would be refused; one step fits any pool
-        stack.enter_context(mock.patch("mor.train.trainer.check_pass", lambda sampler, steps, epochs, source: 1))
-        yield
+    return seams, loop
 
 
 def run_vocab(run, data_root: Path) -> int:
@@ -199,11 +154,13 @@ def _train_pass(grid: str, run_id: str, mode: str, preset, device: str, data_roo
         # asks on CUDA; off CUDA it would take the draw size)
         execution["micro_batch"] = memory_fit(run, preset)[0]
     job = "train" if backward else "train (forward)"
-    with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp, one_step(backward), cpu_autocast(device), \
+    seams, loop = one_step(device, backward)
+    with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp, \
             fake_process_group(world), fake_device(run_id, job, device, preset.gpu_memory_gib or 80.0, devices=world):
         dist = DistInfo(rank=0, world_size=world) if world > 1 else None
         return KINDS["train"].run(grid=grid, run_id=run_id, mode=mode, run_dir=tmp, data_root=str(data_root),
-                                  device=device, dist=dist, parallel=preset.parallel, execution=execution)
+                                  device=device, dist=dist, parallel=preset.parallel, execution=execution,
+                                  seams=seams, loop=loop)
 
 
 def rehearse_train(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path) -> Row:
@@ -242,12 +199,16 @@ NOT_REHEARSED: dict[str, str] = {}  # job kinds without a rehearsal, and why
 NO_WEIGHTS = "weights not read"  # the status note of a job that reads a trained run (docs/rehearsal.md)
 
 
-@contextlib.contextmanager
-def trained_run_stand_in(run, run_dir: Path, vocab: int):
+def no_weights(file: Path, model: torch.nn.Module) -> None:
+    """The weights reader a rehearsal passes to a job that opens a finished run
+    (``mor.trained.open_run``'s ``read_weights``): it reads nothing. The model is built under the
+    fake mode at full size, on the job's device, in the dtype the job builds it in; only the
+    final weights' values are absent."""
+
+
+def trained_run_stand_in(run, run_dir: Path, vocab: int) -> None:
     """``run_dir`` as a finished run without its weights: the training summary and config.json
-    the readers check (``mor.trained.open_run``), and the weight *read* skipped
-    (``load_model_weights`` does nothing): the model is built under the fake mode at full size,
-    on the job's device, in the dtype the job builds it in; only the final weights' values are absent."""
+    the readers check (``mor.trained.open_run``); the jobs read it with ``no_weights``."""
     import json
 
     from mor.lm_eval.job import lm_eval_settings
@@ -261,14 +222,12 @@ def trained_run_stand_in(run, run_dir: Path, vocab: int):
     # the eval job reads the lmeval job's result when the grid asks for tasks: a stand-in with no accuracies
     paths.lm_eval.write_text(json.dumps({"run_id": run.run_id, "settings": lm_eval_settings(run.eval),
                                                       "tasks": {}}))
-    with mock.patch("mor.trained.load_model_weights", lambda file, model: None):
-        yield
 
 
-@contextlib.contextmanager
 def one_eval_batch(out: dict, measure_memory: bool):
-    """The eval job's ``evaluate`` over one batch at the eval batch size (every batch has the same
-    shape; the validation split is cut to ``eval.batch`` windows), under the memory counter.
+    """The evaluator a rehearsal passes to the eval job: the job's own ``evaluate`` over one batch
+    at the eval batch size (every batch has the same shape; the validation split is cut to
+    ``eval.batch`` windows), under the memory counter.
 
     A MoR model's router statistics, read after the forward passes (the candidates selected by
     a boolean mask, numpy histograms), have shapes that depend on the data, which fake tensors do
@@ -278,9 +237,8 @@ def one_eval_batch(out: dict, measure_memory: bool):
 
     from mor.eval import job as eval_job
 
-    evaluate = eval_job.evaluate
-
     def one_batch(model, tokens, seq_len, max_tokens, batch, device):
+        evaluate = eval_job.evaluate  # the job's default evaluator (mor.eval.nll.evaluate)
         tokens = tokens[: batch * (seq_len + 1)]
         out["device"] = next(model.parameters()).device.type  # where the job built the model
         hook = model.register_forward_hook(lambda m, args, o: dataclasses.replace(o, routing=None))
@@ -294,8 +252,7 @@ def one_eval_batch(out: dict, measure_memory: bool):
         finally:
             hook.remove()
 
-    with mock.patch.object(eval_job, "evaluate", one_batch):
-        yield
+    return one_batch
 
 
 def _on_cuda(out: dict, run_id: str, job: str) -> None:
@@ -308,11 +265,12 @@ def _eval_pass(grid: str, run_id: str, mode: str, preset, device: str, data_root
     """The eval job on fake ``device``, one rank, on a stand-in of the finished run."""
     run = load_grid(grid, mode).run(run_id).config
     out: dict = {}
-    with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp, \
-            trained_run_stand_in(run, Path(tmp) / "run", vocab), one_eval_batch(out, measure_memory=device == "cpu"), \
-            fake_device(run_id, "eval", device, preset.gpu_memory_gib or 80.0):
-        KINDS["eval"].run(grid=grid, run_id=run_id, mode=mode, run_dir=str(Path(tmp) / "run"),
-                          out=str(Path(tmp) / "row.jsonl"), data_root=str(data_root), device=device)
+    with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp:
+        trained_run_stand_in(run, Path(tmp) / "run", vocab)
+        with fake_device(run_id, "eval", device, preset.gpu_memory_gib or 80.0):
+            KINDS["eval"].run(grid=grid, run_id=run_id, mode=mode, run_dir=str(Path(tmp) / "run"),
+                              out=str(Path(tmp) / "row.jsonl"), data_root=str(data_root), device=device,
+                              evaluate=one_eval_batch(out, measure_memory=device == "cpu"), read_weights=no_weights)
     return out
 
 
@@ -352,18 +310,20 @@ def _scoring_row(job: str, one_pass, batch_of, ok: str, grid: str, run_id: str, 
 LMEVAL_CONTINUATION = 32  # tokens scored per request in the lmeval rehearsal's batch (a long multiple-choice answer)
 
 
-@contextlib.contextmanager
-def one_lmeval_batch(vocab: int, out: dict, device: str, measure_memory: bool):
-    """The lmeval job with the harness's task loop replaced by one batch of the adapter's own
+def one_lmeval_batch(vocab: int, out: dict, measure_memory: bool):
+    """The lmeval job's seams for a rehearsal: ``(evaluate_tasks, seams)`` for ``lmeval_job``.
+
+    The harness's task loop is replaced by one batch of the adapter's own
     scoring (``MoRLM._loglikelihood_tokens``) at the job's batch size: every request a full
     window (``max_length`` tokens in, the last ``LMEVAL_CONTINUATION`` scored), the largest shape
     a loglikelihood task gives it. The task data and the cluster tokenizer come from the hub,
     which a rehearsal does not reach: the tokenizer is a stand-in with the run's vocabulary and
-    its end-of-text id 0. On fake CUDA ``torch.cuda.is_available`` answers True to the adapter's
-    own check, or it would move the model to the CPU (what it does where no GPU is)."""
+    its end-of-text id 0. The adapter is told CUDA is there (on fake CUDA it would otherwise move
+    the model to the CPU, what it does where no GPU is; off CUDA it never asks), and reads no
+    weights (``no_weights``)."""
     from types import SimpleNamespace
 
-    from mor.lm_eval import job as lm_job
+    from mor.lm_eval.adapter import AdapterSeams
 
     tok = SimpleNamespace(eos_id=0, vocab_size=vocab, encode=lambda text: [1], decode=lambda ids: "")
 
@@ -381,31 +341,21 @@ def one_lmeval_batch(vocab: int, out: dict, device: str, measure_memory: bool):
         out["memory"] = mt.peak
         return {}
 
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(lm_job, "evaluate_tasks", one_batch))
-        stack.enter_context(mock.patch("mor.data.tokenizer.load_tokenizer", lambda spec: tok))
-        if device == "cuda":
-            from mor.lm_eval import adapter
-
-            available = torch.cuda.is_available
-
-            def adapter_asks(*args, **kwargs):  # True to the adapter's own check only (torch's RNG would init CUDA)
-                return sys._getframe(1).f_code.co_filename == adapter.__file__ or available(*args, **kwargs)
-
-            stack.enter_context(mock.patch.object(torch.cuda, "is_available", adapter_asks))
-        yield
+    return one_batch, AdapterSeams(load_tokenizer=lambda spec: tok, read_weights=no_weights,
+                                   cuda_available=lambda: True)
 
 
 def _lmeval_pass(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path, vocab: int) -> dict:
     """The lmeval job on fake ``device``, one rank, on a stand-in of the finished run."""
     run = load_grid(grid, mode).run(run_id).config
     out: dict = {}
-    with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp, \
-            trained_run_stand_in(run, Path(tmp) / "run", vocab), \
-            one_lmeval_batch(vocab, out, device, measure_memory=device == "cpu"), \
-            fake_device(run_id, "lmeval", device, preset.gpu_memory_gib or 80.0):
-        KINDS["lmeval"].run(grid=grid, run_id=run_id, mode=mode, run_dir=str(Path(tmp) / "run"),
-                            out=str(Path(tmp) / "lm_eval_out.json"), data_root=str(data_root), device=device)
+    evaluate_tasks, seams = one_lmeval_batch(vocab, out, measure_memory=device == "cpu")
+    with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp:
+        trained_run_stand_in(run, Path(tmp) / "run", vocab)
+        with fake_device(run_id, "lmeval", device, preset.gpu_memory_gib or 80.0):
+            KINDS["lmeval"].run(grid=grid, run_id=run_id, mode=mode, run_dir=str(Path(tmp) / "run"),
+                                out=str(Path(tmp) / "lm_eval_out.json"), data_root=str(data_root), device=device,
+                                evaluate_tasks=evaluate_tasks, seams=seams)
     return out
 
 
@@ -469,24 +419,20 @@ def _probe_passes(engine, requests, on_finish=None):
                    "block_size": bm.bs, "attention": engine.attention, "padded": st.pad})
 
 
-@contextlib.contextmanager
 def engine_passes(out: dict):
-    """The throughput job with each setting's ``measure`` cut to its engine: the job sizes the
-    engine (App. E's memory, the relative maximum batch, the engine's memory budget) and
-    ``measure`` builds it (options, KV pool) as on the cluster; the engine's first ``run`` is
-    replaced by ``_probe_passes``, under the memory counter from before the engine is built
-    (the pool and the passes). CUDA graphs are off (the job's ``graphs=False``): capture cannot
-    be faked. A pinned host copy (the passes' uploads on a GPU) needs a real device: the copy
-    is used unpinned."""
+    """The measure a rehearsal passes to the throughput job: each setting cut to its engine. The
+    job sizes the engine (App. E's memory, the relative maximum batch, the engine's memory
+    budget) and its own ``measure`` builds it (options, KV pool) as on the cluster; the engine's
+    first run is ``_probe_passes`` (``measure``'s ``run_engine``), under the memory counter from
+    before the engine is built (the pool and the passes). CUDA graphs are off (the job's
+    ``graphs=False``): capture cannot be faked."""
     from mor.engine import job as tp_job
-    from mor.engine.engine import Engine
-
-    measure_setting = tp_job.measure
 
     def probe(model, reqs, batch, max_len, warmup_tokens, device, dtype, memory_bytes=None, graphs=None):
         with measure.StorageTracker(model) as mt:
             try:
-                measure_setting(model, reqs, batch, max_len, warmup_tokens, device, dtype, memory_bytes, graphs)
+                tp_job.measure(model, reqs, batch, max_len, warmup_tokens, device, dtype, memory_bytes, graphs,
+                               run_engine=_probe_passes)
                 raise RuntimeError("the engine ran without the probe")
             except _Probed as p:
                 found = p.found
@@ -495,30 +441,7 @@ def engine_passes(out: dict):
         out.setdefault("settings", []).append(found)
         return {"batch": batch, "recursion_share": []}
 
-    with mock.patch.object(tp_job, "measure", probe), mock.patch.object(Engine, "run", _probe_passes), \
-            mock.patch.object(torch.Tensor, "pin_memory", lambda self, *a, **k: self), \
-            mock.patch.object(torch.nn.Module, "to", module_to):
-        yield
-
-
-def module_to(module: torch.nn.Module, *args, **kwargs) -> torch.nn.Module:
-    """``Module.to`` on fake tensors: torch swaps a fake parameter for its converted copy
-    (``torch.utils.swap_tensors``), which fails while anything else refers to it ("Couldn't
-    swap"); here each parameter and buffer is replaced by its converted copy instead (one copy
-    per tensor, so tied weights stay tied), floating-point ones in ``dtype``, as ``to`` does."""
-    device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
-    done: dict[int, torch.Tensor] = {}
-    for m in module.modules():
-        for table, param in ((m._parameters, True), (m._buffers, False)):
-            for name, t in list(table.items()):
-                if t is None:
-                    continue
-                if id(t) not in done:
-                    new = t.to(device=device, dtype=dtype if t.is_floating_point() else None)
-                    done[id(t)] = t if new is t else (torch.nn.Parameter(new, requires_grad=t.requires_grad)
-                                                      if param else new)
-                table[name] = done[id(t)]
-    return module
+    return probe
 
 
 def _throughput_pass(grid: str, run_id: str, mode: str, preset, device: str, data_root: Path, vocab: int) -> dict:
@@ -537,16 +460,16 @@ def _throughput_pass(grid: str, run_id: str, mode: str, preset, device: str, dat
     free = gpu - int(model_bytes(run.model, model_shape(run.model), vocab, elem))
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp, contextlib.ExitStack() as stack:
-        stack.enter_context(trained_run_stand_in(run, Path(tmp) / "run", vocab))
-        stack.enter_context(engine_passes(out))
+        trained_run_stand_in(run, Path(tmp) / "run", vocab)
+        stack.enter_context(engine_tensors())
         if device != "cuda":
             stack.enter_context(cuda_queries(gpu / GiB))
         stack.enter_context(fake_device(run_id, "throughput", device, gpu / GiB))
-        stack.enter_context(mock.patch.object(torch.cuda, "mem_get_info", lambda *a, **k: (free, gpu)))
+        stack.enter_context(free_memory(free, gpu))
         run_dir = Path(tmp) / "run"
         KINDS["throughput"].run(grid=grid, run_id=run_id, mode=mode, run_dir=str(run_dir),
                                 out=str(RunPaths.of(run_dir).throughput), data_root=str(data_root), device=device,
-                                graphs=False)
+                                graphs=False, measure=engine_passes(out), read_weights=no_weights)
     return out
 
 

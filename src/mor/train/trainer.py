@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import math
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -37,9 +39,8 @@ from mor.config import ExecConfig, RunConfig
 from mor.flops import train_flops
 from mor.layout import RunPaths
 from mor.data.sampler import TokenSampler, check_pass, load_tokens
-from mor.checkpoints.hf import start_model
 from mor.checkpoints.native import save_tensors
-from mor.model.build import pick_device
+from mor.model.build import make_model, pick_device
 from mor.model.transformer import MoRTransformer
 from mor.provenance import git_commit
 from mor.train.checkpoint import apply_checkpoint, load_branch_point, load_latest, save_checkpoint
@@ -103,6 +104,38 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     if precision == "bf16":
         raise RuntimeError(f"train.precision='bf16' but device {device} does not support bf16")
     return None
+
+
+def initial_model(run: RunConfig, vocab_size: int, device: torch.device) -> MoRTransformer:
+    """The run's model as training starts it: the network from the model layer
+    (``mor.model.build.make_model``, seeded by ``train.seed``); a checkpoint is read only when the
+    run starts from one (``model.init_checkpoint``: up-training, per ``model.tied_init``), so a run
+    trained from scratch never reaches the checkpoint formats."""
+    model = make_model(run, vocab_size, device)
+    if run.model.init_checkpoint:
+        from mor.checkpoints.hf import init_from_checkpoint
+
+        init_from_checkpoint(model, run.model.init_checkpoint, run.model.tied_init)
+    return model
+
+
+@dataclass(frozen=True)
+class TrainerSeams:
+    """The trainer's collaborators that a dry run replaces (``mor.rehearsal`` runs the train job
+    on fake tensors, which have no values and no data-dependent shapes); the defaults are the
+    real ones, so a training run never sets this. Passing them in, rather than patching this
+    module, keeps the dependency visible: rename one and the rehearsal fails where it names it.
+
+    router_stats    (model, routing trace) -> the step's logged router statistics
+    check_pass      (sampler, steps, epochs, source) -> the epochs a ``data_order: pass`` run reads
+    autocast_dtype  (precision, device) -> the autocast dtype, None = fp32
+    backward        (loss) -> None: the backward pass of one micro-batch's scaled loss
+    """
+
+    router_stats: Callable = router_stats
+    check_pass: Callable = check_pass
+    autocast_dtype: Callable = autocast_dtype
+    backward: Callable[[torch.Tensor], None] = torch.Tensor.backward
 
 
 def compile_layers(model: MoRTransformer) -> None:
@@ -189,10 +222,13 @@ class Trainer:
         peak_tflops: float = 0.0,
         execution: ExecConfig | None = None,
         parallel: str = "ddp",
+        seams: TrainerSeams | None = None,
     ):
         """``execution`` (ExecConfig, from the presets): how the run computes, never what it
-        trains; ``parallel`` only sizes the 'auto' micro-batch (the wrapper is the subclass's)."""
+        trains; ``parallel`` only sizes the 'auto' micro-batch (the wrapper is the subclass's);
+        ``seams``: the real collaborators unless a dry run passes its own (``TrainerSeams``)."""
         self.run, self.run_dir = run, Path(run_dir)
+        self.seams = seams or TrainerSeams()
         self.files = RunPaths.of(self.run_dir)  # the run folder's layout (mor.layout)
         self.dist = dist or DistInfo()
         self.device = pick_device(device)
@@ -201,7 +237,7 @@ class Trainer:
         if threads and self.device.type == "cpu":  # a resource, not part of the run's identity
             torch.set_num_threads(threads)
         torch.manual_seed(t.seed)
-        self.model = start_model(run, vocab_size, self.device)  # model.init_checkpoint loaded (up-training)
+        self.model = initial_model(run, vocab_size, self.device)  # model.init_checkpoint read only when named
         self.vocab_size = self.model.vocab_size
         # model FLOPs of one optimizer step (mor.flops, the same count as the isoFLOP budget)
         # and the devices' peak FLOP/s for MFU (presets' peak_tflops_per_gpu; 0 = unknown: null)
@@ -216,7 +252,7 @@ class Trainer:
                                     global_batch=t.global_batch, order=t.data_order)
         # data_order "pass": the run must fit the epochs it states (1: one pass without
         # replacement), checked before any step is trained; None under the random orders
-        self.data_epochs = (check_pass(self.sampler, t.steps, t.data_epochs, str(train_tokens))
+        self.data_epochs = (self.seams.check_pass(self.sampler, t.steps, t.data_epochs, str(train_tokens))
                             if t.data_order == "pass" else None)
         per_rank = t.global_batch // self.dist.world_size
         if t.global_batch % self.dist.world_size:
@@ -231,7 +267,7 @@ class Trainer:
                                          self.dist.world_size, parallel, self.device)
         self.accum = per_rank // self.micro  # gradient accumulation keeps the global batch fixed
         self.compiled = False  # execution.compile: the layers are compiled in place at the first step
-        self.amp = autocast_dtype(t.precision, self.device)
+        self.amp = self.seams.autocast_dtype(t.precision, self.device)
         self.step, self.tokens_seen = 0, 0
         self.train_time_s = 0.0  # summed over every session of this run, up to the last checkpoint
         self.last_metrics: dict = {}  # the last step's logged metrics (for the summary after a resume)
@@ -366,7 +402,7 @@ class Trainer:
             with grad_sync(model, micro == self.accum - 1):  # DDP/FSDP reduce gradients once per step
                 with torch.autocast(self.device.type, dtype=self.amp, enabled=self.amp is not None):
                     out = model(x, y)
-                (out.loss / self.accum).backward()
+                self.seams.backward(out.loss / self.accum)
             lm_total += out.lm_loss.item() / self.accum
             aux_total += float(out.aux_loss.detach()) / self.accum
         if self.dist.world_size > 1 and torch.distributed.is_initialized():  # log the global-batch mean
@@ -384,7 +420,7 @@ class Trainer:
         self.step += 1
         self.tokens_seen += t.tokens_per_step
         row = {"step": self.step, "loss": lm_total, "aux_loss": aux_total, "lr": lr, "grad_norm": float(grad_norm),
-               **router_stats(self.model, out.routing)}
+               **self.seams.router_stats(self.model, out.routing)}
         if self.data_epochs is not None:  # data_order "pass": the pass (1, 2, ..) this step's last window is from
             row["data_epoch"] = self.sampler.epochs_needed(self.step)
         return row
@@ -394,9 +430,11 @@ class Trainer:
 
         The sampler gives the rank's slice of the step (data_order "sequence": the contiguous
         global sequences rank * per_rank ..; "rank": the legacy draws of ``draw``), which is
-        cut in order into passes of ``micro`` (what decides the memory, never the data)."""
+        cut in order into passes of ``micro`` (what decides the memory, never the data).
+        ``micro`` divides the per-rank batch, so the cut gives ``accum`` passes; a dry run that
+        lowers ``accum`` (``mor.rehearsal``) gets the step's first ``accum`` of them."""
         x, y = self.sampler.rank_batch(self.step, self.dist.rank, self.dist.world_size, self.draw)  # (per_rank, T)
-        yield from zip(x.split(self.micro), y.split(self.micro))  # accum x (micro, T)
+        yield from itertools.islice(zip(x.split(self.micro), y.split(self.micro)), self.accum)  # accum x (micro, T)
 
     def fit(self) -> dict:
         """Train to ``train.steps``, checkpointing periodically; returns the summary."""
