@@ -106,7 +106,8 @@ def test_flex_kernel_matches_sdpa_on_a_per_head_mask_without_autograd():
     """The public CPU entry (no autograd, as at inference): a mask per sequence and head, with
     a row broadcast over queries."""
     g = torch.Generator().manual_seed(0)
-    q, k, v = torch.randn(2, 4, 150, 8, generator=g), torch.randn(2, 2, 300, 8, generator=g), torch.randn(2, 2, 300, 8, generator=g)
+    q = torch.randn(2, 4, 150, 8, generator=g)  # (B, H, Tq, hd)
+    k, v = torch.randn(2, 2, 300, 8, generator=g), torch.randn(2, 2, 300, 8, generator=g)  # (B, Hkv, S, hd)
     mask = torch.rand(2, 4, 150, 300, generator=g) < 0.3
     mask[..., 0] = True  # no empty row
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)

@@ -70,13 +70,13 @@ def masked_path(backend: str, device_type: str, grad: bool, bool_mask: bool = Tr
     """'flex' or 'sdpa': which path attention under an explicit mask takes (module docstring).
 
     ``backend``: the layer's ``execution.attention``; ``device_type``: the queries' device;
-    ``grad``: autograd records this call (q, k or v requires grad: a backward may follow); ``bool_mask``: the mask is
-    bool (an additive float mask always takes SDPA)."""
+    ``grad``: autograd records this call (q, k or v requires grad: a backward may follow);
+    ``bool_mask``: the mask is bool (an additive float mask always takes SDPA)."""
     if _override:
         return _override[-1] if bool_mask else "sdpa"
+    if backend == "flex" and not flex_available():
+        raise RuntimeError(f"execution.attention='flex' needs torch >= 2.5 (FlexAttention); this is {torch.__version__}")
     if not bool_mask or backend == "sdpa" or not flex_available():
-        if backend == "flex" and not flex_available():
-            raise RuntimeError(f"execution.attention='flex' needs torch >= 2.5 (FlexAttention); this is {torch.__version__}")
         return "sdpa"
     if backend == "flex":
         if device_type == "cpu" and grad:
@@ -98,7 +98,9 @@ def flex_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
 
     q: (B, H, Tq, hd); k, v: (B, Hkv, S, hd); mask: (B|1, 1|H, Tq|1, S) bool, True = may attend.
     The block mask reads the dense mask (any bool mask works: KV sharing's staircase, a
-    prefix's all-True columns) and is built per call: routing changes it every step.
+    prefix's all-True columns) and is built per call: routing changes it every step. A row
+    that sees no key gives 0 here and NaN in SDPA; none of these masks has one (a query
+    always sees its own position's key, or the prefix).
     """
     Tq, S = q.shape[2], k.shape[2]  # queries, keys
     mB, mH = mask.shape[0], mask.shape[1]  # 1 where the mask is broadcast

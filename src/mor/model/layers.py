@@ -99,7 +99,8 @@ class Attention(nn.Module):
         if backend == "flash" and not flash_available():
             raise RuntimeError("model.attention='flash' but flash_attn is not installed (pip install '.[gpu]')")
         if backend == "flex" and not flex_available():
-            raise RuntimeError(f"model.attention='flex' needs torch >= 2.5 (FlexAttention), this is {torch.__version__}")
+            raise RuntimeError("model.attention='flex' needs torch >= 2.5 (FlexAttention), "
+                               f"this is {torch.__version__}")
         self.backend = backend
 
     def project_kv(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding):
