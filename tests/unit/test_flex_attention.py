@@ -57,10 +57,10 @@ def _loss_and_grads(model, x, path: str):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def _check_paths_agree(cfg, monkeypatch, masked: bool):
+def _check_paths_agree(cfg, monkeypatch, masked: bool, seq: int = T):
     torch.manual_seed(0)
     model = build_model(cfg, TINY, V)
-    x = torch.randint(0, V, (2, T), generator=torch.Generator().manual_seed(1))
+    x = torch.randint(0, V, (2, seq), generator=torch.Generator().manual_seed(1))
     calls = _spy(monkeypatch)
     ref_loss, ref_grads = _loss_and_grads(model, x, "sdpa")
     sdpa_calls = calls["sdpa"]
@@ -82,6 +82,24 @@ def test_flex_equals_chunked_sdpa_on_the_tying_kv_grid(tying, kv, monkeypatch, c
     cfg = ModelConfig(scale="tiny", variant="mor", tying=tying, num_recursions=3, kv=kv,
                       router=RouterConfig(type="expert_choice"))
     _check_paths_agree(cfg, monkeypatch, masked=kv != "recursion_wise")
+
+
+@pytest.mark.parametrize("kv", ["shared", "shared_dagger"])
+def test_flex_equals_the_sdpa_path_where_it_chunks(kv, monkeypatch, cpu_flex_backward):
+    """At 256 tokens the SDPA path splits the routed queries into chunks over trimmed keys
+    (``layers.masked_attention``); FlexAttention still gives its loss and gradients."""
+    keys = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        keys.append(k.shape[2])
+        return sdpa(q, k, v, **kw)
+
+    monkeypatch.setattr(layers.F, "scaled_dot_product_attention", spy)
+    cfg = ModelConfig(scale="tiny", variant="mor", tying="middle_cycle", num_recursions=3, kv=kv,
+                      router=RouterConfig(type="expert_choice"))
+    _check_paths_agree(cfg, monkeypatch, masked=True, seq=TINY.max_seq_len)
+    assert min(keys) < TINY.max_seq_len  # chunks over trimmed key prefixes ran
 
 
 @pytest.mark.parametrize("kv", ["shared", "shared_dagger"])
