@@ -7,7 +7,11 @@ token-choice under each KV strategy) it runs ``--steps`` training steps (forward
 attention calls went to flash-attn. Two equivalence checks run on the device in fp32:
 
   * the same ``tiny`` model's logits and loss on the device and on the CPU (every variant);
-  * chunked masked attention (``mor.model.layers.masked_attention``) against one SDPA call.
+  * chunked masked attention (``mor.model.layers.masked_attention``) against one SDPA call;
+  * on CUDA, FlexAttention (``mor.model.flex``, the masked path of CUDA training) against the
+    chunked SDPA path: outputs and q/k/v gradients (fp32), and the forward + backward time of
+    each at 135M's attention shape in bf16 as a ratio (``flex_attention``; not run on CPU,
+    where torch has no FlexAttention backward).
 
     python benchmarks/device_check.py                       # cuda if present, 135M, bf16
     python benchmarks/device_check.py --device cpu --scale tiny --seq 64 --batch 2 --dtype float32
@@ -86,6 +90,7 @@ import importlib.util
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -228,6 +233,51 @@ def chunked_attention_error(device: torch.device) -> float:
     q, kk, v = (torch.randn(B, h, n, hd, generator=g).to(device) for h, n in ((H, k), (Hkv, S), (Hkv, S)))
     ref = F.scaled_dot_product_attention(q, kk, v, attn_mask=mask, enable_gqa=True)
     return (layers.masked_attention(q, kk, v, mask, gqa=True) - ref).abs().max().item()
+
+
+def _staircase(device, B, H, Hkv, hd, S, k, dtype, seed=0):
+    """q (B, H, k, hd), k/v (B, Hkv, S, hd) requiring grad, and KV sharing's mask (B, 1, k, S)."""
+    g = torch.Generator().manual_seed(seed)
+    pos = torch.rand(B, S, generator=g).topk(k, dim=1).indices.sort(1).values
+    mask = (torch.arange(S) <= pos.unsqueeze(-1)).unsqueeze(1).to(device)  # (B, 1, k, S)
+    qkv = [torch.randn(B, h, n, hd, generator=g).to(device, dtype).requires_grad_() for h, n in ((H, k), (Hkv, S), (Hkv, S))]
+    return (*qkv, mask)
+
+
+def _fwd_bwd(fn, q, kk, v, mask, w):
+    """Output and q/k/v gradients of ``sum(fn(...) * w)``."""
+    y = fn(q, kk, v, mask, True)
+    return (y, *torch.autograd.grad((y * w).sum(), (q, kk, v)))
+
+
+def flex_attention_check(device: torch.device, reps: int = 10) -> dict:
+    """FlexAttention against the chunked SDPA path on the device (module docstring)."""
+    from mor.model.flex import flex_available, flex_masked_attention
+
+    if device.type != "cuda" or not flex_available():
+        why = "no FlexAttention in this torch" if not flex_available() else f"device {device}: no FlexAttention backward"
+        return {"state": NOT_RUN, "why": why, "max_err": None}
+    q, kk, v, mask = _staircase(device, 2, 4, 2, 16, 300, 150, torch.float32)
+    w = torch.randn(2, 4, 150, 16, generator=torch.Generator().manual_seed(1)).to(device)
+    ref = _fwd_bwd(layers.masked_attention, q, kk, v, mask, w)
+    got = _fwd_bwd(flex_masked_attention, q, kk, v, mask, w)
+    err = max((a - b).abs().max().item() for a, b in zip(got, ref))
+    # 135M's attention (9 heads, 3 KV heads, width 64), micro-batch 8, 2/3 of 2048 tokens routed
+    q, kk, v, mask = _staircase(device, 8, 9, 3, 64, 2048, 1365, torch.bfloat16)
+    w = torch.randn_like(q)
+    ms = {"sdpa": [], "flex": []}
+    for i in range(reps + 3):  # 3 warm-up rounds: FlexAttention compiles on its first call
+        for name, fn in (("sdpa", layers.masked_attention), ("flex", flex_masked_attention))[:: 1 if i % 2 else -1]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            _fwd_bwd(fn, q, kk, v, mask, w)
+            end.record()
+            torch.cuda.synchronize(device)
+            if i >= 3:
+                ms[name].append(start.elapsed_time(end))
+    med = {n: statistics.median(t) for n, t in ms.items()}
+    return {"state": PASS if err < 1e-3 else FAIL, "why": None, "max_err": err, "sdpa_ms": med["sdpa"],
+            "flex_ms": med["flex"], "flex_over_sdpa": med["flex"] / med["sdpa"]}
 
 
 # ------------------------------------------------------------------ the decoding engine (App. E)
@@ -666,6 +716,9 @@ def outcome(report: dict) -> dict:
             failed.append(f"flash paged attention max err {flash['max_err']:.3g} >= {FLASH_TOL}")
         elif flash["state"] == NOT_RUN:
             not_run.append(f"flash paged attention ({flash['why']})")
+    flex = report.get("flex_attention")
+    if flex and flex["state"] == NOT_RUN:
+        not_run.append(f"FlexAttention vs chunked SDPA ({flex['why']})")
     not_run += [f"{name} (--budget-s)" for name in report.get("skipped_rows", [])]
     status = "fail" if failed else "incomplete" if not_run else "pass"
     return {"ok": not failed, "status": status, "failed": failed, "not_run": not_run}
@@ -709,6 +762,12 @@ def main(argv: list[str] | None = None) -> dict:
               "loss_chunk": a.loss_chunk, "budget_s": a.budget_s if math.isfinite(a.budget_s) else None, "status": "running", "runs": [], "checks": {},
               "skipped_rows": budget.skipped}
     report["checks"]["chunked_attention_max_err"] = chunked_attention_error(device)
+    flex = report["flex_attention"] = flex_attention_check(device)
+    if flex["state"] != NOT_RUN:
+        report["checks"]["flex_vs_chunked_max_err"] = flex["max_err"]
+        print(f"FlexAttention vs chunked SDPA: max err {flex['max_err']:.3g} (fp32, output and grads); fwd+bwd "
+              f"{flex['flex_ms']:.2f} ms vs {flex['sdpa_ms']:.2f} ms (bf16, 135M shape): {flex['flex_over_sdpa']:.2f}x",
+              flush=True)
     if chosen:
         print(f"{'variant':24s} {'batch':>5} {'loss':>8} {'tok/s':>10} {'flash':>5} {'peak GiB':>8} "
               f"{'model GiB':>9} {'s':>6}", flush=True)

@@ -486,7 +486,7 @@ class EvalConfig:
 # --------------------------------------------------------------------------------------
 # Execution: how a run computes, not what it trains
 # --------------------------------------------------------------------------------------
-Attention = Literal["auto", "sdpa", "flash"]
+Attention = Literal["auto", "sdpa", "flash", "flex"]
 FusedOptimizer = Literal["auto", "on", "off"]
 
 
@@ -506,7 +506,10 @@ class ExecConfig:
     micro_batch: int | str = 0
     activation_checkpointing: bool = False  # recompute each block's activations in backward
     compile: bool = False  # torch.compile each layer for training (mor.train.trainer.compile_layers)
-    attention: Attention = "auto"  # auto: flash-attn when installed on a CUDA device, else SDPA
+    # auto: flash-attn when installed on a CUDA device, else SDPA; masked attention (KV sharing,
+    # prefix) through FlexAttention on CUDA in training, else chunked SDPA (mor.model.flex).
+    # sdpa: SDPA everywhere (masks chunked); flex: masks through FlexAttention wherever torch can
+    attention: Attention = "auto"
     fused_optimizer: FusedOptimizer = "auto"  # fused AdamW kernel; auto: on CUDA only
     # Tokens per cross-entropy chunk: the head and the loss run on this many positions at a
     # time, so the fp32 logits of a whole micro-batch never exist at once. 0 = all at once.

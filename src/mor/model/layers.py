@@ -3,7 +3,9 @@
 Every block takes explicit ``positions`` because MoR runs a recursion on a gathered
 subsequence of tokens whose original positions are not 0..k-1 (RoPE must see the real
 ones). Attention uses flash-attn when it is installed, the tensors are on a GPU in
-fp16/bf16, and the config allows it; otherwise torch SDPA.
+fp16/bf16, and the config allows it; otherwise torch SDPA. Attention under an explicit mask
+(KV sharing, prefix relaxation, the decode cache) takes FlexAttention or the chunked SDPA
+path below, as ``mor.model.flex.masked_path`` decides (``attend_masked``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from mor.model.flex import flex_available, flex_masked_attention, masked_path
 
 try:  # optional GPU extra: pip install 'mor-repro[gpu]'
     from flash_attn import flash_attn_func as _flash_attn_func
@@ -94,6 +98,9 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(heads * self.head_dim, hidden, bias=False)
         if backend == "flash" and not flash_available():
             raise RuntimeError("model.attention='flash' but flash_attn is not installed (pip install '.[gpu]')")
+        if backend == "flex" and not flex_available():
+            raise RuntimeError("model.attention='flex' needs torch >= 2.5 (FlexAttention), "
+                               f"this is {torch.__version__}")
         self.backend = backend
 
     def project_kv(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding):
@@ -135,7 +142,7 @@ class Attention(nn.Module):
         else:
             gqa = self.kv_heads != self.heads
             if attn_mask is not None:
-                y = masked_attention(q, k, v, attn_mask, gqa)  # (B, H, T, hd)
+                y = attend_masked(q, k, v, attn_mask, gqa, self.backend)  # (B, H, T, hd)
             elif causal_square:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)  # (B, H, T, hd)
             else:
@@ -150,6 +157,18 @@ class Attention(nn.Module):
             and q.is_cuda
             and q.dtype in (torch.float16, torch.bfloat16)
         )
+
+
+def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, gqa: bool,
+                  backend: str = "auto") -> torch.Tensor:
+    """Attention under an explicit mask through the path ``masked_path`` picks for this call:
+    FlexAttention (``mor.model.flex``) or the chunked SDPA fallback (``masked_attention``).
+    Shapes as ``masked_attention``'s: q (B, H, Tq, hd) -> (B, H, Tq, hd)."""
+    grad = q.requires_grad or k.requires_grad or v.requires_grad  # autograd records this call
+    path = masked_path(backend, q.device.type, grad, mask.dtype == torch.bool)
+    if path == "flex":
+        return flex_masked_attention(q, k, v, mask, gqa)
+    return masked_attention(q, k, v, mask, gqa)
 
 
 QUERY_CHUNK = 64  # queries per masked_attention chunk

@@ -1,7 +1,7 @@
 """Fake devices: torch's FakeTensorMode plus what a job asks a real GPU that a fake one cannot answer.
 
 Under ``fake_device(...)`` a job builds its model, optimizer and batches as fake tensors: shapes,
-dtypes, devices and storage sizes are real, no kernel runs. Three things need a stand-in:
+dtypes, devices and storage sizes are real, no kernel runs. Four things need a stand-in or a fixed path:
 
 * CUDA queries (``is_bf16_supported``, ``get_device_properties``, ``mem_get_info``,
   ``current_device``, and autocast's own check): answered for the preset's GPU, so
@@ -10,6 +10,11 @@ dtypes, devices and storage sizes are real, no kernel runs. Three things need a 
   ``torch.cuda.is_available`` stays False: fake tensors would make a real CUDA context.
 * A scalar read (``.item()``, ``float(t)``: ``aten._local_scalar_dense``) has no value on a
   fake tensor; it returns 1.0, so a loss or gradient norm reads as finite.
+* FlexAttention traces its mask's joint graph through the autograd engine, which a fake CUDA
+  device cannot run (PyTorch issue #92627), and has no CPU backward: masked attention (KV
+  sharing, prefix) takes the chunked SDPA path under ``fake_device``
+  (``mor.model.flex.masked_path_override``), so the rehearsal measures that path, not the
+  FlexAttention kernel a CUDA training run takes (docs/rehearsal.md).
 * ``OpTrace`` remembers the last op dispatched, so a failure (a device mismatch, a dtype error,
   an op without a kernel for the device) is raised as ``RehearsalError`` naming the op.
 
@@ -30,6 +35,8 @@ from unittest import mock
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from mor.model.flex import masked_path_override
 
 GiB = 1024**3
 
@@ -156,6 +163,7 @@ def fake_device(run_id: str, job: str, device: str = "cpu", gpu_gib: float = 80.
     with contextlib.ExitStack() as stack:
         if device == "cuda":
             stack.enter_context(cuda_queries(gpu_gib, devices))
+        stack.enter_context(masked_path_override("sdpa"))  # the path the rehearsal measures (docstring)
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         stack.enter_context(trace)
         try:

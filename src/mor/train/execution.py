@@ -24,16 +24,21 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from mor.model.flex import flex_available
 from mor.model.layers import flash_available
 
 
 def apply_execution(model, attention: str = "auto", checkpoint_layers: bool = False, loss_chunk: int = 0) -> None:
     """How ``model`` (a mor.model.transformer.MoRTransformer) computes, never what: the attention
-    backend of every layer ('auto' | 'sdpa' | 'flash'); recompute each layer call's activations
-    in backward instead of keeping them (training only); and the loss over ``loss_chunk``
-    positions at a time (training with targets; 0 = all at once). The defaults undo both."""
+    backend of every layer ('auto' | 'sdpa' | 'flash' | 'flex'; which path masked attention
+    takes: mor.model.flex); recompute each layer call's activations in backward instead of
+    keeping them (training only); and the loss over ``loss_chunk`` positions at a time (training
+    with targets; 0 = all at once). The defaults undo both."""
     if attention == "flash" and not flash_available():
         raise RuntimeError("execution.attention='flash' but flash_attn is not installed (pip install '.[gpu]')")
+    if attention == "flex" and not flex_available():
+        raise RuntimeError("execution.attention='flex' needs torch >= 2.5 (FlexAttention), "
+                           f"this is {torch.__version__}")
     for layer in model.unique_layers:
         layer.self_attn.backend = attention
     for attn in model.recursion_attn.values():  # untied attention of recursions > 1
