@@ -99,3 +99,49 @@ def test_off_by_default_and_a_bad_setting_is_named(tmp_path, monkeypatch):
     with pytest.raises(PresetError, match=rf"{presets}: scales.135M.train.live_curves: 'tensorbord': unknown sink"):
         load_presets(presets)
     assert scalars({"step": 3, "loss": 2.5, "mfu": None, "lr": float("nan"), "note": "x"}) == {"train/loss": 2.5}
+
+
+class _FakeWandb:
+    """A stand-in ``wandb`` module (the real one is an optional extra): records ``init``'s
+    arguments and every ``log`` call."""
+
+    def __init__(self):
+        self.inits, self.logged, self.finished = [], [], 0
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+        fake = self
+
+        class _Run:
+            def log(self, values, step):
+                fake.logged.append((step, values))
+
+            def finish(self):
+                fake.finished += 1
+
+        return _Run()
+
+
+@pytest.mark.parametrize("env, mode, project", [({}, "offline", "mor-repro"),
+                                                ({"WANDB_MODE": "online", "WANDB_PROJECT": "lab"}, "online", "lab"),
+                                                ({"WANDB_MODE": "disabled"}, "disabled", "mor-repro")])
+def test_wandb_honours_wandb_mode_and_files_the_run_under_grid_block_and_variant(tmp_path, monkeypatch, env, mode,
+                                                                                 project):
+    from mor.train.live_curves import RunLabels
+
+    fake = _FakeWandb()
+    monkeypatch.setitem(__import__("sys").modules, "wandb", fake)
+    for key in ("WANDB_MODE", "WANDB_PROJECT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    curves = LiveCurves(("wandb",), tmp_path, "135M-mor-abc", {"grid": "table3"},
+                        RunLabels(grid="table3", block="mor_expert", variant="mor"))
+    curves.start(0)
+    curves.write({"step": 1, "loss": 2.5, "max_vio": 0.25, "note": "text"})
+    curves.close()
+    [kw] = fake.inits
+    assert kw["mode"] == mode and kw["project"] == project
+    assert kw["group"] == "table3" and kw["tags"] == ["mor_expert", "mor"]
+    assert kw["id"] == kw["name"] == "135M-mor-abc" and kw["resume"] == "allow" and kw["dir"] == str(tmp_path)
+    assert fake.logged == [(1, {"train/loss": 2.5, "router/max_vio": 0.25})] and fake.finished == 1
