@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Re-lock: rewrite locks/cpu.txt (this machine, CI) and locks/cuda.txt (the cluster's GPU nodes)
+# Re-lock: rewrite locks/cpu.txt (this machine, CI), locks/cuda.txt (the cluster's GPU nodes) and
+# locks/rehearsal.txt (.venv-rehearsal, scripts/setup_rehearsal.sh)
 # from pyproject.toml and the locks/*.in files, with a sha256 for every distribution. Run after
 # changing a pin; an existing lock's versions are kept where the pins still allow them (uv
 # prefers the output file's versions), so a re-lock moves only what the change needs.
@@ -19,3 +20,6 @@ lock() {  # lock <output> <pip-compile arguments...>: the resolved set, then the
 lock locks/cpu.txt pyproject.toml locks/cpu.in --extra test \
   --find-links "${MOR_TORCH_INDEX:-https://download.pytorch.org/whl/cpu/torch/}"
 lock locks/cuda.txt pyproject.toml locks/cuda.in --extra cluster
+# the rehearsal's venv: pyproject's pins with torch overridden by the GPU image's (no data wheels)
+"$UV" pip compile "${common[@]}" --custom-compile-command "bash locks/compile.sh" pyproject.toml locks/rehearsal.in \
+  --override locks/rehearsal-override.txt -o locks/rehearsal.txt

@@ -3,7 +3,7 @@
     python scripts/torch_check.py            # on a GPU node, with the cluster environment active
 
 The rehearsal (``rehearsal/<grid>``, docs/rehearsal.md) measures memory with the torch of
-``.venv-rehearsal`` (scripts/setup_rehearsal.sh: the GPU image's torch, PyPI's CUDA build);
+``.venv-rehearsal`` (locks/rehearsal.txt: the GPU image's torch, PyPI's CUDA build);
 the cluster environment is built from ``locks/cuda.txt``. A different torch version or CUDA
 build allocates differently, so the rehearsal's peak memory per GPU is evidence for the torch
 it ran on only. This prints three lines (this torch, the cluster lock's pin, the rehearsal's
@@ -49,11 +49,11 @@ def main() -> int:
     lock = pinned(REPO / "locks" / "cuda.txt", r"^torch==(\S+)")
     rehearsal_python = REPO / ".venv-rehearsal" / "bin" / "python"
     modelled = probe(str(rehearsal_python)) if rehearsal_python.exists() else None
-    rehearsal_pin = pinned(REPO / "scripts" / "setup_rehearsal.sh", r'^TORCH="torch==([^"]+)"')
+    rehearsal_pin = pinned(REPO / "locks" / "rehearsal.txt", r"^torch==(\S+)")
     print(f"this torch:       {here or 'not installed'}")
     print(f"cluster lock:     torch=={lock} (locks/cuda.txt, PyPI's CUDA build)")
     print("rehearsal torch:  " + (f"{modelled} ({rehearsal_python})" if modelled else
-                                  f"torch=={rehearsal_pin} (scripts/setup_rehearsal.sh; .venv-rehearsal not built here, "
+                                  f"torch=={rehearsal_pin} (locks/rehearsal.txt; .venv-rehearsal not built here, "
                                   "so its CUDA build is not known)"))
     if here is None:
         return 1
@@ -65,8 +65,8 @@ def main() -> int:
         differs.append(f"CUDA build {here['cuda']} vs {modelled['cuda']}")
     if differs:
         print("DIFFERS from what the rehearsal modelled: " + "; ".join(differs)
-              + ". Its memory per GPU was measured on the rehearsal's torch; rebuild .venv-rehearsal with this "
-              "version (TORCH in scripts/setup_rehearsal.sh) and rerun the rehearsal before trusting it here.")
+              + ". Its memory per GPU was measured on the rehearsal's torch; re-lock .venv-rehearsal with this "
+              "version (TORCH in scripts/setup_rehearsal.sh, locks/rehearsal.in, locks/rehearsal-override.txt) and rerun the rehearsal before trusting it here.")
         return 1
     print("matches what the rehearsal modelled")
     return 0

@@ -74,3 +74,16 @@ def test_setup_installs_the_lock_without_a_resolver_step():
     assert all("--no-deps" in ln or "--dry-run" in ln for ln in installs), installs
     assert "LOCK=locks/cpu.txt" in script and "pip check" in script
     assert not (REPO / "constraints.txt").exists() and not (REPO / "environment.yml").exists()
+
+
+def test_the_rehearsal_lock_is_the_gpu_images_torch_with_the_projects_other_pins():
+    """locks/rehearsal.txt (scripts/setup_rehearsal.sh): torch as the rehearsal models it (the
+    script's TORCH, PyPI's CUDA build), every other pin of pyproject.toml at its version, hashes."""
+    script = (REPO / "scripts" / "setup_rehearsal.sh").read_text()
+    torch_pin = re.search(r'^TORCH="torch==([^"]+)"', script, re.M).group(1)
+    locked = _lock("rehearsal.txt")
+    assert locked["torch"][0] == torch_pin and any(k.startswith("nvidia-") for k in locked)
+    wanted = _pins(_project()["dependencies"])
+    assert {k: locked[k][0] for k in wanted if k != "torch"} == {k: v for k, v in wanted.items() if k != "torch"}
+    assert [k for k, (_, hashes) in locked.items() if not hashes] == []
+    assert re.search(r'--require-hashes --no-deps -r "\$LOCK"', script) and "LOCK=locks/rehearsal.txt" in script
