@@ -145,3 +145,23 @@ def test_wandb_honours_wandb_mode_and_files_the_run_under_grid_block_and_variant
     assert kw["group"] == "table3" and kw["tags"] == ["mor_expert", "mor"]
     assert kw["id"] == kw["name"] == "135M-mor-abc" and kw["resume"] == "allow" and kw["dir"] == str(tmp_path)
     assert fake.logged == [(1, {"train/loss": 2.5, "router/max_vio": 0.25})] and fake.finished == 1
+
+
+def test_the_train_job_files_its_wandb_run_under_the_grid_block_and_variant(data_root, tmp_path, monkeypatch):
+    """``MOR_LIVE_CURVES=wandb`` through the train job: group is the grid's name, tags the block
+    that produced the run and its variant (read from the grid, not passed by hand)."""
+    from helpers.tiny import tiny_grid_file
+    from mor.grids import load_grid
+    from mor.train.job import train_job
+
+    fake = _FakeWandb()
+    monkeypatch.setitem(__import__("sys").modules, "wandb", fake)
+    monkeypatch.setenv("MOR_LIVE_CURVES", "wandb")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    grid = tiny_grid_file(tmp_path / "tiny.yaml")
+    g = load_grid(grid, "local")
+    run = g.runs[0]
+    train_job(str(grid), run.run_id, "local", str(tmp_path / "run"), data_root=str(data_root), device="cpu", threads=1)
+    [kw] = fake.inits
+    assert kw["group"] == g.name and kw["tags"] == [run.block, run.config.model.variant] and kw["mode"] == "offline"
+    assert [step for step, _ in fake.logged] and fake.finished == 1
