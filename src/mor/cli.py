@@ -195,15 +195,27 @@ def _main(args: list[str]) -> int:
         from mor.launch.__main__ import main as launch_main
 
         return launch_main(args)
-    ap = argparse.ArgumentParser(prog="python -m mor", description=__doc__,
+    a = build_parser().parse_args(args)
+    return a.fn(a)
+
+
+def _prog() -> str:
+    """The name the user typed: ``mor`` (the console script) or ``python -m mor``."""
+    return "mor" if Path(sys.argv[0]).name == "mor" else "python -m mor"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every verb but the launcher's (those are parsed by mor.launch): one place,
+    so ``--help`` and the tests see the same verbs and help lines."""
+    ap = argparse.ArgumentParser(prog=_prog(), description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     p = sub.add_parser("runs", help="list or check grid runs")
-    p.add_argument("--grid")
-    p.add_argument("--mode", default="local")
-    p.add_argument("--tags", nargs="*")
-    p.add_argument("--check", action="store_true")
+    p.add_argument("--grid", help="grid file or name whose runs to list")
+    p.add_argument("--mode", default="local", help="the grid's mode (local, cluster, ...)")
+    p.add_argument("--tags", nargs="*", help="the grid blocks in force; none given = all")
+    p.add_argument("--check", action="store_true", help="validate every shipped grid in every mode")
     p.set_defaults(fn=_runs)
 
     for verb in LAUNCH_VERBS:  # listed in --help; parsed by mor.launch (see main)
@@ -211,31 +223,31 @@ def _main(args: list[str]) -> int:
 
     p = sub.add_parser("recipe", help="every training setting of a grid's runs with its source (paper, authors, ours)")
     p.add_argument("--grid", required=True, help="grid file or name")
-    p.add_argument("--mode", default="cluster")
-    p.add_argument("--format", default="text", choices=("text", "csv"))
+    p.add_argument("--mode", default="cluster", help="the grid's mode")
+    p.add_argument("--format", default="text", choices=("text", "csv"), help="a text table or CSV")
     p.set_defaults(fn=_recipe)
 
-    p = sub.add_parser("collect")
+    p = sub.add_parser("collect", help="merge a grid's per-run parquet rows into results/<grid>.parquet")
     p.add_argument("--grid", required=True, help="grid name")
-    p.add_argument("--out", required=True)
-    p.add_argument("inputs", nargs="+")
+    p.add_argument("--out", required=True, help="the merged parquet to write")
+    p.add_argument("inputs", nargs="+", help="the per-run parquet files (results/runs/<grid>/<run_id>.parquet)")
     p.set_defaults(fn=_collect)
 
-    p = sub.add_parser("report")
+    p = sub.add_parser("report", help="draw one table or figure from a grid's merged parquet")
     p.add_argument("--artifact", required=True, help="e.g. tables/table10 or figures/fig6")
-    p.add_argument("--results", required=True)
+    p.add_argument("--results", required=True, help="the grid's merged parquet (results/<grid>.parquet)")
     p.add_argument("--grid", required=True, help="grid file (for reference numbers)")
-    p.add_argument("--mode", default="local")
+    p.add_argument("--mode", default="local", help="the grid's mode the results hold")
     p.add_argument("--tags", nargs="*", default=[], help="the grid blocks in force (as the workflow's `tags`); [] = all")
     p.add_argument("--data-root", default="data", help="where the tokenizer is (tables/figures that decode tokens)")
     p.set_defaults(fn=_report)
 
     p = sub.add_parser("claims", help="check the paper's claims against the results (tables/claims)")
     p.add_argument("--results", default="results", help="folder of the grids' <grid>.parquet")
-    p.add_argument("--out", default="tables/claims")
+    p.add_argument("--out", default="tables/claims", help="folder for claims.md/.csv and the forest plot")
     p.add_argument("--spec", default=None, type=Path,
                    help="the claims' pre-registered design (default: the shipped grids/claims/claims.yaml)")
-    p.add_argument("--mode", default="local")
+    p.add_argument("--mode", default="local", help="the mode the results hold")
     p.add_argument("--analyses", default=None, help="folder holding runs/<run>.depth_cap.npz (default: --results)")
     p.add_argument("--round", action="append", help="the adaptive design's round files (plan.json), in order")
     p.add_argument("--skew", action="store_true",
@@ -256,7 +268,7 @@ def _main(args: list[str]) -> int:
 
     p = sub.add_parser("export-hf", help="a finished run as a transformers folder")
     p.add_argument("run_dir", help="a run folder, runs/<run id>; the id may be any unique prefix (as `status` shows it)")
-    p.add_argument("out_dir")
+    p.add_argument("out_dir", help="the transformers folder to write")
     p.add_argument("--data-root", default="data", help="where the run's tokenizer is")
     p.add_argument("--results", default="results", help="results folder (the model card's validation NLL)")
     p.add_argument("--routing", default="causal", choices=("causal", "topk"),
@@ -275,9 +287,7 @@ def _main(args: list[str]) -> int:
     p.add_argument("--commit", default="", help="their repository's commit that trained it (provenance)")
     p.add_argument("--force", action="store_true", help="write into a non-empty RUN_DIR")
     p.set_defaults(fn=_import_authors)
-
-    a = ap.parse_args(args)
-    return a.fn(a)
+    return ap
 
 
 if __name__ == "__main__":

@@ -536,7 +536,7 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
 
     _schemes(tmp_path / "results", "deciding", {"sequence": 0.3, "middle_cycle": 0.3})
     files = render_claims(tmp_path / "results", tmp_path / "tables" / "claims", "local")
-    assert [f.name for f in files] == ["claims.csv", "claims.html", "claims.md"]
+    assert [f.name for f in files] == ["claims.csv", "claims.html", "claims.md", "claims_forest.csv", "claims_forest.png"]
     md = (tmp_path / "tables" / "claims" / "claims.md").read_text()
     local, _ = load_specs(mode="local")  # the table says the mode's own design: its look and its pilot
     assert f"n = {local.looks[0]})" in md and "Holm" in md and "(after Holm)" in md
@@ -1022,3 +1022,75 @@ def test_a_redesign_record_names_the_claims_own_predicate_or_is_refused(tmp_path
         for load in (load_redesigns, load_specs):
             with pytest.raises(ValueError, match=r"redesigns\[0\].*" + words):
                 load(f)
+
+
+def test_the_forest_plot_draws_each_claims_interval_against_zero_or_its_margin_coloured_by_verdict(
+        tmp_path, drawn_figures):
+    """tables/claims/claims_forest.png (issue 60): one row per claim with an interval, in the
+    table's order, its interval and mean from the table, the equivalence claim's +-margin from
+    the pre-registered design, the colour of its verdict; the csv beside it is what was drawn."""
+    from mor.claims import render_claims
+    from mor.claims.forest import VERDICT_COLOURS
+
+    _schemes(tmp_path / "results", "deciding", {"sequence": 0.3, "middle_cycle": 0.3})
+    out = tmp_path / "tables" / "claims"
+    render_claims(tmp_path / "results", out, "local")
+    table = pd.read_csv(out / "claims.csv")
+    forest = pd.read_csv(out / "claims_forest.csv")
+    with_interval = table[table["raw lo"].notna() & table["raw hi"].notna()]
+    assert len(forest) > 0 and list(forest["claim"]) == list(with_interval["claim"])
+    assert forest["lo"].tolist() == pytest.approx(with_interval["raw lo"].tolist())
+    assert forest["hi"].tolist() == pytest.approx(with_interval["raw hi"].tolist())
+    assert forest["verdict"].tolist() == with_interval["verdict"].tolist()
+    assert forest["colour"].tolist() == [VERDICT_COLOURS[v] for v in forest["verdict"]]
+    _, specs = load_specs(mode="local")
+    for r in forest.itertuples():
+        want = specs[r.claim].margin if next(c for c in CLAIMS if c.id == r.claim).kind == "equivalence" else None
+        assert (r.margin == pytest.approx(want)) if want else math.isnan(r.margin), r.claim
+    # what the image shows is that frame: an interval line per claim in its verdict's colour, the
+    # claims top to bottom as the table lists them, a zero line, a band per equivalence margin
+    from matplotlib.colors import to_hex
+
+    [fig] = drawn_figures
+    [ax] = fig.axes
+    lines = {ln.get_gid(): ln for ln in ax.lines if (ln.get_gid() or "").startswith("interval:")}
+    assert sorted(lines) == sorted(f"interval:{c}" for c in forest["claim"])
+    for r in forest.itertuples():
+        ln = lines[f"interval:{r.claim}"]
+        assert list(ln.get_xdata()) == pytest.approx([r.lo, r.hi]) and to_hex(ln.get_color()) == r.colour.lower()
+    assert [t.get_text() for t in ax.get_yticklabels()][::-1] == list(forest["claim"])
+    assert any(list(ln.get_xdata()) == [0, 0] for ln in ax.lines)  # the zero line
+    bands = [c.get_gid() for c in ax.collections if (c.get_gid() or "").startswith("margin:")]
+    assert sorted(bands) == sorted(f"margin:{c}" for c in forest.loc[forest["margin"].notna(), "claim"])
+
+
+def test_the_forest_plot_shades_an_equivalence_margin_and_skips_a_claim_without_interval(tmp_path, drawn_figures):
+    """forest_frame and draw_forest on a table of three claims: a superiority claim that holds,
+    an equivalence claim (its +-margin from the design drawn as a band on its row), and a claim
+    not built (no interval: not drawn)."""
+    from matplotlib.colors import to_hex
+
+    from mor.claims.forest import VERDICT_COLOURS, draw_forest, forest_frame
+
+    table = pd.DataFrame([
+        {"claim": "a", "verdict": "holds", "mean effect": 0.2, "raw lo": 0.1, "raw hi": 0.3, "interval": "95%"},
+        {"claim": "eq", "verdict": "inconclusive", "mean effect": 0.01, "raw lo": -0.04, "raw hi": 0.06, "interval": "90%"},
+        {"claim": "gone", "verdict": "not built", "mean effect": math.nan, "raw lo": math.nan, "raw hi": math.nan},
+    ])
+    frame = forest_frame(table, {"eq": 0.05})
+    assert list(frame["claim"]) == ["a", "eq"] and frame["margin"].isna().tolist() == [True, False]
+    assert frame.loc[1, "margin"] == 0.05
+    assert frame["colour"].tolist() == [VERDICT_COLOURS["holds"], VERDICT_COLOURS["inconclusive"]]
+    draw_forest(frame, tmp_path / "f.png", note="n = 3 seeds")
+    assert (tmp_path / "f.png").stat().st_size > 0
+    [fig] = drawn_figures
+    [ax] = fig.axes
+    [band] = [c for c in ax.collections if c.get_gid() == "margin:eq"]
+    xs = band.get_paths()[0].vertices[:, 0]
+    assert (xs.min(), xs.max()) == (pytest.approx(-0.05), pytest.approx(0.05))
+    ys = {ln.get_gid(): ln.get_ydata()[0] for ln in ax.lines if (ln.get_gid() or "").startswith("interval:")}
+    assert ys["interval:a"] > ys["interval:eq"]  # the table's order, top to bottom
+    assert band.get_paths()[0].vertices[:, 1].min() < ys["interval:eq"] < band.get_paths()[0].vertices[:, 1].max()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["holds", "inconclusive", "equivalence margin"]
+    assert to_hex([ln for ln in ax.lines if ln.get_gid() == "interval:a"][0].get_color()) == VERDICT_COLOURS["holds"].lower()

@@ -99,3 +99,69 @@ def test_off_by_default_and_a_bad_setting_is_named(tmp_path, monkeypatch):
     with pytest.raises(PresetError, match=rf"{presets}: scales.135M.train.live_curves: 'tensorbord': unknown sink"):
         load_presets(presets)
     assert scalars({"step": 3, "loss": 2.5, "mfu": None, "lr": float("nan"), "note": "x"}) == {"train/loss": 2.5}
+
+
+class _FakeWandb:
+    """A stand-in ``wandb`` module (the real one is an optional extra): records ``init``'s
+    arguments and every ``log`` call."""
+
+    def __init__(self):
+        self.inits, self.logged, self.finished = [], [], 0
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+        fake = self
+
+        class _Run:
+            def log(self, values, step):
+                fake.logged.append((step, values))
+
+            def finish(self):
+                fake.finished += 1
+
+        return _Run()
+
+
+@pytest.mark.parametrize("env, mode, project", [({}, "offline", "mor-repro"),
+                                                ({"WANDB_MODE": "online", "WANDB_PROJECT": "lab"}, "online", "lab"),
+                                                ({"WANDB_MODE": "disabled"}, "disabled", "mor-repro")])
+def test_wandb_honours_wandb_mode_and_files_the_run_under_grid_block_and_variant(tmp_path, monkeypatch, env, mode,
+                                                                                 project):
+    from mor.train.live_curves import RunLabels
+
+    fake = _FakeWandb()
+    monkeypatch.setitem(__import__("sys").modules, "wandb", fake)
+    for key in ("WANDB_MODE", "WANDB_PROJECT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    curves = LiveCurves(("wandb",), tmp_path, "135M-mor-abc", {"grid": "table3"},
+                        RunLabels(grid="table3", block="mor_expert", variant="mor"))
+    curves.start(0)
+    curves.write({"step": 1, "loss": 2.5, "max_vio": 0.25, "note": "text"})
+    curves.close()
+    [kw] = fake.inits
+    assert kw["mode"] == mode and kw["project"] == project
+    assert kw["group"] == "table3" and kw["tags"] == ["mor_expert", "mor"]
+    assert kw["id"] == kw["name"] == "135M-mor-abc" and kw["resume"] == "allow" and kw["dir"] == str(tmp_path)
+    assert fake.logged == [(1, {"train/loss": 2.5, "router/max_vio": 0.25})] and fake.finished == 1
+
+
+def test_the_train_job_files_its_wandb_run_under_the_grid_block_and_variant(data_root, tmp_path, monkeypatch):
+    """``MOR_LIVE_CURVES=wandb`` through the train job: group is the grid's name, tags the block
+    that produced the run and its variant (read from the grid, not passed by hand)."""
+    from helpers.tiny import tiny_grid_file
+    from mor.grids import load_grid
+    from mor.train.job import train_job
+
+    fake = _FakeWandb()
+    monkeypatch.setitem(__import__("sys").modules, "wandb", fake)
+    monkeypatch.setenv("MOR_LIVE_CURVES", "wandb")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    grid = tiny_grid_file(tmp_path / "tiny.yaml")
+    g = load_grid(grid, "local")
+    run = g.runs[0]
+    train_job(str(grid), run.run_id, "local", str(tmp_path / "run"), data_root=str(data_root), device="cpu", threads=1)
+    [kw] = fake.inits
+    assert kw["group"] == g.name and kw["tags"] == [run.block, run.config.model.variant] and kw["mode"] == "offline"
+    assert [step for step, _ in fake.logged] and fake.finished == 1

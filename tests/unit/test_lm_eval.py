@@ -198,10 +198,19 @@ def test_scores_never_see_the_future_while_topk_routing_does(runs, data_root):
 
 def test_harness_kwargs_are_accepted(runs, data_root):
     lm = MoRLM.create_from_arg_string(f"run_dir={runs['vanilla']},data_root={data_root}",
-                                      {"batch_size": "auto", "max_batch_size": 4, "device": "cpu"})
+                                      {"batch_size": "32", "max_batch_size": 4, "device": "cpu"})
     assert lm.batch_size == 4 and str(lm.device) == "cpu" and lm.eot_token_id == 0
     with pytest.raises(FileNotFoundError, match="not a finished run"):
         MoRLM(run_dir=str(runs["vanilla"] / "nope"))
+
+
+@pytest.mark.parametrize("auto", ["auto", "auto:4"])
+def test_batch_size_auto_is_refused_with_a_message(runs, data_root, auto):
+    """lm-eval's batch_size=auto used to become 16 without a word (issue 60): now it stops, naming
+    the argument and what to pass instead."""
+    with pytest.raises(ValueError, match=r"batch_size='auto.*' is not supported.*pass an integer, e\.g\. batch_size=16"):
+        MoRLM.create_from_arg_string(f"run_dir={runs['vanilla']},data_root={data_root}",
+                                     {"batch_size": auto, "device": "cpu"})
 
 
 # --------------------------------------------------------------------------------------

@@ -267,7 +267,7 @@ def test_grid_edits_redo_only_what_they_change(tmp_path, data_root):
 
 
 ACCEPTED_LINTS = {
-    # conda users install environment.yml once; per-rule envs would pin the same set again
+    # one environment, built once from the lock (locks/README.md); per-rule envs would pin the same set again
     "Specify a conda environment or container for each rule.:",
     # interpreter, data folder and launcher are where a job runs, not what it computes:
     # kept out of params so switching them never re-runs finished jobs

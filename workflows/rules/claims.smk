@@ -60,7 +60,7 @@ rule claims:
         final_round_inputs,
         design=str(CLAIMS_SPEC),  # the whole file: the table draws its sources and re-analyses
     output:
-        report(directory("tables/claims"), patterns=["{file}.html"], caption=CAPTION,
+        report(directory("tables/claims"), patterns=["{file}.html", "{file}.png"], caption=CAPTION,
                category=section("tables/claims"), subcategory="tables/claims"),
     params:
         mode=MODE,

@@ -17,6 +17,7 @@ from mor.atomic import remove_stale, replace_dir, temp_sibling
 from mor.layout import sidecar_file
 from mor.claims.registry import (CLAIMS, SPEC_FILE, Reanalysis, Redesign, load_family, load_reanalyses, load_redesigns,
                                  load_specs)
+from mor.claims.forest import draw_forest, forest_frame
 from mor.claims.verdict import evaluate, verdict_note
 from mor.results import read_frame
 
@@ -131,8 +132,9 @@ SHOWN = ["claim", "statement", "verdict", "verdict from", "n seeds", "mean effec
 def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | None = None,
                   rounds: list[dict] | None = None, spec: Path | None = None, skew: bool = False) -> list[Path]:
     """claims.md (the table, how verdicts are reached, each claim's paper sentence and the
-    runs that decide it), claims.csv (every column) and claims.html (the report shows HTML in
-    place), swapped in whole (``mor.atomic.replace_dir``). ``rounds``: the adaptive design's
+    runs that decide it), claims.csv (every column), claims.html (the report shows HTML in
+    place) and claims_forest.png with claims_forest.csv (each claim's interval against 0 or its
+    margin, coloured by verdict: mor.claims.forest), swapped in whole (``mor.atomic.replace_dir``). ``rounds``: the adaptive design's
     round files (``mor.claims.rounds.run_round``), summarised under the table. ``spec``: the
     pre-registered design file (default: the shipped one). ``skew``: also skew.md and skew.csv,
     the skewness of every tested comparison's per-seed differences (``mor.claims.skew``)."""
@@ -171,6 +173,10 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
             + "\n".join(f"- **{r['claim']}** ({r['paper evidence']}): \"{r['paper sentence']}\". Comparisons: {r['effect']}. "
                         f"Decided by {r['decided by'] or '-'}." for _, r in table.iterrows()) + "\n")
         table.to_csv(tmp / "claims.csv", index=False)
+        # the forest plot (mor.claims.forest) and the numbers it draws
+        forest = forest_frame(table, {c.id: specs[c.id].margin for c in CLAIMS if c.kind == "equivalence" and c.id in specs})
+        forest.to_csv(tmp / "claims_forest.csv", index=False)
+        draw_forest(forest, tmp / "claims_forest.png", note=intro)
         if skew:
             from mor.claims.skew import skew_markdown, skew_table
 

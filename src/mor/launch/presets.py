@@ -70,7 +70,7 @@ class Preset:
     tokens_per_s_per_cpu: float = 350_000.0  # data job: tokenizer throughput per core, plan estimates only
     gpu_memory_gib: float = 0.0  # memory of one GPU (the site's): sizes execution.micro_batch 'auto' (0 = unknown)
     execution: dict = field(default_factory=dict)  # ExecConfig keys for the train job (how it computes)
-    live_curves: str = ""  # train: mirror the train log to tensorboard / wandb (offline), comma-separated; "" = off
+    live_curves: str = ""  # train: mirror the train log to tensorboard / wandb ($WANDB_MODE, default offline), comma-separated; "" = off
 
     @property
     def exec_config(self) -> ExecConfig:

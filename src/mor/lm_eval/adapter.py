@@ -7,7 +7,7 @@ It loads ``<run_dir>/config.json`` (the resolved run config) and ``final/model.s
 and the run's tokenizer (``data/tokenizer/bpe-<vocab>.json`` locally, a hub name on the
 cluster). Constructor kwargs (``--model_args`` and what the harness adds): ``run_dir``,
 ``data_root`` or ``tokenizer`` (where the tokenizer is when not under ./data), ``device``
-(auto, cpu, cuda...), ``batch_size`` (int or 'auto'), ``max_batch_size``, ``max_length``
+(auto, cpu, cuda...), ``batch_size`` (an integer; 'auto' is refused), ``max_batch_size``, ``max_length``
 (default: the run's ``train.seq_len``, the context it was trained on), ``threads``.
 
 Two evaluation protocols (``protocol``), because the paper's accuracies and ours are
@@ -69,11 +69,16 @@ def _as_int(value: Any, name: str, default: int | None) -> int | None:
     if value is None or value == "":
         return default
     if isinstance(value, str) and value.startswith("auto"):
-        return default  # no memory probing: a fixed batch that fits every scale here
+        # Refused, not quietly replaced: the adapter probes no memory, and under protocol=topk the
+        # batch decides what each row is scored with, so a batch the user did not choose would
+        # change the accuracies without a word (issue 60).
+        raise ValueError(f"mor adapter: {name}={value!r} is not supported (no memory probing; under "
+                         f"protocol=topk the batch changes the scores): pass an integer, e.g. "
+                         f"{name}={default or DEFAULT_BATCH}")
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"mor adapter: {name} must be an integer or 'auto', got {value!r}") from None
+        raise ValueError(f"mor adapter: {name} must be an integer, got {value!r}") from None
 
 
 def _find_tokenizer(spec: str, data_root: str | None, run_dir: Path | None) -> str:

@@ -17,7 +17,7 @@ from mor.analysis.sidecar import TOKENIZER_ARTIFACTS
 
 # Which function draws each artifact, as "module:function" names resolved only when one is
 # drawn: every Snakemake parse imports this package (for the report's captions), and importing
-# the figure modules eagerly pulled in matplotlib, seaborn and scipy on every dry run (~1.1 s on
+# the figure modules eagerly pulled in matplotlib and scipy on every dry run (~1.1 s on
 # an idle machine, several seconds on a loaded one). The ablation tables are one function
 # (mor.reports.ablation.render_ablation) with the spec of that name (ablation.SPECS; the names
 # are listed here so the keys need no import, and tests/unit/test_reports.py checks they match).

@@ -48,7 +48,8 @@ class Captions:
         lines = [f"**{artifact}** ({section(artifact)})."]
         if artifact == "tables/claims":
             return "\n\n".join(lines + ["One row per qualitative claim of the paper: the effect over seeds, its 95% "
-                                        "interval and the verdict (see the table's note)."]) + "\n"
+                                        "interval and the verdict (see the table's note); claims_forest.png draws each "
+                                        "interval against 0 (or its equivalence margin), coloured by verdict."]) + "\n"
         grid = self.artifact_grid.get(artifact)
         verdicts = self._verdicts()
         for c in (c for c in CLAIMS if grid in c.grids):

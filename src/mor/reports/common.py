@@ -39,6 +39,14 @@ PROTOCOL_NOTE = (f"Two evaluation protocols side by side, for NLL and accuracy. 
                  "without a router (Vanilla, Recursive) runs one causal forward under both, so its two columns agree.")
 
 
+def paper_theme() -> None:
+    """The figures' look: a white background with a light grid and paper-sized text, from
+    matplotlib's own style sheets (seaborn was a dependency for its ``set_theme`` alone; issue 60)."""
+    import matplotlib.pyplot as plt
+
+    plt.style.use(["seaborn-v0_8-whitegrid", "seaborn-v0_8-paper"])
+
+
 def task_name(task: str) -> str:
     base = task.removeprefix("mor_").removesuffix("_openai")
     return TASK_NAMES.get(base, task)

@@ -15,12 +15,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import seaborn as sns  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from mor.reports.common import (TYING_NAMES, figure_note, honest_ylim, load_results, reference_value,  # noqa: E402
-                                save_figure, scale_key)
+from mor.reports.common import (TYING_NAMES, figure_note, honest_ylim, load_results, paper_theme,  # noqa: E402
+                                reference_value, save_figure, scale_key)
 from mor.reports.seeds import fold_seeds  # noqa: E402
 
 
@@ -57,7 +56,7 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
         raise ValueError(f"{results}: no recursive runs to plot")
     rec["Tying"] = rec["tying"].map(TYING_NAMES)
     scales = sorted(rec["paper_scale"].unique(), key=scale_key)
-    sns.set_theme(style="whitegrid", context="paper")
+    paper_theme()
     fig, axes = plt.subplots(1, len(scales), figsize=(4.4 * len(scales), 3.9), squeeze=False)
     order = [t for t in TYING_NAMES.values() if t in set(rec["Tying"])]
     # one colour and one dodge offset per Nr over every panel, so the one legend entry of an Nr is
@@ -71,9 +70,10 @@ def render(results: Path, grid: Path, out: Path, mode: str) -> list[Path]:
         sub = fold_seeds(rec[rec["paper_scale"] == scale], ("val_nll",))
         nrs = sorted(int(n) for n in sub["num_recursions"].unique())
         # a point per scheme and Nr (dodged within the scheme's slot): the mean over seeds, the error
-        # bar their sd; points, not bars: the axis need not start at zero. seaborn's pointplot would
-        # draw the same points, but not as one ErrorbarContainer per Nr whose legend glyph has a bar
-        # exactly when the points do (yerr None for one seed: a marker, no bar, in the legend too)
+        # bar their sd; points, not bars: the axis need not start at zero. seaborn's pointplot (dodge,
+        # errorbar="sd") draws the same points, but not as one ErrorbarContainer per Nr whose legend
+        # glyph has a bar exactly when the points do (yerr None for one seed: a marker, no bar, in the
+        # legend too), so this loop stays and seaborn is no dependency (issue 60)
         for nr in nrs:
             g = sub[sub["num_recursions"] == nr].copy()
             g["x"] = [order.index(t) + offset[nr] for t in g["Tying"]]

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                               "default: every grid with artifacts")
     p.add_argument("--mode", default="local", help="grid mode: local (CPU scales) or cluster")
     p.add_argument("--tags", default="", help="comma-separated block tags, as --config tags=... (default: all runs)")
-    p.add_argument("--grids-dir", default="grids")
+    p.add_argument("--grids-dir", default="grids", help="folder of the grid YAML files")
     p.add_argument("--presets", default=None, help="Slurm presets for the plan (default slurm/presets.yaml)")
     p.add_argument("--root", default=".", help="the repository root holding runs/, results/ and logs/")
     p.add_argument("--watch", nargs="?", const=10.0, type=float, default=None, metavar="SECONDS",

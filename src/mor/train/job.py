@@ -17,7 +17,7 @@ from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
 from mor.data.tokenizer import vocab_size
 from mor.grids import load_grid
-from mor.train.live_curves import LIVE_CURVES_ENV, LiveCurves, parse_setting
+from mor.train.live_curves import LIVE_CURVES_ENV, LiveCurves, RunLabels, parse_setting
 from mor.train.stop import StopRequest, stop_on_signals
 from mor.train.trainer import DistInfo, Trainer, TrainerSeams
 
@@ -30,7 +30,8 @@ def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = 
 
     ``execution`` (the preset's ExecConfig keys: micro-batch, checkpointing, loss chunk, ...)
     changes how the run computes, never its id or what it trains; so does ``live_curves`` (the
-    preset's, or ``$MOR_LIVE_CURVES``: the train log mirrored to TensorBoard / W&B offline).
+    preset's, or ``$MOR_LIVE_CURVES``: the train log mirrored to TensorBoard / W&B, filed under
+    the grid, its block and the variant).
 
     With ``dist.world_size > 1`` (torch.distributed already initialised by
     ``mor.launch.distributed``) the model is wrapped for ``parallel`` ('ddp' or 'fsdp').
@@ -42,7 +43,9 @@ def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = 
     (``loop(trainer)`` instead of ``trainer.fit()``); a real run leaves both None.
     """
     tune_cpu_allocator()  # before the first step's tensors: freed blocks are reused, not re-faulted
-    run = load_grid(grid, mode).run(run_id).config
+    g = load_grid(grid, mode)
+    entry = g.run(run_id)
+    run = entry.config
     paths = data_paths(run.data, Path(data_root))
     cls = Trainer
     if dist is not None and dist.world_size > 1:
@@ -55,7 +58,8 @@ def train_job(grid: str, run_id: str, mode: str, run_dir: str, data_root: str = 
     trainer.stop = StopRequest()
     sinks = parse_setting(os.environ.get(LIVE_CURVES_ENV) or live_curves, f"${LIVE_CURVES_ENV} / live_curves")
     if sinks:  # off by default; the preset's live_curves or $MOR_LIVE_CURVES (mor.train.live_curves)
-        trainer.curves = LiveCurves(sinks, Path(run_dir), run.run_id, run.to_dict())
+        trainer.curves = LiveCurves(sinks, Path(run_dir), run.run_id, run.to_dict(),
+                                    RunLabels(grid=g.name, block=entry.block, variant=run.model.variant))
     with stop_on_signals(trainer.stop):  # SIGTERM / SIGUSR2: checkpoint at the step boundary, raise Preempted
         return loop(trainer) if loop is not None else trainer.fit()
 

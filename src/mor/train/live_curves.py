@@ -1,5 +1,5 @@
 """Live training curves where researchers look: the train log mirrored to TensorBoard (and to
-Weights & Biases in offline mode, when it is installed). Off by default.
+Weights & Biases, the optional ``[wandb]`` extra). Off by default.
 
 Why a mirror and not a second log: ``train_log.jsonl`` stays the record every report reads
 (``mor.train_log``); the sink only copies each logged row as it is written, the same step and
@@ -9,8 +9,11 @@ run trains. Nothing else depends on it, so a sink that fails to start warns and 
 Turned on by one setting, ``live_curves``: the Slurm preset's entry (``live_curves:
 tensorboard``) or ``$MOR_LIVE_CURVES`` for any launcher; ``tensorboard``, ``wandb`` or both
 (``tensorboard,wandb``). TensorBoard event files go to ``runs/<id>/tensorboard/``
-(``tensorboard --logdir runs``); W&B's offline run to ``runs/<id>/wandb/`` (``wandb
-sync`` uploads it later; compute nodes rarely reach the internet). A resumed run starts its
+(``tensorboard --logdir runs``); W&B's run to ``runs/<id>/wandb/``, in the mode ``$WANDB_MODE``
+names (``online``, ``offline``, ``disabled``), offline when it is unset: compute nodes rarely
+reach the internet, and ``wandb sync`` uploads an offline run later. The W&B run is filed under
+project ``$WANDB_PROJECT`` (default ``mor-repro``), group = the grid, tags = the run's block and
+variant, so a grid's runs sit together and filter by block. A resumed run starts its
 event file with ``purge_step`` at the checkpoint's step, so TensorBoard drops the steps the
 log trimmed and every step shows once, as in the log.
 """
@@ -18,10 +21,14 @@ log trimmed and every step shows once, as in the log.
 from __future__ import annotations
 
 import math
+import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 SINKS = ("tensorboard", "wandb")
+WANDB_PROJECT = "mor-repro"  # when $WANDB_PROJECT is unset
+WANDB_MODE = "offline"  # when $WANDB_MODE is unset: compute nodes rarely reach the internet
 LIVE_CURVES_ENV = "MOR_LIVE_CURVES"
 # the train log's keys drawn as curves, under a section each; anything else numeric goes to "train/"
 ROUTER = ("aux_loss", "max_vio", "sampling_accuracy", "entropy", "dead_token_ratio")
@@ -71,12 +78,36 @@ class TensorBoardSink:
         self.writer.close()
 
 
+@dataclass(frozen=True)
+class RunLabels:
+    """Where a run's curves are filed in a tracker: its grid (W&B's group) and tags (the grid
+    block that produced it and its variant), so one grid's runs sit together and filter by block."""
+
+    grid: str = ""
+    block: str = ""
+    variant: str = ""
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return tuple(t for t in (self.block, self.variant) if t)
+
+
+def wandb_init_kwargs(run_dir: Path, run_id: str, config: dict, labels: RunLabels,
+                      env: dict | None = None) -> dict:
+    """``wandb.init``'s arguments: the mode and project from the environment (``$WANDB_MODE``,
+    ``$WANDB_PROJECT``; offline and ``mor-repro`` when unset), group and tags from ``labels``, the
+    run id as W&B's id so a resumed run continues its curves."""
+    env = os.environ if env is None else env
+    return dict(mode=env.get("WANDB_MODE") or WANDB_MODE, project=env.get("WANDB_PROJECT") or WANDB_PROJECT,
+                group=labels.grid or None, tags=list(labels.tags), dir=str(Path(run_dir)), name=run_id, id=run_id,
+                resume="allow", config=config)
+
+
 class WandbSink:
-    def __init__(self, run_dir: Path, start_step: int, run_id: str, config: dict):
+    def __init__(self, run_dir: Path, start_step: int, run_id: str, config: dict, labels: RunLabels):
         import wandb
 
-        self.run = wandb.init(mode="offline", dir=str(Path(run_dir)), name=run_id, id=run_id, resume="allow",
-                              config=config)
+        self.run = wandb.init(**wandb_init_kwargs(run_dir, run_id, config, labels))
 
     def write(self, row: dict) -> None:
         self.run.log(scalars(row), step=int(row["step"]))
@@ -89,17 +120,20 @@ class LiveCurves:
     """The sinks a run asked for, fed one logged row at a time; a sink that cannot start or
     write is dropped with a warning (the train log is the record, not this)."""
 
-    def __init__(self, names: tuple[str, ...], run_dir: Path, run_id: str = "", config: dict | None = None):
+    def __init__(self, names: tuple[str, ...], run_dir: Path, run_id: str = "", config: dict | None = None,
+                 labels: RunLabels | None = None):
         self.names, self.run_dir, self.run_id, self.config = names, Path(run_dir), run_id, config or {}
+        self.labels = labels or RunLabels()
         self.sinks: list = []
 
     def start(self, step: int) -> None:
         for name in self.names:
             try:
                 sink = TensorBoardSink(self.run_dir, step) if name == "tensorboard" else \
-                    WandbSink(self.run_dir, step, self.run_id, self.config)
+                    WandbSink(self.run_dir, step, self.run_id, self.config, self.labels)
             except ImportError as e:
-                _warn(f"live_curves: {name} is not installed ({e}); `pip install {name}` to see this run's curves "
+                extra = "pip install -e '.[wandb]'" if name == "wandb" else f"pip install {name}"
+                _warn(f"live_curves: {name} is not installed ({e}); `{extra}` to see this run's curves "
                       "there (training goes on; train_log.jsonl has them)")
                 continue
             except Exception as e:  # noqa: BLE001 - a broken sink must not stop training
