@@ -2,7 +2,7 @@
 
     enter(slots, tokens, pos)    embedding + the unshared prefix layers + the routing decision
                                  for recursion 1 (expert-choice router 1; token-choice: every
-                                 token's depth, ``routing.token_depths``)
+                                 token's depth, the router kind's ``token_depths``)
     block(slots, depths, pos)    ONE pass of the shared block over rows at any recursion
                                  depths (mixed-depth): the tied weights are the same for every
                                  row, so a layer is one call. Each row's recursion index picks
@@ -59,7 +59,7 @@ from mor.engine.cache import PagedCache
 from mor.engine.graphs import CudaGraphs, StaticPass
 from mor.engine.sampling import sample
 from mor.engine.shapes import bucket, row_buckets, table_widths
-from mor.model.routing import decide, gate, is_token_choice, token_depths
+from mor.model.routing import decide, depths_up_front, gate
 from mor.model.row_relax import RowRelaxation
 
 
@@ -77,8 +77,10 @@ class Stepper:
         self.per = len(plan.recursions[0])
         self.start = len(plan.prefix)
         self.suffix_start = self.start + self.nr * self.per
-        self.token_choice = is_token_choice(model)
-        self.expert_choice = bool(model.routers) and not self.token_choice
+        # the router kind's shape (mor.model.routers.base): depths chosen at entry and one gate
+        # after the stack (token-choice), or a router deciding and gating at every recursion
+        self.up_front = depths_up_front(model)
+        self.per_recursion = bool(model.routers) and not self.up_front
         self.batch, self.pad, self.pad_row = batch, pad or buckets is not None, max_seqs
         w = model.embed_tokens.weight
         self.dev = w.device
@@ -95,12 +97,8 @@ class Stepper:
         self.samp = np.zeros((S, 3), dtype=np.int64)  # per slot: temperature, top-p (float64 bits), seed
         self.same_layers = all(len(set(col)) == 1 for col in zip(*plan.recursions))  # Cycle family
         # which recursions a router may drop tokens at (capacity 1 keeps all: the host knows)
-        if self.expert_choice:
-            from mor.capacity import capacities
-
-            self.drops = [c < 1 for c in capacities(model.cfg.num_recursions, model.cfg.router.capacity)]
-        else:
-            self.drops = [False] * self.nr
+        self.drops = (model.router_kind.engine_drops(model.cfg.num_recursions, model.cfg.router) if model.routers
+                      else [False] * self.nr)
         # static buffers per row bucket (CUDA graphs on a GPU): padded rows, full-width tables
         if graphs and compile:
             raise ValueError("the engine takes graphs= or compile=, not both")
@@ -287,11 +285,11 @@ class Stepper:
         for j, layer_id in enumerate(m.plan.prefix):
             x = self._layer(True, layer_id, x, p, None, *plan[3 * j: 3 * j + 3])
         self.h[idx] = x
-        if self.token_choice:
-            d = token_depths(m, x)  # (N, 1) each
+        if self.up_front:
+            d = m.router_kind.token_depths(m, x)  # (N, 1) each
             self.h1[idx], self.depth[idx], self.tg[idx] = x, d.depth_id, d.g.to(x.dtype)
             return d.depth_id[:, 0]
-        if self.expert_choice:
+        if self.per_recursion:
             d = decide(m, 0, x, torch.ones_like(p, dtype=torch.bool), policy="causal")
             self.g[idx] = d.g.to(x.dtype)
             return d.keep[:, 0] if self.drops[0] else None
@@ -320,7 +318,7 @@ class Stepper:
         # the routers this pass needs: those of the rows' next recursions (host-known; one that
         # keeps every token still gives the weight that gates its recursion; compiled: all)
         nxt = {r + 1 for r in depths}
-        routers = tuple(self.expert_choice and r > 0 and (r in nxt or self.compiled) for r in range(self.nr))
+        routers = tuple(self.per_recursion and r > 0 and (r in nxt or self.compiled) for r in range(self.nr))
         if self.graphs and self.same_layers:  # one static shape per row bucket (compiled: every router)
             out = self._static(("block", N, W), arrays + plan, lambda v: self._block(
                 v[0], v[1].unsqueeze(1), v[2], v[3], tuple(v[4:]), (True,) * self.per, routers))
@@ -349,7 +347,7 @@ class Stepper:
         plan = self._tables(raw, slots, Nt, W)
         groups = [self._static_group_rows(dpad[:N], j, N) for j in range(self.per)]
         plan += [g for gj in groups for _, g in gj]
-        routers = tuple(self.expert_choice and r > 0 for r in range(self.nr))
+        routers = tuple(self.per_recursion and r > 0 for r in range(self.nr))
         k = 4 + 3 * self.per
 
         def fn(v):
@@ -395,7 +393,7 @@ class Stepper:
             lid = m.plan.recursions[0][j] if lids is None else lids[j]
             x = self._layer(need[j], lid, x, p, rec, *plan[3 * j: 3 * j + 3])
         x = self.relax.end_recursion(x, rec)
-        if self.expert_choice:
+        if self.per_recursion:
             x = gate(m.cfg.router, x0, x, self.g[idx])  # (N, 1, C)
         self.h[idx] = x
         if not any(routers):
@@ -488,7 +486,7 @@ class Stepper:
         rows' sampling parameters (None: greedy)."""
         m = self.model
         x = self.h[idx]  # (N, 1, C)
-        if self.token_choice:
+        if self.up_front:
             x = gate(m.cfg.router, self.h1[idx], x, self.tg[idx], relative=False)  # (N, 1, C)
         for i, layer_id in enumerate(m.plan.suffix):
             x = self._layer(True, layer_id, x, p, None, *plan[3 * i: 3 * i + 3])
