@@ -25,18 +25,17 @@ indices, KV write slots, block tables, lengths) is built by blocks.py before the
 copied in one transfer; nothing inside a pass reads the device back. The engine reads back
 only what scheduling needs after the pass: the continue / exit decisions of the routed
 rows (none for Vanilla, Recursive and token-choice passes, where the host already knows).
-With ``pad`` the rows are padded to a few fixed sizes (``row_buckets``: on a GPU nano-vllm's
-capture sizes, on a CPU every row count, so no row is padded there), the padded rows reading
-and writing the trash block, and block tables to power-of-two widths,
-so the device part of a pass (``_enter`` / ``_block`` / ``_head``: tensors in, tensors out)
-can be compiled once per shape (``compile``: torch.compile of the device part).
+With ``pad`` the rows are padded to a few fixed sizes (shapes.py ``row_buckets``), the
+padded rows reading and writing the trash block, and block tables to power-of-two widths, so
+the device part of a pass (``_enter`` / ``_block`` / ``_head``: tensors in, tensors out) can
+be compiled once per shape (``compile``: torch.compile of the device part).
 
 ``graphs`` (the engine's default on a GPU): every pass of one shape (kind, row bucket, table
 width; the head's also continuation and sampling: ``shapes``) runs over the same static
 buffers (``StaticPass``: block tables at the narrowest of ``table_widths`` that holds the
 pass's longest row, so attention reads about the rows' context, not ``max_len``; the widest
 write plan; the head's enter part over all of the head's rows), captured once as a CUDA graph
-on a GPU (``CudaGraphs``, one shared pool) and replayed; ``warmup`` captures every shape
+on a GPU (graphs.py ``CudaGraphs``, one shared pool) and replayed; ``warmup`` captures every shape
 first, largest first, over padding rows only. On a CPU the same path runs eagerly over the
 static buffers (tested: equal outputs, the same storage every pass; with a CPU double of the
 graph, the state after every pass equals the eager path's).
