@@ -16,15 +16,17 @@ from typing import Any, Literal, get_args, get_origin
 
 from mor.depth import depth_moved
 from mor.identity import RETIRED_FIELDS, digest, eval_fields, training_fields
+from mor.model.routers.registry import arch_names, kind_names, router_kind
 from mor.yaml_io import YamlError, key_line, load_derived, where
 
 SCALES_FILE = Path(__file__).resolve().parents[2] / "grids" / "scales.yaml"
 
 Variant = Literal["vanilla", "recursive", "mor"]
 Tying = Literal["cycle", "sequence", "middle_cycle", "middle_sequence"]
-RouterType = Literal["expert_choice", "token_choice"]
+# model.router.type / .arch: the names registered in mor.model.routers.registry (one list)
+RouterType = str
 RouterFunc = Literal["sigmoid", "tanh", "softmax", "none"]
-RouterArch = Literal["linear", "mlp", "wide_mlp"]
+RouterArch = str
 ExpertChoiceAux = Literal["aux_loss", "aux_router"]
 Balancing = Literal["loss", "loss_free"]
 Gating = Literal["weighted", "additive"]
@@ -56,7 +58,8 @@ class ConfigError(ValueError):
 
 
 def _allowed(literal: Any) -> tuple[str, ...]:
-    return tuple(get_args(literal))
+    """The values of a Literal, or a tuple of names as it is (a registry's)."""
+    return literal if isinstance(literal, tuple) else tuple(get_args(literal))
 
 
 def _check_choice(owner: str, name: str, value: Any, literal: Any) -> None:
@@ -170,9 +173,9 @@ class RouterConfig:
 
     def __post_init__(self) -> None:
         own = "model.router"
-        _check_choice(own, "type", self.type, RouterType)
+        _check_choice(own, "type", self.type, kind_names())
         _check_choice(own, "func", self.func, RouterFunc)
-        _check_choice(own, "arch", self.arch, RouterArch)
+        _check_choice(own, "arch", self.arch, arch_names())
         _check_choice(own, "gating", self.gating, Gating)
         _check_choice(own, "aux", self.aux, ExpertChoiceAux)
         _check_choice(own, "combine", self.combine, Combine)
@@ -185,8 +188,9 @@ class RouterConfig:
         if isinstance(self.aux_accum_steps, bool) or not isinstance(self.aux_accum_steps, int) \
                 or self.aux_accum_steps < 1:
             raise ConfigError(f"{own}.aux_accum_steps={self.aux_accum_steps!r} must be an integer >= 1")
-        if self.type == "expert_choice" and self.func == "softmax":
-            raise ConfigError(f"{own}.func='softmax' needs type='token_choice' (expert-choice scores one logit)")
+        why = router_kind(self.type).config_error(self)
+        if why:
+            raise ConfigError(f"{own}.{why}")
         for c in self.capacity:
             if not 0 < c <= 1:
                 raise ConfigError(f"{own}.capacity entries must lie in (0, 1], got {list(self.capacity)}")

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from mor.capacity import capacities
 from mor.config import ModelConfig, ScaleShape
 from mor.model.kv_layout import SlotSpec, blocks_per_sequence, cache_layout, design_fractions, entries_per_sequence
+from mor.model.routers.registry import router_arch, router_kind
 from mor.model.tying import TyingPlan, kv_producers, kv_unused, model_plan
 
 
@@ -48,21 +49,19 @@ def router_params(cfg: ModelConfig, s: ScaleShape) -> int:
     if cfg.variant != "mor":
         return 0
     r = cfg.router
-    out = 1 if r.type == "expert_choice" else cfg.num_recursions
-    heads = cfg.num_recursions if r.type == "expert_choice" else 1
-    if r.arch == "linear":
-        one = s.hidden * out
-    else:
-        width = s.hidden if r.arch == "mlp" else 4 * s.hidden
-        one = s.hidden * width + width * out
-    n_heads = heads * (2 if r.type == "expert_choice" and r.aux == "aux_router" else 1)
-    return n_heads * one + _router_bias_params(cfg)
+    n_heads, out = router_kind(r.type).heads(cfg.num_recursions, r)  # e.g. expert-choice: Nr (x2 aux router) of 1
+    return n_heads * router_arch(r.arch).params(s.hidden, out) + _router_bias_params(cfg)
 
 
 def _router_bias_params(cfg: ModelConfig) -> int:
-    """Token-choice loss-free balancing stores its Nr selection biases as (frozen) parameters."""
-    r = cfg.router
-    return cfg.num_recursions if r.type == "token_choice" and r.balancing == "loss_free" else 0
+    """Router parameters no matmul reads (token-choice loss-free balancing: its Nr selection biases)."""
+    return router_kind(cfg.router.type).frozen_params(cfg.num_recursions, cfg.router)
+
+
+def _routes_per_recursion(cfg: ModelConfig) -> bool:
+    """A MoR router kind that runs a router at every recursion (expert-choice); the others
+    run theirs once, before recursion 1 (token-choice)."""
+    return cfg.variant == "mor" and router_kind(cfg.router.type).per_recursion
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,7 @@ def forward_flops_per_token(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len
     unrouted = len(plan.prefix) + len(plan.suffix)
     flops = unrouted * (2 * (layer_params(s) - 2 * s.hidden) + 4 * s.hidden * seq_len)
     flops += sum(recursion_flops_per_token(cfg, s, seq_len, shares))
-    if not (cfg.variant == "mor" and cfg.router.type == "expert_choice"):
+    if not _routes_per_recursion(cfg):
         flops += 2 * (router_params(cfg, s) - _router_bias_params(cfg))  # token-choice (0 without routers)
     flops += 2 * s.hidden * vocab  # LM head
     return float(flops)
@@ -183,9 +182,9 @@ def recursion_flops_per_token(cfg: ModelConfig, s: ScaleShape, seq_len: int, sha
     plan, producers = c.plan, c.producers
     per_layer_mm = 2 * (layer_params(s) - 2 * s.hidden)
     per_layer_attn = 4 * s.hidden * seq_len
-    expert_choice = cfg.variant == "mor" and cfg.router.type == "expert_choice"
     fracs = list(shares) if shares else list(c.shares)
-    router = 2 * (router_params(cfg, s) - _router_bias_params(cfg)) / len(plan.recursions) if expert_choice else 0.0
+    per_recursion = _routes_per_recursion(cfg)  # expert-choice: one router head per recursion
+    router = 2 * (router_params(cfg, s) - _router_bias_params(cfg)) / len(plan.recursions) if per_recursion else 0.0
     kv_proj_mm = 2 * 2 * s.hidden * s.kv_heads * s.head_dim  # K and V projections, forward
     e = len(plan.prefix)  # effective index of the next layer
     out = []

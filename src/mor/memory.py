@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 from mor.config import ModelConfig, RunConfig, ScaleShape, model_shape
 from mor.flops import counting, layer_params, param_count
+from mor.model.routers.registry import router_kind
 
 GiB = 1024**3
 RESERVE_FRACTION = 0.90  # of the GPU's memory, the rest left to fragmentation
@@ -118,9 +119,9 @@ def activation_bytes(cfg: ModelConfig, s: ScaleShape, vocab: int, seq_len: int, 
     calls, caps = layer_call_fractions(cfg, s)
     per_call = layer_activation_bytes(s, compute_bytes) + rope_bytes_per_token(s, compute_bytes, micro_batch)
     C = s.hidden
-    # per kept token of a routed recursion: expert-choice gathers the rows and writes back the
-    # gated update (2C + 8 fp32); token-choice routes once and keeps one row copy (C + 8)
-    rows_kept = C + 8 if cfg.router.type == "token_choice" else 2 * C + 8
+    # per kept token of a routed recursion, the router kind's: expert-choice gathers the rows and
+    # writes back the gated update (2C + 8 fp32); token-choice routes once and keeps one row copy (C + 8)
+    rows_kept = router_kind(cfg.router.type).kept_row_bytes(C)
     routed = sum(rows_kept * 4 * c for c in caps)
     # outside the layers: token ids and targets (int64), the final norm's input, rsqrt, output
     head_in = 16 + 3 * 4 * C + 4

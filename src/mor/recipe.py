@@ -22,6 +22,7 @@ from mor.authors import ReleasedRun, load_released
 from mor.config import RunConfig, model_shape
 from mor.flops import plan_for
 from mor.grids import Grid
+from mor.model.routers.registry import router_kind
 
 PAPER_TRAINING = "paper's training recipe (PAPER.md 'Training')"
 # Differences from a released config that are known and explained: (grid, released run name or
@@ -56,7 +57,7 @@ def released_for(run: RunConfig) -> ReleasedRun | None:
     m, t = run.model, run.train
     if run.paper_scale != "360M" or m.scale != "360M" or t.budget_flops != _BUDGET:
         return None
-    router = ("expert" if m.router.type == "expert_choice" else "token") if m.variant == "mor" else ""
+    router = (router_kind(m.router.type).authors_section or None) if m.variant == "mor" else ""
     nr = m.num_recursions if m.variant != "vanilla" else 1
     for r in load_released()[1]:
         if (r.variant, r.num_recursions, r.router, r.kv) == (m.variant, nr, router, m.kv) and not m.reduced:
@@ -72,23 +73,8 @@ def _router_rows(run: RunConfig) -> list[tuple[str, object, str, str]]:
     r = m.router
     grid_src = (f"grids/{run.grid}.yaml: the authors' released router settings" if released_for(run)
                 else f"grids/{run.grid}.yaml (paper App. G; its best router unless the grid ablates it)")
-    if r.type == "expert_choice":
-        return [("router", "expert_choice", "", grid_src),
-                ("router.func", r.func, "expert.router_func", grid_src),
-                ("router.alpha", r.alpha, "expert.alpha", grid_src),
-                ("router.arch", r.arch, "expert.router_type", grid_src),
-                ("router.aux", r.aux, "expert.sampling", grid_src),
-                ("router.aux_coeff", r.aux_coeff, "expert.coeff", grid_src),
-                ("router.gating", r.gating, "expert.gating", grid_src),
-                ("router.capacity_warmup_steps", r.capacity_warmup_steps, "expert.cap_warmup_step", grid_src),
-                ("z_loss", r.z_loss_coeff, "expert.z_loss", grid_src)]
-    return [("router", "token_choice", "", grid_src),
-            ("router.func", r.func, "token.router_func", grid_src),
-            ("router.alpha", r.alpha, "token.alpha", grid_src),
-            ("router.arch", r.arch, "token.router_type", grid_src),
-            ("router.balancing", r.balancing, "token.balancing", grid_src),
-            ("router.balance_coeff", r.balance_coeff, "token.coeff", grid_src),
-            ("z_loss", r.z_loss_coeff, "token.z_coeff", grid_src)]
+    rows = router_kind(r.type).authors_settings(r)  # (setting, ours, the authors' key), the kind's
+    return [("router", r.type, "", grid_src)] + [(setting, ours, key, grid_src) for setting, ours, key in rows]
 
 
 def _common(key: str):

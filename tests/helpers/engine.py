@@ -36,7 +36,7 @@ def solo(model, req: Request) -> list[int]:
 
 
 class FakeGraphs:
-    """A CPU double of ``mor.engine.step.CudaGraphs`` that drives StaticPass's device branch
+    """A CPU double of ``mor.engine.graphs.CudaGraphs`` that drives StaticPass's device branch
     (warm-up, state restore, capture, replay) as a GPU would run it. ``capture`` records the
     function and runs nothing: what tracing it wrote to the per-slot state and the KV pool is
     undone and its outputs hold garbage (NaN, -1, True), as a captured graph's outputs do

@@ -253,7 +253,8 @@ def test_static_buffers_equal_outputs_and_are_reused(monkeypatch, name):
     at a GPU's row buckets (1, 2, 4: padded rows beside real ones): the tokens equal
     decode.generate, and every pass of one shape reads its inputs from and returns its
     outputs in the same storage (the buffers a CUDA graph replays over)."""
-    from mor.engine.step import StaticPass, row_buckets
+    from mor.engine.graphs import StaticPass
+    from mor.engine.shapes import row_buckets
 
     seen: dict[int, set] = {}
     run = StaticPass.run
@@ -292,7 +293,7 @@ def test_row_buckets_follow_the_device():
     and the batch; a CPU runs every row count (a padded row costs its compute there, and
     there is no capture to amortise), so a static pass on a CPU pads no rows and the result
     says so pass by pass (EngineResult.padded, rows_per_pass)."""
-    from mor.engine.step import row_buckets
+    from mor.engine.shapes import row_buckets
 
     assert row_buckets(32, device="cuda") == (1, 2, 4, 8, 16, 32)
     assert row_buckets(51, device="cuda") == (1, 2, 4, 8, 16, 32, 48, 51)
@@ -369,7 +370,7 @@ def test_static_passes_trace_as_one_graph_each(monkeypatch, name):
     path's tokens."""
     from torch._dynamo.backends.common import aot_autograd
 
-    from mor.engine.step import StaticPass
+    from mor.engine.graphs import StaticPass
 
     init, backend = StaticPass.__init__, aot_autograd(fw_compiler=_static_shapes_only)
 
@@ -464,7 +465,8 @@ def test_no_host_sync_inside_a_pass(monkeypatch, tying, router, graphs):
     the device as surely). Padded passes and the static path (graphs: the passes a GPU
     captures, whose one copy goes into the shape's input buffer)."""
     from mor.engine.engine import Readback
-    from mor.engine.step import StaticPass, Stepper
+    from mor.engine.graphs import StaticPass
+    from mor.engine.step import Stepper
 
     def forbid(*a, **k):
         raise AssertionError("host sync inside a pass")
@@ -683,7 +685,7 @@ def test_a_capture_that_applies_its_warm_up_fails_the_state_check(monkeypatch):
     """The planted mutant: StaticPass skips the state restore after its warm-up run, so the
     first pass of every new shape is applied twice. The tokens of a tiny model may still
     match; the state check must not."""
-    from mor.engine.step import StaticPass
+    from mor.engine.graphs import StaticPass
 
     model = make(MIXED["expert_choice"])
     reqs = requests(9)

@@ -163,7 +163,7 @@ class Engine:
         t_run = time.perf_counter()
         bm = self.blocks
         sched = Scheduler(self.batch, self.max_live, self.stepper.nr, self.policy, bm, self.write_cols)
-        sched.token_choice = self.stepper.token_choice
+        sched.depths_up_front = self.stepper.up_front
         res = EngineResult({}, self.batch, sched.max_live, attention=self.attention)
         for r in requests:
             need = bm.worst_case(len(r.prompt) + r.max_new_tokens - 1)

@@ -75,7 +75,7 @@ class EngineResult:
     def rows_per_pass(self, while_waiting: bool = True) -> dict[str, tuple[int, float, float]]:
         """Per pass kind ('enter', 'block', 'head'), over ``window``'s passes (or the whole run):
         (passes, mean rows, mean rows after padding). The two means differ by the padding rows
-        a pass of fixed shape computes (row buckets, step.row_buckets); the head's enter part
+        a pass of fixed shape computes (row buckets, shapes.row_buckets); the head's enter part
         and the block's routers are not in them."""
         out = {}
         sel = self._window(while_waiting)

@@ -260,7 +260,7 @@ class Scheduler:
         for i, q in enumerate(seqs):
             if vals is None:
                 self.depth[0].append(q.slot)
-            elif self.token_choice:
+            elif self.depths_up_front:
                 q.exit_depth = int(vals[i]) + 1
                 self.depth[0].append(q.slot)
             elif vals[i]:
@@ -268,7 +268,7 @@ class Scheduler:
             else:
                 self.exited.append(q.slot)
 
-    token_choice = False  # set by the engine: enter's output is each token's depth - 1
+    depths_up_front = False  # set by the engine (token-choice): enter's output is each token's depth - 1
 
     def postprocess(self, p: Pass, routed: list[int] | None, tokens: list[int] | None) -> None:
         """Apply a pass's read-back results: routing decisions (``routed``: keep flags or

@@ -2,7 +2,7 @@
 
     enter(slots, tokens, pos)    embedding + the unshared prefix layers + the routing decision
                                  for recursion 1 (expert-choice router 1; token-choice: every
-                                 token's depth, ``routing.token_depths``)
+                                 token's depth, the router kind's ``token_depths``)
     block(slots, depths, pos)    ONE pass of the shared block over rows at any recursion
                                  depths (mixed-depth): the tied weights are the same for every
                                  row, so a layer is one call. Each row's recursion index picks
@@ -25,18 +25,17 @@ indices, KV write slots, block tables, lengths) is built by blocks.py before the
 copied in one transfer; nothing inside a pass reads the device back. The engine reads back
 only what scheduling needs after the pass: the continue / exit decisions of the routed
 rows (none for Vanilla, Recursive and token-choice passes, where the host already knows).
-With ``pad`` the rows are padded to a few fixed sizes (``row_buckets``: on a GPU nano-vllm's
-capture sizes, on a CPU every row count, so no row is padded there), the padded rows reading
-and writing the trash block, and block tables to power-of-two widths,
-so the device part of a pass (``_enter`` / ``_block`` / ``_head``: tensors in, tensors out)
-can be compiled once per shape (``compile``: torch.compile of the device part).
+With ``pad`` the rows are padded to a few fixed sizes (shapes.py ``row_buckets``), the
+padded rows reading and writing the trash block, and block tables to power-of-two widths, so
+the device part of a pass (``_enter`` / ``_block`` / ``_head``: tensors in, tensors out) can
+be compiled once per shape (``compile``: torch.compile of the device part).
 
 ``graphs`` (the engine's default on a GPU): every pass of one shape (kind, row bucket, table
 width; the head's also continuation and sampling: ``shapes``) runs over the same static
 buffers (``StaticPass``: block tables at the narrowest of ``table_widths`` that holds the
 pass's longest row, so attention reads about the rows' context, not ``max_len``; the widest
 write plan; the head's enter part over all of the head's rows), captured once as a CUDA graph
-on a GPU (``CudaGraphs``, one shared pool) and replayed; ``warmup`` captures every shape
+on a GPU (graphs.py ``CudaGraphs``, one shared pool) and replayed; ``warmup`` captures every shape
 first, largest first, over padding rows only. On a CPU the same path runs eagerly over the
 static buffers (tested: equal outputs, the same storage every pass; with a CPU double of the
 graph, the state after every pass equals the eager path's).
@@ -56,122 +55,11 @@ import torch.nn.functional as F
 
 from mor.engine.blocks import BlockManager
 from mor.engine.cache import PagedCache
+from mor.engine.graphs import CudaGraphs, StaticPass
 from mor.engine.sampling import sample
-from mor.model.relax import LORA_TARGETS, LowRankRelaxation, RecursionPE, slot_name
-from mor.model.routing import decide, gate, is_token_choice, token_depths
-
-
-class RowRelaxation:
-    """Per-row relaxations for a mixed-depth call: row i uses recursion ``rec[i]``'s LoRA /
-    DoRA slot of the layer and recursion ``rec[i]``'s position-encoding gain.
-
-    LoRA / DoRA (relax.LowRankRelaxation) are stacked per unique layer and projection over
-    the recursions: A (R, rank, in), B (R, out, rank), DoRA gain m / ||W + s B A|| (R, out)
-    (the weights are frozen at inference), zeros / ones where the plan runs no such slot.
-    Forward hooks on the shared linears (installed for the engine's run only, after the
-    model's own hooks, which leave a call at ``recursion=None`` untouched) add
-    s * B[rec] A[rec] x per row and apply the gain."""
-
-    def __init__(self, model):
-        self.model, self.rec = model, None
-        relax = model.relax
-        R = len(model.plan.recursions)
-        self.pe = torch.stack([g.detach() for g in relax.gains]) if isinstance(relax, RecursionPE) else None  # (R, C)
-        self.stacks: dict[tuple[int, str], tuple] = {}
-        if isinstance(relax, LowRankRelaxation):
-            units = sorted({u for rec in model.plan.recursions for u in rec})
-            for u in units:
-                for short, path in LORA_TARGETS.items():
-                    lin = model.unique_layers[u].get_submodule(path)
-                    A = lin.weight.new_zeros(R, relax.rank, lin.in_features)
-                    B = lin.weight.new_zeros(R, lin.out_features, relax.rank)
-                    gain = lin.weight.new_ones(R, lin.out_features) if relax.dora else None
-                    scale = 1.0
-                    for r in range(R):
-                        name = slot_name(u, r)
-                        if name in relax.slots:
-                            d = relax.slots[name][short]
-                            A[r], B[r], scale = d.A.detach(), d.B.detach(), d.scale
-                            if gain is not None:
-                                gain[r] = (d.magnitude / d.row_norm(lin.weight)).detach().to(gain.dtype)
-                    self.stacks[u, short] = (A, B, gain, scale)
-
-    @contextlib.contextmanager
-    def installed(self):
-        handles = []
-        for (u, short), _ in self.stacks.items():
-            lin = self.model.unique_layers[u].get_submodule(LORA_TARGETS[short])
-            handles.append(lin.register_forward_hook(self._hook(u, short)))
-        try:
-            yield
-        finally:
-            for h in handles:
-                h.remove()
-
-    def _hook(self, u: int, short: str):
-        def hook(module, inputs, out):
-            if self.rec is None:
-                return None
-            A, B, gain, scale = self.stacks[u, short]
-            x = inputs[0]  # (n, 1, in)
-            a = torch.einsum("nti,nri->ntr", x, A[self.rec].to(x.dtype))  # (n, 1, rank)
-            y = out + scale * torch.einsum("ntr,nor->nto", a, B[self.rec].to(x.dtype))  # (n, 1, out)
-            return y if gain is None else y * gain[self.rec].to(y.dtype).unsqueeze(1)
-        return hook
-
-    @contextlib.contextmanager
-    def at(self, rec: torch.Tensor):
-        self.rec = rec
-        try:
-            yield
-        finally:
-            self.rec = None
-
-    def end_recursion(self, h: torch.Tensor, rec: torch.Tensor) -> torch.Tensor:
-        """Recursion PE of each row's recursion; h (n, 1, C)."""
-        return h if self.pe is None else h * self.pe[rec].to(h.dtype).unsqueeze(1)
-
-
-def row_buckets(batch: int, buckets=None, device="cuda", compiled: bool = False) -> tuple[int, ...]:
-    """The row counts padded passes run at: ``buckets`` checked (ascending positive integers,
-    the largest at least the batch, since no pass has more rows), or by default per device:
-
-    GPU   nano-vllm's capture sizes 1, 2, 4, 8, then every 16, and the batch itself: a
-          decoding pass reads every weight whatever its rows, so a padded row costs little,
-          and every size is a graph captured (and held in the pool) before the clock
-    CPU   every row count up to the batch (no padding): a padded row costs its compute, and
-          there is no capture for a shape to amortise (the static path's shapes still run
-          once each in the warm-up); ``compiled`` (torch.compile: a compilation per shape)
-          takes the GPU's few sizes
-
-    ``(batch,)`` runs every pass at the full batch: one row shape per pass kind, and on any
-    device a pass that costs the same whatever rows are live, as a launch-bound GPU pass does."""
-    if buckets is None:
-        if torch.device(device).type != "cuda" and not compiled:
-            return tuple(range(1, max(1, batch) + 1))
-        return tuple(sorted({min(x, batch) for x in [1, 2, 4, 8, *range(16, batch + 1, 16)]} | {max(1, batch)}))
-    b = tuple(int(x) for x in buckets)
-    if not b or any(x < 1 for x in b) or list(b) != sorted(set(b)):
-        raise ValueError(f"engine buckets must be ascending positive row counts, got {buckets!r}")
-    if b[-1] < batch:
-        raise ValueError(f"engine buckets {b} stop below the batch {batch}: a full pass would have no shape")
-    return b
-
-
-def table_widths(max_blocks: int) -> tuple[int, ...]:
-    """The block-table widths static passes run at: powers of two below ``max_blocks`` and
-    ``max_blocks`` itself. A pass gathers the narrowest that holds its longest row, so it
-    reads less than twice its rows' context, whatever ``max_len`` allows."""
-    return tuple(sorted({min(1 << k, max_blocks) for k in range(max(1, max_blocks).bit_length() + 1)}))
-
-
-def bucket(n: int, batch: int, buckets: tuple[int, ...] | None = None) -> int:
-    """The fixed row count a pass of n rows is padded to: the smallest bucket that holds it
-    (default buckets: a GPU's, ``row_buckets``)."""
-    for b in buckets or row_buckets(batch):
-        if b >= n:
-            return b
-    return n
+from mor.engine.shapes import bucket, row_buckets, table_widths
+from mor.model.routing import decide, depths_up_front, gate
+from mor.model.row_relax import RowRelaxation
 
 
 class Stepper:
@@ -188,8 +76,10 @@ class Stepper:
         self.per = len(plan.recursions[0])
         self.start = len(plan.prefix)
         self.suffix_start = self.start + self.nr * self.per
-        self.token_choice = is_token_choice(model)
-        self.expert_choice = bool(model.routers) and not self.token_choice
+        # the router kind's shape (mor.model.routers.base): depths chosen at entry and one gate
+        # after the stack (token-choice), or a router deciding and gating at every recursion
+        self.up_front = depths_up_front(model)
+        self.per_recursion = bool(model.routers) and not self.up_front
         self.batch, self.pad, self.pad_row = batch, pad or buckets is not None, max_seqs
         w = model.embed_tokens.weight
         self.dev = w.device
@@ -206,12 +96,8 @@ class Stepper:
         self.samp = np.zeros((S, 3), dtype=np.int64)  # per slot: temperature, top-p (float64 bits), seed
         self.same_layers = all(len(set(col)) == 1 for col in zip(*plan.recursions))  # Cycle family
         # which recursions a router may drop tokens at (capacity 1 keeps all: the host knows)
-        if self.expert_choice:
-            from mor.capacity import capacities
-
-            self.drops = [c < 1 for c in capacities(model.cfg.num_recursions, model.cfg.router.capacity)]
-        else:
-            self.drops = [False] * self.nr
+        self.drops = (model.router_kind.engine_drops(model.cfg.num_recursions, model.cfg.router) if model.routers
+                      else [False] * self.nr)
         # static buffers per row bucket (CUDA graphs on a GPU): padded rows, full-width tables
         if graphs and compile:
             raise ValueError("the engine takes graphs= or compile=, not both")
@@ -398,11 +284,11 @@ class Stepper:
         for j, layer_id in enumerate(m.plan.prefix):
             x = self._layer(True, layer_id, x, p, None, *plan[3 * j: 3 * j + 3])
         self.h[idx] = x
-        if self.token_choice:
-            d = token_depths(m, x)  # (N, 1) each
+        if self.up_front:
+            d = m.router_kind.token_depths(m, x)  # (N, 1) each
             self.h1[idx], self.depth[idx], self.tg[idx] = x, d.depth_id, d.g.to(x.dtype)
             return d.depth_id[:, 0]
-        if self.expert_choice:
+        if self.per_recursion:
             d = decide(m, 0, x, torch.ones_like(p, dtype=torch.bool), policy="causal")
             self.g[idx] = d.g.to(x.dtype)
             return d.keep[:, 0] if self.drops[0] else None
@@ -431,7 +317,7 @@ class Stepper:
         # the routers this pass needs: those of the rows' next recursions (host-known; one that
         # keeps every token still gives the weight that gates its recursion; compiled: all)
         nxt = {r + 1 for r in depths}
-        routers = tuple(self.expert_choice and r > 0 and (r in nxt or self.compiled) for r in range(self.nr))
+        routers = tuple(self.per_recursion and r > 0 and (r in nxt or self.compiled) for r in range(self.nr))
         if self.graphs and self.same_layers:  # one static shape per row bucket (compiled: every router)
             out = self._static(("block", N, W), arrays + plan, lambda v: self._block(
                 v[0], v[1].unsqueeze(1), v[2], v[3], tuple(v[4:]), (True,) * self.per, routers))
@@ -460,7 +346,7 @@ class Stepper:
         plan = self._tables(raw, slots, Nt, W)
         groups = [self._static_group_rows(dpad[:N], j, N) for j in range(self.per)]
         plan += [g for gj in groups for _, g in gj]
-        routers = tuple(self.expert_choice and r > 0 for r in range(self.nr))
+        routers = tuple(self.per_recursion and r > 0 for r in range(self.nr))
         k = 4 + 3 * self.per
 
         def fn(v):
@@ -506,7 +392,7 @@ class Stepper:
             lid = m.plan.recursions[0][j] if lids is None else lids[j]
             x = self._layer(need[j], lid, x, p, rec, *plan[3 * j: 3 * j + 3])
         x = self.relax.end_recursion(x, rec)
-        if self.expert_choice:
+        if self.per_recursion:
             x = gate(m.cfg.router, x0, x, self.g[idx])  # (N, 1, C)
         self.h[idx] = x
         if not any(routers):
@@ -599,7 +485,7 @@ class Stepper:
         rows' sampling parameters (None: greedy)."""
         m = self.model
         x = self.h[idx]  # (N, 1, C)
-        if self.token_choice:
+        if self.up_front:
             x = gate(m.cfg.router, self.h1[idx], x, self.tg[idx], relative=False)  # (N, 1, C)
         for i, layer_id in enumerate(m.plan.suffix):
             x = self._layer(True, layer_id, x, p, None, *plan[3 * i: 3 * i + 3])
@@ -612,107 +498,3 @@ class Stepper:
             return tok, None
         idx_c, p_c, plan_c = enter
         return tok, self._enter(idx_c, p_c, tok[: idx_c.shape[0]], plan_c)
-
-
-class CudaGraphs:
-    """How StaticPass captures and replays on a GPU: a warm-up run on a side stream, then
-    ``torch.cuda.graph`` capture into one memory pool shared by every graph of the stepper
-    (graphs replay one at a time, so their intermediates may share memory; nano-vllm's
-    model runner does the same). Tests drive StaticPass's device branch on a CPU with a
-    double of this class (tests/helpers/engine.py ``FakeGraphs``)."""
-
-    def __init__(self, device: torch.device):
-        self.dev, self.pool = device, None
-
-    @contextlib.contextmanager
-    def side(self):
-        side = torch.cuda.Stream(self.dev)
-        side.wait_stream(torch.cuda.current_stream(self.dev))
-        with torch.cuda.stream(side):
-            yield
-        torch.cuda.current_stream(self.dev).wait_stream(side)
-
-    def capture(self, fn, views):
-        """-> (graph, outputs): ``fn(views)`` captured, not run (its outputs hold nothing until a replay)."""
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            out = fn(views)
-        return graph, out
-
-
-class StaticPass:
-    """Static input and output buffers of one pass shape (kind, row bucket, table width, ...),
-    reused by every pass of that shape: the plan's arrays are copied into one flat device
-    buffer (one copy, pinned and asynchronous on a GPU) whose views the device function reads,
-    and its outputs are the same tensors every time. With a graph ``backend`` (CudaGraphs on a
-    GPU) the function is captured once (after a warm-up run whose effect on the per-slot
-    ``state`` is undone) and replayed; without one (a CPU) it runs eagerly over the same buffers
-    and its outputs are copied into the static ones, the same code path."""
-
-    def __init__(self, shapes, fn, device, backend=None, state=()):
-        self.shapes, self.fn, self.dev, self.backend, self.state = list(shapes), fn, device, backend, list(state)
-        self.sizes = [int(np.prod(sh)) for sh in self.shapes]
-        self.inp = torch.zeros(sum(self.sizes), dtype=torch.long, device=device)
-        self.views, at = [], 0
-        for sh, n in zip(self.shapes, self.sizes):
-            self.views.append(self.inp[at: at + n].view(sh))
-            at += n
-        self.out = None
-        self.graph = None
-        self.runs = 0
-
-    def _load(self, arrays) -> None:
-        flat = torch.from_numpy(np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1) for a in arrays]))
-        if self.dev.type == "cuda":
-            flat = flat.pin_memory()
-        self.inp.copy_(flat, non_blocking=self.dev.type == "cuda")
-
-    def _restore(self, saved) -> None:
-        for t, v in zip(self.state, saved):
-            t.copy_(v)
-
-    def run(self, arrays):
-        if [tuple(a.shape) for a in arrays] != [tuple(sh) for sh in self.shapes]:
-            raise ValueError("a static pass got arrays of another shape")
-        self._load(arrays)
-        self.runs += 1
-        if self.graph is not None:
-            self.graph.replay()
-            return self.out
-        if self.backend is not None:
-            # warm-up outside the capture (lazy inits, autotuning); the per-slot state it updated
-            # is put back, so the replay below applies the pass once (the KV entries it wrote
-            # are rewritten by the replay with the same values)
-            saved = [t.clone() for t in self.state]
-            with self.backend.side():
-                self.fn(self.views)
-            self._restore(saved)
-            self.graph, self.out = self.backend.capture(self.fn, self.views)
-            self.graph.replay()
-            return self.out
-        res = self.fn(self.views)
-        if self.out is None:
-            self.out = _tree(lambda t: t.clone(), res)
-        else:
-            _tree_copy(self.out, res)
-        return self.out
-
-
-def _tree(f, x):
-    if x is None:
-        return None
-    if isinstance(x, tuple):
-        return tuple(_tree(f, y) for y in x)
-    return f(x)
-
-
-def _tree_copy(dst, src) -> None:
-    if dst is None:
-        return
-    if isinstance(dst, tuple):
-        for d, s_ in zip(dst, src):
-            _tree_copy(d, s_)
-    else:
-        dst.copy_(src)

@@ -33,6 +33,7 @@ from mor.capacity import capacities
 from mor.config import run_config_from_dict
 from mor.data.paths import data_paths
 from mor.layout import RunPaths, row_file
+from mor.model.routers.registry import exported_archs, exported_kinds, router_kind
 from mor.model.tying import kv_producers, model_plan
 
 MODELING_FILE = Path(__file__).with_name("modeling_mor.py")
@@ -55,8 +56,8 @@ SUPPORTED = {
     "residual_init": None, "recursion_attention": ("tied",),  # untied: one attention per recursion, not exported
     "import_checkpoint": None, "import_sha256": None,  # where the weights came from (the authors'; issue 62)
     "router": {
-        "type": ("expert_choice", "token_choice"), "func": ("sigmoid", "tanh", "softmax", "none"), "alpha": None,
-        "temperature": None, "arch": ("linear", "mlp", "wide_mlp"), "gating": ("weighted", "additive"),
+        "type": exported_kinds(), "func": ("sigmoid", "tanh", "softmax", "none"), "alpha": None,
+        "temperature": None, "arch": exported_archs(), "gating": ("weighted", "additive"),
         "capacity": None, "aux": ("aux_loss", "aux_router"), "balancing": ("loss", "loss_free"),
         "combine": ("layer_output", "layer_update"), "capacity_rounding": ("floor", "ceil"),
         # training losses and schedules only
@@ -146,15 +147,8 @@ def model_card(run, meta: dict, summary: dict, nll: dict, routing: str) -> str:
     routed = m.variant == "mor"
     if not routed:
         how = "no router: every token runs every recursion."
-    elif m.router.type == "token_choice":
-        how = ("token-choice: each token's depth is the top-1 of its router before recursion 1 "
-               "(causal as trained; `routing` makes no difference).")
     else:
-        how = (f"expert-choice, `routing: {routing}` in config.json. `causal` (generation): a token continues to "
-               "recursion r when it reached r-1 and its " + ("auxiliary router" if m.router.aux == "aux_router"
-                                                             else "router") +
-               " logit is > 0 (a recursion of capacity 1 keeps every token). `topk` (teacher-forced scoring, as "
-               "trained): the top-k tokens of each sequence; pass `routing=\"topk\"` to `forward`.")
+        how = router_kind(m.router.type).card_text(m, routing)
     nll_lines = (f"- validation NLL (teacher-forced{', top-k routing' if routed else ''}): {nll['val_nll']:.4f}\n"
                  f"- validation NLL (causal routing): {nll['val_nll_causal']:.4f} over {nll.get('val_tokens')} tokens\n"
                  if "val_nll" in nll else "- validation NLL: not evaluated (no result row for this run)\n")

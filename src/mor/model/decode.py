@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from mor.model.kv_cache import KVCache, cache_layout
 from mor.model.router import gather_tokens, scatter_tokens
-from mor.model.routing import TokenDepths, decide, gate, is_token_choice, token_depths
+from mor.model.routing import TokenDepths, decide, depths_up_front, gate
 from mor.model.transformer import ModelOutput, RoutingTrace, check_max_depth
 
 
@@ -52,8 +52,9 @@ from mor.model.transformer import ModelOutput, RoutingTrace, check_max_depth
 # Routing at inference (shared by the reference and the cached path)
 # --------------------------------------------------------------------------------------
 def _route_start(model, h: torch.Tensor) -> TokenDepths | None:
-    """State needed before recursion 1: token-choice picks depths here; expert-choice nothing."""
-    return token_depths(model, h) if is_token_choice(model) else None
+    """State needed before recursion 1: the router kind's (token-choice picks depths here;
+    expert-choice nothing)."""
+    return model.router_kind.start(model, h) if model.routers else None
 
 
 def causal_decision(model, r: int, h: torch.Tensor, active: torch.Tensor, state: TokenDepths | None = None):
@@ -88,8 +89,8 @@ def full_forward_causal(model, idx: torch.Tensor, logits_at: torch.Tensor | None
 def full_forward_routed(model, idx: torch.Tensor, selected: list[torch.Tensor]) -> ModelOutput:
     """As ``full_forward_causal`` but recursion r keeps ``selected[r]`` (B, T) bool, e.g. the
     training top-k of ``model(idx).routing.selected`` (expert-choice only)."""
-    if not model.routers or is_token_choice(model):
-        raise ValueError("full_forward_routed needs an expert-choice MoR model")
+    if not model.routers or depths_up_front(model):
+        raise ValueError("full_forward_routed needs a MoR model routed per recursion (expert-choice)")
 
     def decide(r, h, active, state):
         return selected[r], model.routers[r].weights(model.routers[r].logits(h))

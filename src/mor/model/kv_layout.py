@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mor.capacity import capacities, tokens_kept
+from mor.capacity import tokens_kept
+from mor.model.routers.registry import router_kind
 
 SlotKind = Literal["own", "shared", "dagger"]
 SIZINGS = ("full", "capacity")
@@ -59,9 +60,7 @@ def design_fractions(cfg) -> list[float] | None:
     models without routers (every token runs every recursion)."""
     if cfg.variant != "mor":
         return None
-    if cfg.router.type == "expert_choice":
-        return capacities(cfg.num_recursions, cfg.router.capacity)
-    return capacities(cfg.num_recursions)  # token-choice: balanced assignment
+    return router_kind(cfg.router.type).design_fractions(cfg.num_recursions, cfg.router)  # token-choice: balanced
 
 
 def cache_layout(cfg, plan, producers: tuple[int, ...], max_len: int, sizing: str = "full") -> list[SlotSpec]:

@@ -19,14 +19,12 @@ from torch import nn
 from mor.config import RouterConfig
 from mor.dtensor import gather_full, shard_like
 from mor.model.router_losses import loss_free_bias_update
+from mor.model.routers.registry import router_arch
 
 
 def router_head(hidden: int, arch: str, out: int = 1) -> nn.Module:
-    """linear | 2-layer MLP with GELU | Wide-MLP (hidden layer 4x wider), App. G.1."""
-    if arch == "linear":
-        return nn.Linear(hidden, out, bias=False)
-    width = hidden if arch == "mlp" else 4 * hidden
-    return nn.Sequential(nn.Linear(hidden, width, bias=False), nn.GELU(), nn.Linear(width, out, bias=False))
+    """The head of the registered architecture ``arch`` (mor.model.routers.arch: linear, mlp, wide_mlp)."""
+    return router_arch(arch).head(hidden, out)
 
 
 def apply_router_func(logits: torch.Tensor, func: str, alpha: float) -> torch.Tensor:

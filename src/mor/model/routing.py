@@ -74,8 +74,10 @@ def token_depths(model, h: torch.Tensor, *, warmup: bool = False, max_depth: int
     return TokenDepths(h, depth_id, g, logits, probs, scores, choice)
 
 
-def is_token_choice(model) -> bool:
-    return bool(model.routers) and model.cfg.router.type == "token_choice"
+def depths_up_front(model) -> bool:
+    """Whether the model's router kind chooses every token's depth before recursion 1
+    (token-choice) rather than deciding at each recursion (expert-choice); False without routers."""
+    return bool(model.routers) and not model.router_kind.per_recursion
 
 
 # --------------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ import torch
 
 from mor.model.kv_sharing import run_kv_layer
 from mor.model.router_losses import router_z_loss, token_choice_balance_loss
-from mor.model.routing import decide, gate, token_depths
+from mor.model.routing import decide, gate
 
 
 def partition(active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -212,7 +212,7 @@ def run_token_choice(model, h: torch.Tensor, positions: torch.Tensor, trace, max
     Nr = model.cfg.num_recursions
     router = model.routers[0]
     warmup = model.training and model.capacity_scale < 1.0
-    depths = token_depths(model, h, warmup=warmup, max_depth=max_depth)  # routing.py: the decision
+    depths = model.router_kind.token_depths(model, h, warmup=warmup, max_depth=max_depth)  # the kind's decision
     logits, scores, probs, choice = depths.logits, depths.scores, depths.probs, depths.choice  # (B, T, Nr) / (B, T)
     assignment = depths.depth_id  # (B, T) depth - 1 each token runs
 

@@ -21,14 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mor.capacity import capacities
 from mor.config import ModelConfig, ScaleShape
 from mor.model.init import init_common
 from mor.model.layers import Attention, Block, RMSNorm, RotaryEmbedding, init_weights
-from mor.model.expert_choice import run_expert_choice
 from mor.model.relax import build_relaxation
-from mor.model.router import ExpertChoiceRouter, TokenChoiceRouter
-from mor.model.token_choice import run_token_choice
+from mor.model.routers.registry import router_kind
 from mor.model.tying import kv_producers, kv_unused, model_plan
 from mor.model.kv_sharing import run_kv_layer
 
@@ -85,14 +82,12 @@ class MoRTransformer(nn.Module):
                 for u in rec:
                     self.recursion_attn[f"{u}_{r}"] = Attention(C, shape.heads, shape.kv_heads)
         self.rope = RotaryEmbedding(shape.head_dim, shape.max_seq_len, shape.rope_theta)
+        # the router kind (mor.model.routers): builds the routers, runs the routed stack in
+        # training, decides depths before recursion 1 at inference; None without routers
+        self.router_kind = router_kind(cfg.router.type) if cfg.variant == "mor" else None
         self.routers = nn.ModuleList()
-        if cfg.variant == "mor" and cfg.router.type == "token_choice":
-            self.routers.append(TokenChoiceRouter(C, cfg.num_recursions, cfg.router))  # one, before recursion 1
-        elif cfg.variant == "mor":
-            caps = capacities(cfg.num_recursions, cfg.router.capacity)
-            if any(b > a for a, b in zip(caps, caps[1:])):
-                raise ValueError(f"model.router.capacity must be non-increasing (hierarchical), got {caps}")
-            self.routers.extend(ExpertChoiceRouter(C, cfg.router) for _ in range(cfg.num_recursions))
+        if self.router_kind is not None:
+            self.routers.extend(self.router_kind.build_routers(C, cfg.num_recursions, cfg.router))
         self.capacity_scale = 1.0  # < 1 during capacity warm-up; set by the trainer
         # how training computes, set from outside (mor.train.execution), used in training mode only:
         # each layer call as layer_wrapper(call, *args); the LM loss as lm_loss_fn(normed h, head, targets)
@@ -217,8 +212,7 @@ class MoRTransformer(nn.Module):
         routing = RoutingTrace() if self.routers else None
         aux = h.new_zeros((), dtype=torch.float32)
         if self.routers:
-            run = run_token_choice if self.cfg.router.type == "token_choice" else run_expert_choice
-            h, aux = run(self, h, positions, routing, max_depth=depth)
+            h, aux = self.router_kind.run(self, h, positions, routing, max_depth=depth)
         else:
             kv_store: dict = {}  # producer layer -> its (k, v, positions), for KV sharing
             e = len(self.plan.prefix)  # effective index of the next layer
