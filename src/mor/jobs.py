@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from mor.layout import LM_EVAL_PATTERN, ROW_PATTERN, SIDECAR_PATTERN, SUMMARY_PATTERN, THROUGHPUT_PATTERN
+from mor.layout import LM_EVAL_PATTERN, MEASUREMENT_PATTERN, SIDECAR_PATTERN, SUMMARY_PATTERN, THROUGHPUT_PATTERN
 
 
 def resolve(ref: str) -> Callable[..., Any]:
@@ -96,7 +96,7 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
     JobKind("train", "mor.train.job:train_job", preset="train",
             outputs=(SUMMARY_PATTERN,), summary="mor.train.job:summary", ranks="all", planned=True),
     JobKind("eval", "mor.eval.job:eval_job", preset="eval",
-            outputs=(ROW_PATTERN,), summary="mor.eval.job:summary",
+            outputs=(MEASUREMENT_PATTERN,), summary="mor.eval.job:summary",
             settings="mor.eval.settings:job_settings", returns=("run_id", "val_nll", "val_tokens"), planned=True),
     JobKind("lmeval", "mor.lm_eval.job:lmeval_job", preset="lmeval",
             outputs=(LM_EVAL_PATTERN,), summary="mor.lm_eval.job:summary",
