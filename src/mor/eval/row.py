@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mor.engine.job import throughput_columns
 from mor.grids import load_grid
 from mor.identity import eval_hash_of
 from mor.layout import RunPaths
@@ -42,8 +41,11 @@ def grid_row(grid: str, run_id: str, mode: str, run_dir: str, out: str) -> dict:
     for k in MAPS:  # maps come back as lists of pairs
         if isinstance(m[k], list):
             m[k] = dict(m[k])
-    row = {**m, "grid": g.name, "label": run.label, "config_json": json.dumps(run.to_dict(), sort_keys=True),
-           **throughput_columns(files.throughput, run_id)}
+    row = {**m, "grid": g.name, "label": run.label, "config_json": json.dumps(run.to_dict(), sort_keys=True)}
+    if files.throughput.exists():  # the throughput job's file (a fig4a grid's input); without it decode_* stay null
+        from mor.engine.job import throughput_columns  # imports the engine (torch): only a row that needs it pays
+
+        row.update(throughput_columns(files.throughput, run_id))
     write_rows(out, [row])
     return row
 
