@@ -4,10 +4,12 @@ A run id is the identity of what it trains (``mor.identity``), so however many g
 its train, lm-eval, throughput and analysis jobs run once, in ``runs/<run_id>/`` (``mor.layout``),
 and its eval job once per distinct eval settings (``RunConfig.eval_hash``); only its result row is
 each grid's (``layout.GRID_KINDS``). A run's own job reads its config from one listing, its
-*home*: the first grid by name that needs the job (for ``lmeval``, the first whose run scores
-lm-eval tasks; for ``eval``, the first that lists it with those eval settings). The listings must
-agree on the settings of the other jobs, or the grids are refused with one line naming both. The workflow (``workflows/rules/common.smk``), the
-launcher given a grids folder (``mor.launch``), the plan and ``mor status`` all ask this module.
+*home*: the first grid by name that needs the job (``needs``: for ``lmeval``, the first whose
+run scores lm-eval tasks; for ``eval``, the first that lists it with those eval settings; for an
+analysis, the first whose figures draw it). The listings that need one of its other jobs must
+agree on that job's settings, or the grids are refused with one line naming both. The workflow
+(``workflows/rules/common.smk``), the launcher given a grids folder (``mor.launch``), the plan and
+``mor status`` all ask this module.
 Torch-free.
 """
 
@@ -85,8 +87,9 @@ def check_agree(by_id: dict[str, list[Listing]], mode: str, kinds: Iterable[str]
             if kind in GRID_KINDS or kind in PER_SETTINGS or KINDS[kind].settings is None:
                 continue
             for which in (ANALYSES if kind == "analysis" else ("",)):
-                keyed = [(x.grid, json.dumps(KINDS[kind].settings_of(x.run.config, mode, {"run_id": run_id, "analysis": which}),
-                                             sort_keys=True)) for x in listed if needs(kind, x, which)]
+                wildcards = {"run_id": run_id, "analysis": which}
+                keyed = [(x.grid, json.dumps(KINDS[kind].settings_of(x.run.config, mode, wildcards), sort_keys=True))
+                         for x in listed if needs(kind, x, which)]
                 for grid, key in keyed[1:]:
                     if key != keyed[0][1]:
                         what = f"{kind} ({which})" if which else kind
@@ -115,8 +118,8 @@ def home_of(grids: dict[str, Grid], by_id: dict[str, list[Listing]], run_id: str
             continue
         if kind not in PER_SETTINGS or not which or run.config.eval_hash == which:
             return grids[name], run
-    raise GridError(f"no grid lists run {run_id!r}" + (f" with eval settings {which}" if kind in PER_SETTINGS and which else "")
-                    + f" (grids: {', '.join(sorted(grids))})")
+    settings = f" with eval settings {which}" if kind in PER_SETTINGS and which else ""
+    raise GridError(f"no grid lists run {run_id!r}{settings} (grids: {', '.join(sorted(grids))})")
 
 
 def find_home(grids_dir: str | Path, mode: str, run_id: str, kind: str, which: str = "") -> Grid:
