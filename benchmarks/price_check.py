@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     from mor.jobs import KINDS
     from mor.launch.cost import plan_grid
     from mor.launch.presets import load_presets
-    from mor.launch.price_check import fit_start, job_label, priced_cpu_minutes, rates, with_full_look
+    from mor.launch.price_check import (fit_start, job_label, priced_cpu_minutes, rates, shared_cpu_minutes,
+                                         with_full_look)
     from mor.layout import RunPaths
     from mor.status.targets import resolve_targets, with_design_seeds
 
@@ -72,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\npriced before anything runs: {sum(own.values()):.1f} CPU-min for the grids' own seeds, "
           f"{sum(full.values()):.1f} with the claims' whole look ({a.mode} design, its family's blocks "
           f"at the last look)")
+    for what, gs in (("own seeds", targets), ("whole look", with_full_look(targets, a.mode))):
+        shared = shared_cpu_minutes(gs, presets)
+        print(f"  {what}, each distinct run's jobs once and its eval once per eval settings (issue 58): "
+              f"{sum(shared.values()):.1f} CPU-min (" + ", ".join(f"{k} {v:.1f}" for k, v in shared.items()) + ")")
     return 0
 
 

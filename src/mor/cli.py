@@ -2,6 +2,7 @@
 
     runs     list a grid's runs (ids, labels) for a mode; --check validates every grid
     collect  merge per-run parquet             report   render a table or figure from parquet
+    row      a grid's result row of a run, from the run's eval measurement (mor.eval.row)
     claims   check the paper's claims against the results (tables/claims)
     status   where every run the targets need stands (--watch refreshes)
     export-hf  a finished run as a transformers folder (AutoModelForCausalLM, trust_remote_code)
@@ -41,6 +42,13 @@ def _collect(a) -> int:
 
     n = collect(a.inputs, a.out, a.grid)
     print(f"collected {n} runs -> {a.out}")
+    return 0
+
+
+def _row(a) -> int:
+    from mor.eval.row import grid_row, summary
+
+    print(summary(grid_row(a.grid, a.run_id, a.mode, a.run_dir, a.out)))
     return 0
 
 
@@ -232,6 +240,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the merged parquet to write")
     p.add_argument("inputs", nargs="+", help="the per-run parquet files (results/runs/<grid>/<run_id>.parquet)")
     p.set_defaults(fn=_collect)
+
+    p = sub.add_parser("row", help="a grid's result row of a run, from the run's eval measurement")
+    p.add_argument("--grid", required=True, help="the grid file that lists the run")
+    p.add_argument("--run-id", required=True, help="the run's id (its folder runs/<run_id>)")
+    p.add_argument("--mode", default="local", help="the grid's mode")
+    p.add_argument("--run-dir", required=True, help="the run's folder (runs/<run_id>)")
+    p.add_argument("--out", required=True, help="results/runs/<grid>/<run_id>.parquet")
+    p.set_defaults(fn=_row)
 
     p = sub.add_parser("report", help="draw one table or figure from a grid's merged parquet")
     p.add_argument("--artifact", required=True, help="e.g. tables/table10 or figures/fig6")

@@ -85,3 +85,9 @@ def training_fields(run: Any) -> dict[str, Any]:
 def eval_fields(run: Any) -> dict[str, Any]:
     """The fields of a ``RunConfig`` that decide what the eval job measures of those weights."""
     return {k: dataclasses.asdict(getattr(run, k)) for k in EVAL_FIELDS}  # == to_dict()[k], cheaper
+
+
+def eval_hash_of(config: dict[str, Any]) -> str:
+    """``RunConfig.eval_hash`` from a config as a dict (``to_dict()``, a row's ``config_json``):
+    which eval measurement a result row was made from, without building the config (``mor.migrate``)."""
+    return digest({k: config[k] for k in EVAL_FIELDS})

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from mor.layout import LM_EVAL_PATTERN, ROW_PATTERN, SIDECAR_PATTERN, SUMMARY_PATTERN, THROUGHPUT_PATTERN
+from mor.layout import LM_EVAL_PATTERN, MEASUREMENT_PATTERN, SIDECAR_PATTERN, SUMMARY_PATTERN, THROUGHPUT_PATTERN
 
 
 def resolve(ref: str) -> Callable[..., Any]:
@@ -100,7 +100,7 @@ KINDS: dict[str, JobKind] = {k.name: k for k in (
     JobKind("import", "mor.authors.import_job:import_job", preset=None,
             outputs=(SUMMARY_PATTERN,), summary="mor.authors.import_job:summary"),
     JobKind("eval", "mor.eval.job:eval_job", preset="eval",
-            outputs=(ROW_PATTERN,), summary="mor.eval.job:summary",
+            outputs=(MEASUREMENT_PATTERN,), summary="mor.eval.job:summary",
             settings="mor.eval.settings:job_settings", returns=("run_id", "val_nll", "val_tokens"), planned=True),
     JobKind("lmeval", "mor.lm_eval.job:lmeval_job", preset="lmeval",
             outputs=(LM_EVAL_PATTERN,), summary="mor.lm_eval.job:summary",

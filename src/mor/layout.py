@@ -6,8 +6,10 @@ module spells a pattern again). Torch-free and pure: paths only, nothing is read
 
 A run has one home, keyed by its id alone (the id is the identity of what it trains, issue 29):
 however many grids list it, it is trained once, and its lm-eval, throughput and analysis jobs
-run once. Only its result row is the grid's (it carries the grid, the label and the grid's
-eval settings): ``GRID_KINDS``. ``mor.migrate`` moves a folder of the layout before
+run once. Its eval job runs once per distinct eval settings (``RunConfig.eval_hash``): two grids
+that score it alike share one measurement, two that score it differently get one each. Only its
+result row is the grid's (the measurement with the grid, its label and its config; the ``row``
+rule, ``mor.eval.row``): ``GRID_KINDS``. ``mor.migrate`` moves a folder of the layout before
 (``runs/<grid>/<run_id>``, ``legacy_run_dir``) into this one.
 
     runs/<run_id>/                             RunPaths(grid, run_id).dir
@@ -17,17 +19,18 @@ eval settings): ``GRID_KINDS``. ``mor.migrate`` moves a folder of the layout bef
         final/model.safetensors                .final, .weights
         final/summary.json                     .final_summary  kept copy of the marker
         train_summary.json                     .summary        written last: the run trained
+        eval/<eval_hash>.parquet               .measurement(h) the eval job's measurement (per eval settings)
         lm_eval.json                           .lm_eval        the lmeval job's output
         throughput.json                        .throughput     the throughput job's output
         usage/<job>.json                       .usage(job)     what a local job cost (mor.usage)
-    results/runs/<grid>/<run_id>.parquet       .row            the eval job's result row (the grid's)
+    results/runs/<grid>/<run_id>.parquet       .row            the run's result row (the grid's: rule row)
     results/runs/<run_id>.<a>.npz              .sidecar(a)     an analysis job's arrays
     results/<grid>.parquet                     grid_results(grid)
     logs/runs/<run_id>/<job>.log               run_log(logs, grid, run_id, job): a rule's log
-    logs/<grid>/<run_id>/eval.log              .. of a job of GRID_KINDS
+    logs/runs/<run_id>/eval-<eval_hash>.log    .. of an eval job (one per eval settings)
+    logs/<grid>/<run_id>/row.log               .. of a job of GRID_KINDS
     logs/slurm/runs/<run_id>/<kind>/           job_folder(logs/slurm, ...): submitit's folder,
-        job.json                               .. with the Slurm job's record
-    logs/slurm/<grid>/<run_id>/eval/           .. of a job of GRID_KINDS
+        job.json                               .. with the Slurm job's record (eval-<eval_hash>/ for eval)
 
 The ``*_PATTERN`` strings are the same paths with Snakemake wildcards, for rule outputs and
 the job table (``mor.jobs``).
@@ -50,17 +53,20 @@ FINAL_DIR = "final"
 WEIGHTS_FILE = "model.safetensors"
 FINAL_SUMMARY_FILE = "summary.json"  # final/summary.json: the kept copy of the success marker
 SUMMARY_FILE = "train_summary.json"
+EVAL_DIR = "eval"  # eval/<eval_hash>.parquet: the eval job's measurement, one per eval settings
 LM_EVAL_FILE = "lm_eval.json"
 THROUGHPUT_FILE = "throughput.json"
 USAGE_DIR = "usage"  # usage/<job>.json: a local job's CPU and wall seconds (mor.usage)
 
-# Job kinds whose output depends on the grid that lists the run (its result row); every other
-# job of a run is the run's own, keyed by the run id alone.
-GRID_KINDS = ("eval",)
+# Jobs whose output depends on the grid that lists the run: its result row (the row rule, the
+# eval measurement with the grid's label and config; no job kind of mor.jobs). Every job kind
+# of a run is the run's own, keyed by the run id (and an eval job by its eval settings' hash).
+GRID_KINDS = ("row",)
 SHARED_LOGS = RUNS  # logs/runs/<run_id>/, logs/slurm/runs/<run_id>/: a run's own jobs' logs
 
 RUN_PATTERN = f"{RUNS}/{{run_id}}"
 SUMMARY_PATTERN = f"{RUN_PATTERN}/{SUMMARY_FILE}"
+MEASUREMENT_PATTERN = f"{RUN_PATTERN}/{EVAL_DIR}/{{eval_hash}}.parquet"
 LM_EVAL_PATTERN = f"{RUN_PATTERN}/{LM_EVAL_FILE}"
 THROUGHPUT_PATTERN = f"{RUN_PATTERN}/{THROUGHPUT_FILE}"
 ROW_PATTERN = f"{RESULTS}/{RUNS}/{{grid}}/{{run_id}}.parquet"
@@ -133,6 +139,11 @@ class RunPaths:
     @property
     def summary(self) -> Path:
         return self.dir / SUMMARY_FILE
+
+    def measurement(self, eval_hash: str) -> Path:
+        """``eval/<eval_hash>.parquet``: the eval job's measurement under eval settings of that
+        hash (``RunConfig.eval_hash``), whatever grids list the run with them."""
+        return self.dir / EVAL_DIR / f"{eval_hash}.parquet"
 
     @property
     def lm_eval(self) -> Path:

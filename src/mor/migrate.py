@@ -9,8 +9,15 @@ one home, ``runs/<run_id>`` (``mor.layout``). This moves, by renames on the same
     logs/<grid>/<run_id>/<job>.log               -> logs/runs/<run_id>/<job>.log
     logs/slurm/<grid>/<run_id>/<kind>/           -> logs/slurm/runs/<run_id>/<kind>/
 
-except what stays the grid's (``layout.GRID_KINDS``: the result row, the eval job's log and
-Slurm folder), which is already where the new layout looks.
+except what stays the grid's (the result row), which is already where the new layout looks.
+
+A run is also scored once per distinct eval settings (``runs/<run_id>/eval/<eval_hash>.parquet``,
+the eval job's measurement; each grid's row is copied from it). A folder made before that has only
+the rows, each the measurement of its grid's eval settings, so the migration copies each row that
+has no measurement yet to the measurement of its eval settings (``results/runs/<grid>/<run_id>.parquet``
+-> ``runs/<run_id>/eval/<eval_hash>.parquet``, the hash from the row's own config, the file's time
+kept): nothing already evaluated is evaluated again. A row of another results schema is not
+copied (its eval re-runs, as a schema change always made it) nor one whose run folder is gone.
 
 Two copies of one id (two grids each trained it, or one is already at its home) that are the
 same, file for file, byte for byte: the first moves, the other stays where it is and is named
@@ -23,7 +30,9 @@ folder it was given). It deletes nothing but the folders its own moves left empt
 from __future__ import annotations
 
 import filecmp
+import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +75,7 @@ class Plan:
     duplicates: list[tuple[Path, Path]] = field(default_factory=list)  # (left in place, the same as)
     conflicts: list[tuple[Path, Path]] = field(default_factory=list)
     kept_logs: list[tuple[Path, Path]] = field(default_factory=list)  # a log of the same job of a second copy: left
+    measurements: list[tuple[Path, Path]] = field(default_factory=list)  # (a grid's row, its run's eval measurement): copied
 
 
 def _add(plan: Plan, src: Path, dst: Path, taken: dict[Path, Path], log: bool = False) -> None:
@@ -96,10 +106,42 @@ def plan_migration(root: str | Path = ".") -> Plan:
         for grid, run_id in dict.fromkeys(legacy_runs(root) + _legacy_log_runs(logs)):
             folder = logs / grid / run_id
             for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+                if p.stem == "eval":  # the log / Slurm folder of a grid's eval job before: stays the grid's
+                    continue
                 dst = target(grid, run_id, p)
                 if dst != p:
                     _add(plan, p, dst, taken, log=True)
+    plan.measurements = _measurements(root, {dst for _, dst in plan.moves})
     return plan
+
+
+def _measurements(root: Path, arriving: set[Path]) -> list[tuple[Path, Path]]:
+    """(row, measurement) for each grid's row whose run (at its home, or moving there) has no eval
+    measurement of the row's eval settings yet: the first row by path of each (run, settings)."""
+    import pyarrow.parquet as pq
+
+    from mor.identity import eval_hash_of
+    from mor.results import RUN_SCHEMA
+
+    old_results = root / layout.RESULTS / layout.RUNS
+    out: dict[Path, Path] = {}
+    for row in sorted(old_results.glob("*/*.parquet")) if old_results.is_dir() else []:
+        home = layout.RunPaths.own(row.stem, root)
+        if not (home.dir.is_dir() or home.dir in arriving):
+            continue
+        try:
+            table = pq.read_table(row)
+        except Exception:  # unreadable: the workflow re-runs its eval, as before
+            continue
+        if table.schema.remove_metadata() != RUN_SCHEMA.remove_metadata() or table.num_rows != 1:
+            continue
+        (r,) = table.to_pylist()
+        if r["run_id"] != row.stem:
+            continue
+        dst = home.measurement(eval_hash_of(json.loads(r["config_json"])))
+        if not dst.exists():
+            out.setdefault(dst, row)
+    return [(row, dst) for dst, row in out.items()]
 
 
 def _legacy_log_runs(logs: Path) -> list[tuple[str, str]]:
@@ -153,6 +195,11 @@ def migrate(root: str | Path = ".", dry_run: bool = False, slurm_query=None) -> 
                 d.rmdir()
             except OSError:
                 break
+    for row, dst in plan.measurements:  # copied, not moved: the row stays the grid's
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f".{dst.name}.tmp")
+        shutil.copy2(row, tmp)  # its time kept: the row is not older than what it is now made from
+        os.replace(tmp, dst)
     return plan
 
 
@@ -165,6 +212,10 @@ def main(root: str = ".", dry_run: bool = False) -> int:
         print(f"left {left}: the same as {same} (a second copy of one run; delete it by hand)")
     for left, other in plan.kept_logs:
         print(f"left {left}: a log of a second copy of one run's job ({other} moved); keep or delete it by hand")
+    copy = "would copy" if dry_run else "copied"
+    for row, dst in plan.measurements:
+        print(f"{copy} {row} -> {dst} (its eval measurement: not evaluated again)")
     runs = sum(1 for src, _ in plan.moves if src.parent.parent.name == layout.RUNS)
-    print(f"migrate-runs: {verb} {len(plan.moves)} ({runs} run folders), {len(plan.duplicates)} identical copies left in place")
+    print(f"migrate-runs: {verb} {len(plan.moves)} ({runs} run folders), {len(plan.duplicates)} identical copies left "
+          f"in place; {copy} {len(plan.measurements)} result rows to their runs' eval measurements")
     return 0

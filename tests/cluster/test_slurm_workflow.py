@@ -58,7 +58,11 @@ def test_grid_through_the_slurm_profile(slurm_cluster, tmp_path, data_root):
     assert all(r["run_id"] in md for r in rows)
 
     ids = job_ids(tmp_path)
-    assert sorted(ids) == sorted(f"{r['run_id']}/{k}" for r in rows for k in ("train", "eval"))
+    # a run's eval job folder is keyed by its eval settings (one eval per run and eval settings, issue 58)
+    from mor.identity import eval_hash_of
+
+    assert sorted(ids) == sorted(f"{r['run_id']}/{k}" for r in rows
+                                 for k in ("train", f"eval-{eval_hash_of(json.loads(r['config_json']))}"))
     for key, jid in ids.items():  # every job went through Slurm and is accounted for
         states = wait_for(lambda: (s := sacct_states(jid)) and s[-1] == "COMPLETED" and s, f"sacct COMPLETED {key}", 60)
         assert states == ["COMPLETED"], (key, states)

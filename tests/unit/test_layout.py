@@ -103,6 +103,7 @@ def test_run_paths_agree_with_the_patterns():
     fill = {"grid": "table10", "run_id": "135M-vanilla-abc", "analysis": "kv"}
     assert p.summary == Path("/r") / layout.SUMMARY_PATTERN.format(**fill)
     assert p.lm_eval == Path("/r") / layout.LM_EVAL_PATTERN.format(**fill)
+    assert p.measurement("0123456789ab") == Path("/r") / layout.MEASUREMENT_PATTERN.format(**fill, eval_hash="0123456789ab")
     assert p.throughput == Path("/r") / layout.THROUGHPUT_PATTERN.format(**fill)
     assert p.row == Path("/r") / layout.ROW_PATTERN.format(**fill)
     assert p.sidecar("kv") == Path("/r") / layout.SIDECAR_PATTERN.format(**fill)
@@ -111,18 +112,22 @@ def test_run_paths_agree_with_the_patterns():
 
 
 def test_a_run_has_one_home_whatever_grid_lists_it():
-    """Issue 58: two grids' paths of one run id are one folder, one analysis file, one log of
-    each of its own jobs; only the result row (and the eval job's log and Slurm folder) is the grid's."""
+    """Issue 58: two grids' paths of one run id are one folder, one analysis file, one eval
+    measurement per eval settings, one log of each of its own jobs; only the result row (and the
+    row step's log) is the grid's."""
     a, b = layout.RunPaths("table10", "135M-x-abc"), layout.RunPaths("table15", "135M-x-abc")
     assert a.dir == b.dir == Path("runs/135M-x-abc") == layout.RunPaths.own("135M-x-abc").dir
     assert a.sidecar("kv") == b.sidecar("kv") == Path("results/runs/135M-x-abc.kv.npz")
+    assert a.measurement("0123456789ab") == b.measurement("0123456789ab") == Path("runs/135M-x-abc/eval/0123456789ab.parquet")
+    assert a.measurement("0123456789ab") != a.measurement("ba9876543210")  # other eval settings: another eval
     assert a.row != b.row and a.row == Path("results/runs/table10/135M-x-abc.parquet")
-    for job in ("train", "lmeval", "throughput", "analysis-kv"):
+    for job in ("train", "eval-0123456789ab", "lmeval", "throughput", "analysis-kv"):
         assert layout.run_log("logs", "table10", "id", job) == layout.run_log("logs", "table15", "id", job)
         assert layout.job_folder("s", "table10", "id", job) == layout.job_folder("s", "table15", "id", job)
-    assert layout.run_log("logs", "table10", "id", "eval") != layout.run_log("logs", "table15", "id", "eval")
-    assert layout.job_folder("s", "table10", "id", "eval") == Path("s/table10/id/eval")
+    assert layout.run_log("logs", "table10", "id", "row") != layout.run_log("logs", "table15", "id", "row")
+    assert layout.job_folder("s", "table10", "id", "eval-0123456789ab") == Path("s/runs/id/eval-0123456789ab")
     assert layout.run_log_pattern("train").format(grid="g", run_id="i") == "logs/runs/i/train.log"
-    assert layout.run_log_pattern("eval").format(grid="g", run_id="i") == "logs/g/i/eval.log"
+    assert layout.run_log_pattern("eval-{eval_hash}").format(grid="g", run_id="i", eval_hash="h") == "logs/runs/i/eval-h.log"
+    assert layout.run_log_pattern("row").format(grid="g", run_id="i") == "logs/g/i/row.log"
     with pytest.raises(ValueError):
         layout.RunPaths.own("id").row

@@ -1,7 +1,9 @@
 """``python -m mor migrate-runs`` (issue 58): runs of the layout before, ``runs/<grid>/<run_id>``,
 move once to their one home ``runs/<run_id>``, with their analysis files and their own jobs'
 logs; nothing is retrained (the moved folder is byte for byte the old one), nothing is deleted
-that the migration did not move, and two different copies of one id stop it before it moves anything."""
+that the migration did not move, and two different copies of one id stop it before it moves anything.
+A grid's result row made before evals were the run's own becomes its run's eval measurement of
+the row's eval settings (a copy), so nothing already evaluated is evaluated again."""
 
 from __future__ import annotations
 
@@ -86,3 +88,44 @@ def test_a_queued_slurm_job_moves_nothing_and_a_dry_run_moves_nothing(tmp_path):
     plan = migrate(tmp_path, dry_run=True, slurm_query=lambda j: type("S", (), {"state": "COMPLETED"})())
     assert (d, layout.run_dir(tmp_path / layout.RUNS, "r-1")) in plan.moves and d.is_dir()
     assert not layout.run_dir(tmp_path / layout.RUNS, "r-1").exists()
+
+
+def old_row(root: Path, grid: str, run_id: str, eval_settings: dict, nll: float) -> Path:
+    """A grid's result row as the eval job wrote it before issue 58's measurements."""
+    from mor.results import write_rows
+
+    row = layout.row_file(root / layout.RESULTS, grid, run_id)
+    write_rows(row, [{"run_id": run_id, "grid": grid, "label": grid.upper(), "config_hash": "abc", "git_commit": "c0",
+                      "scale": "tiny", "seed": 0, "val_nll": nll,
+                      "config_json": json.dumps({"grid": grid, "eval": eval_settings})}])
+    return row
+
+
+def test_result_rows_become_their_runs_eval_measurements_and_nothing_is_evaluated_again(tmp_path, capsys):
+    import os
+
+    import pyarrow.parquet as pq
+
+    from mor.identity import eval_hash_of
+
+    old_run(tmp_path, "table10", "r-1")  # still of the layout before: it moves, its row's measurement lands with it
+    same, other = {"nll_tokens": 2048, "batch": 8}, {"nll_tokens": 1024, "batch": 8}
+    a = old_row(tmp_path, "table10", "r-1", same, 5.0)
+    os.utime(a, (1_000_000, 1_000_000))
+    old_row(tmp_path, "table15", "r-1", same, 5.0)  # the same run scored alike by a second grid: one measurement
+    c = old_row(tmp_path, "table9", "r-1", other, 5.5)  # other eval settings: a measurement of their own
+    old_row(tmp_path, "table10", "gone", same, 6.0)  # no run folder left: nothing to attach it to
+    rows = {p: p.read_bytes() for p in (tmp_path / layout.RESULTS).rglob("*.parquet")}
+
+    assert main(["migrate-runs", "--root", str(tmp_path)]) == 0
+    assert "copied 2 result rows" in capsys.readouterr().out
+    home = layout.RunPaths.own("r-1", tmp_path)
+    h_same, h_other = eval_hash_of({"eval": same}), eval_hash_of({"eval": other})
+    assert h_same != h_other
+    assert sorted(p.name for p in (home.dir / layout.EVAL_DIR).iterdir()) == sorted([f"{h_same}.parquet", f"{h_other}.parquet"])
+    assert pq.read_table(home.measurement(h_other)).to_pylist()[0]["val_nll"] == 5.5
+    assert home.measurement(h_same).read_bytes() == a.read_bytes() and home.measurement(h_other).read_bytes() == c.read_bytes()
+    assert home.measurement(h_same).stat().st_mtime == 1_000_000  # no newer than the row: the row is not redone
+    assert {p: p.read_bytes() for p in rows} == rows  # every row stays the grid's, untouched
+    assert not layout.RunPaths.own("gone", tmp_path).dir.exists()
+    assert migrate(tmp_path).measurements == []  # once

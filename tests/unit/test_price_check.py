@@ -12,7 +12,7 @@ from mor.grids import load_grid
 from mor.launch.__main__ import _usage
 from mor.launch.cost import JobEstimate, plan_grid
 from mor.launch.presets import load_presets
-from mor.launch.price_check import fit_start, job_label, priced_cpu_minutes, rates, with_full_look
+from mor.launch.price_check import fit_start, job_label, priced_cpu_minutes, rates, shared_cpu_minutes, with_full_look
 from mor.status.targets import resolve_targets
 from mor.usage import read
 
@@ -94,3 +94,26 @@ def test_local_paper_with_its_whole_look_is_priced_within_the_budget():
     minutes = priced_cpu_minutes(paper, load_presets())
     assert set(minutes) == {g.name for g in paper} and all(m > 0 for m in minutes.values())
     assert sum(minutes.values()) <= PAPER_BUDGET_CPU_MIN, minutes
+
+
+def test_local_paper_prices_each_distinct_run_once_and_its_eval_once_per_eval_settings():
+    """Issue 58: run together, `paper`'s grids train a shared run once and score it once per
+    distinct eval settings, so its price is the per-grid price less exactly the repeats: the
+    repeated listings' train / lm-eval / analysis / throughput jobs, and their evals where the
+    settings agree."""
+    from mor.launch.cost import plan_grid
+
+    paper = resolve_targets(["paper"], REPO / "grids", "local")
+    presets = load_presets()
+    shared, per_grid = shared_cpu_minutes(paper, presets), priced_cpu_minutes(paper, presets)
+    seen, repeats = set(), 0.0
+    for g in sorted(paper, key=lambda g: g.name):
+        for j in plan_grid(g, presets):
+            key = (j.kind, j.run_id, j.analysis, g.run(j.run_id).config.eval_hash if j.kind == "eval" else "")
+            repeats += j.device_hours * 60 if key in seen else 0.0
+            seen.add(key)
+    assert repeats > 0  # the paper's grids share runs: the test means something
+    assert abs(sum(per_grid.values()) - repeats - sum(shared.values())) < 1e-6
+    evals = {(r.run_id, r.config.eval_hash) for g in paper for r in g.runs}
+    rows = sum(len(g.runs) for g in paper)
+    assert len(evals) < rows  # some shared runs are scored alike: one eval serves several rows

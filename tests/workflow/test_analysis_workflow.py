@@ -39,7 +39,7 @@ def test_analysis_figures_build_from_a_tiny_grid(tmp_path, data_root):
     cfg = ("--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}")
     # one depth_cap per Recursive / MoR run, one kv for the Recursive run only
     assert plan(tmp_path, grids, data_root, *ARTIFACTS) == {
-        "train": 2, "eval": 2, "analysis": 3, "collect": 1, "curves": 1, "figure": 5, "table": 1}
+        "train": 2, "eval": 2, "row": 2, "analysis": 3, "collect": 1, "curves": 1, "figure": 5, "table": 1}
     snakemake(*ARTIFACTS, *cfg)
     rows = {r["variant"]: r for r in pq.read_table(tmp_path / "results" / "ana.parquet").to_pylist()}
     runs = tmp_path / "results" / "runs"  # a run's analysis files in its one home (mor.layout.sidecar_file)
@@ -93,7 +93,7 @@ def test_analysis_figures_build_from_a_tiny_grid(tmp_path, data_root):
     # an eval.* edit re-runs the evals and the analyses (their settings), never training
     grid.write_text(GRID.replace("nll_tokens: 2048", "nll_tokens: 1024"))
     assert plan(tmp_path, grids, data_root, *ARTIFACTS) == {
-        "eval": 2, "analysis": 2, "collect": 1, "curves": 1, "figure": 5, "table": 1}
+        "eval": 2, "row": 2, "analysis": 2, "collect": 1, "curves": 1, "figure": 5, "table": 1}
 
 
 def test_dry_run_of_the_paper_grids_lists_one_analysis_per_run_that_needs_one(tmp_path):
@@ -108,4 +108,4 @@ def test_dry_run_of_the_paper_grids_lists_one_analysis_per_run_that_needs_one(tm
     runs = 3 * seeds + 1
     assert job_counts(out.stdout + out.stderr) == {
         "corpus": 1, "tokenizer": 1, "tokens": 2, "lm_eval_tasks": 1, "train": runs, "lmeval": runs, "eval": runs,
-        "analysis": runs, "collect": 2, "curves": 2, "figure": 5, "table": 1}
+        "row": runs, "analysis": runs, "collect": 2, "curves": 2, "figure": 5, "table": 1}

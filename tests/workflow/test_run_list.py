@@ -108,9 +108,10 @@ def test_an_added_axis_value_is_trained_in_a_copied_results_folder(tmp_path, tri
     clone = clone_with_results(tmp_path)
     new = add_axis_value(clone, T0 + 100)  # the researcher edits the grid after copying
     code, text = dry_run(clone, "tables/table10", *triggers)
-    assert job_counts(text) == {"train": 1, "lmeval": 1, "eval": 1, "collect": 1, "curves": 1, "table": 1}
-    for rule in ("train", "lmeval", "eval"):
-        assert re.search(rf"rule {rule}:\n(?:    .*\n)*?    wildcards: (?:grid=rl, )?run_id={new}\n", text), (rule, text[-3000:])
+    assert job_counts(text) == {"train": 1, "lmeval": 1, "eval": 1, "row": 1, "collect": 1, "curves": 1, "table": 1}
+    for rule in ("train", "lmeval", "eval", "row"):
+        assert re.search(rf"rule {rule}:\n(?:    .*\n)*?    wildcards: (?:grid=rl, )?run_id={new}(?:, eval_hash=[0-9a-f]{{12}})?\n",
+                         text), (rule, text[-3000:])
 
 
 def test_a_table_newer_than_its_edited_grid_is_refused_until_rebuilt(tmp_path):
@@ -123,7 +124,7 @@ def test_a_table_newer_than_its_edited_grid_is_refused_until_rebuilt(tmp_path):
     assert "--forcerun collect" in line[0]
     # the command it names plans the new run and the rebuild
     assert plan(clone, "tables/table10", "--forcerun", "collect") == {
-        "train": 1, "lmeval": 1, "eval": 1, "collect": 1, "curves": 1, "table": 1}
+        "train": 1, "lmeval": 1, "eval": 1, "row": 1, "collect": 1, "curves": 1, "table": 1}
 
 
 def test_a_tags_change_without_metadata_is_refused_naming_the_extra_run(tmp_path):

@@ -57,19 +57,22 @@ def test_every_job_shows_the_resources_the_plan_prints(dry_run):
     for job in dry_run_jobs(dry_run):
         if job["rule"] not in RULE_KIND:
             continue
-        w = job["wildcards"]  # a run's own jobs are keyed by run id alone (one home, issue 58)
-        dry[(w.get("grid", ""), RULE_KIND[job["rule"]], w["run_id"], w.get("analysis", ""))] = job["resources"]
+        w = job["wildcards"]  # a run's own jobs are keyed by run id (one home, issue 58), an eval also by its eval hash
+        dry[(w.get("grid", ""), RULE_KIND[job["rule"]], w["run_id"], w.get("analysis", ""), w.get("eval_hash", ""))] = \
+            job["resources"]
     planned, unpriced = {}, set()
     for path in all_grids():
         grid = load_grid(path, "cluster")
         scale = {r.run_id: r.config.model.scale for r in grid.runs}
+        eval_hash = {r.run_id: r.config.eval_hash for r in grid.runs}
         try:
             jobs = plan_grid(grid, presets)
         except PresetError:  # a scale the preset file lacks: the plan stops, the dry run asks for nothing
             unpriced |= {(grid.name, r.run_id) for r in grid.runs}
             continue
-        for j in jobs:  # a shared run's job once, as the first grid that lists it plans it (mor.listings)
-            key = (grid.name if by_grid(j.kind) else "", j.kind, j.run_id, j.analysis)
+        for j in jobs:  # a shared run's job once (an eval once per eval settings), as the first grid that lists it plans it
+            key = (grid.name if by_grid(j.kind) else "", j.kind, j.run_id, j.analysis,
+                   eval_hash[j.run_id] if j.kind == "eval" else "")
             planned.setdefault(key, (j, scale[j.run_id]))
     for key in [k for k in dry if k not in planned and any(k[2] == rid and k[0] in (g, "") for g, rid in unpriced)]:
         assert int(dry.pop(key)["gpu"]) == 0, key
@@ -96,7 +99,7 @@ def test_every_job_shows_the_resources_the_plan_prints(dry_run):
     # (Cycle Nr 2: 14.25 h at the a100-80gb site, 21:30), not the preset's 24:00 for every one
     # (mor.launch.cost.time_limit_min; the reduced Vanillas, shallower, ask for less)
     table10 = {r.run_id for r in load_grid(REPO / "grids" / "table10.yaml", "cluster").runs}
-    train135 = {rid: r for (g, k, rid, _), r in dry.items() if rid in table10 and k == "train" and rid.startswith("135M-")}
+    train135 = {rid: r for (g, k, rid, _, _), r in dry.items() if rid in table10 and k == "train" and rid.startswith("135M-")}
     assert train135 and all((r["nodes"], r["gpu"]) == ("1", "2") and int(r["runtime"]) < 1440 for r in train135.values())
     assert [r["runtime"] for rid, r in train135.items() if rid.startswith("135M-recursive-cycle-nr2-")] == ["1290"]
     assert all(40_000 < int(r["planned_gpu_mem_mib"]) < 80 * 1024 for r in train135.values())  # fits the A100's 80 GiB

@@ -140,7 +140,7 @@ def test_dry_run_of_fig4a_has_a_throughput_job_per_run_before_its_eval(tmp_path)
     out = snakemake("figures/fig4a", "tables/fig4a", "-n", "--nolock", "--directory", str(tmp_path),
                     "--config", f"grids_dir={REPO / 'grids'}", f"data_root={tmp_path / 'data'}")
     counts = job_counts(out.stdout + out.stderr)
-    assert counts == {"corpus": 1, "tokenizer": 1, "tokens": 2, "train": 5, "throughput": 5, "eval": 5,
+    assert counts == {"corpus": 1, "tokenizer": 1, "tokens": 2, "train": 5, "throughput": 5, "eval": 5, "row": 5,
                       "collect": 1, "figure": 1, "table": 1,  # no lm-eval locally: the figure needs NLL only
                       "curves": 1}  # the grid's training curves come with each artifact (workflows/rules/report.smk)
     assert (out.stdout + out.stderr).count("job_kind=throughput") == 5  # the Slurm preset kind it asks for

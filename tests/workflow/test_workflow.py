@@ -19,7 +19,7 @@ from helpers.workflow import E2E_GRID, SNAKEMAKE, job_counts, plan, reference_nl
 def expected_jobs(grid_names: list[str], tables: int = 0, figures: int = 0, data: bool = True) -> dict[str, int]:
     """The jobs a dry run from scratch must list for targets drawn from these shipped grids,
     derived from the grids themselves (local mode): one train per distinct run id, an eval per
-    grid's run, an lmeval per distinct run with lm-eval tasks, one collect (and one set of training curves) per grid, the data
+    distinct (run id, eval settings), a row per grid's run, an lmeval per distinct run with lm-eval tasks, one collect (and one set of training curves) per grid, the data
     jobs (corpus, tokenizer, the train and val token files) and the offline task conversion
     if any run scores a mor_* task."""
     from mor.grids import load_grid
@@ -27,9 +27,10 @@ def expected_jobs(grid_names: list[str], tables: int = 0, figures: int = 0, data
 
     runs = [r for g in grid_names for r in load_grid(REPO / "grids" / f"{g}.yaml", "local").runs]
     lm = {r.run_id for r in runs if r.config.eval.lm_eval_tasks}
-    # a run several grids list is trained (and lm-evaluated) once, in its one home; each grid scores its row
-    jobs = {"train": len({r.run_id for r in runs}), "lmeval": len(lm), "eval": len(runs), "collect": len(grid_names),
-            "table": tables, "figure": figures}
+    # a run several grids list is trained (and lm-evaluated) once, in its one home, and scored once per
+    # distinct eval settings; each grid copies its row
+    jobs = {"train": len({r.run_id for r in runs}), "lmeval": len(lm), "eval": len({(r.run_id, r.config.eval_hash) for r in runs}),
+            "row": len(runs), "collect": len(grid_names), "table": tables, "figure": figures}
     if tables or figures:
         jobs["curves"] = len(grid_names)  # each grid's training curves come with its artifacts
     if data:  # the corpus, then per tokenizer: a trained BPE, or a real start point's own (its GGUF)
@@ -212,9 +213,10 @@ def test_grid_edits_redo_only_what_they_change(tmp_path, data_root):
                     .replace("val_nll: 3.0330}", "val_nll: 3.0330}\n  - {paper_scale: 135M, variant: vanilla, val_nll: 2.9}"))
     assert plan(tmp_path, grids, data_root, *targets) == {"table": 1, "figure": 1}
 
-    # eval settings -> every eval of the grid, never a train job
+    # eval settings -> every eval of the grid (new measurements) and its rows, never a train job
     grid.write_text(E2E_GRID.replace("nll_tokens: 2048", "nll_tokens: 1024"))
-    assert plan(tmp_path, grids, data_root, *targets) == {"eval": 2, "collect": 1, "curves": 1, "table": 1, "figure": 1}
+    assert plan(tmp_path, grids, data_root, *targets) == {"eval": 2, "row": 2, "collect": 1, "curves": 1, "table": 1,
+                                                          "figure": 1}
     snakemake(*targets, "--directory", str(tmp_path), "--config", f"grids_dir={grids}", f"data_root={data_root}")
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in summaries} == before
     after = {r["run_id"]: r for r in pq.read_table(tmp_path / "results" / "e2e.parquet").to_pylist()}
@@ -228,8 +230,8 @@ def test_grid_edits_redo_only_what_they_change(tmp_path, data_root):
     # a new axis value -> its train and eval, then the grid's merge and reports
     grid.write_text(E2E_GRID.replace("nll_tokens: 2048", "nll_tokens: 1024")
                     .replace("model.tying: [middle_cycle]", "model.tying: [middle_cycle, cycle]"))
-    assert plan(tmp_path, grids, data_root, *targets) == {"train": 1, "eval": 1, "collect": 1, "curves": 1, "table": 1,
-                                                          "figure": 1}
+    assert plan(tmp_path, grids, data_root, *targets) == {"train": 1, "eval": 1, "row": 1, "collect": 1, "curves": 1,
+                                                          "table": 1, "figure": 1}
 
     # a finished run re-entered (here forced) keeps its summary and its metrics bit for bit
     grid.write_text(E2E_GRID.replace("nll_tokens: 2048", "nll_tokens: 1024"))
@@ -356,7 +358,7 @@ def test_lmeval_jobs_fill_the_accuracy_columns_and_rerun_only_on_their_settings(
     for sub in ("tokenizer", "tokens"):  # the corpus data as built; the task conversion runs here
         (tmp_path / "data" / sub).symlink_to(data_root / sub)
     assert plan(tmp_path, grids, tmp_path / "data", *targets) == {
-        "lm_eval_tasks": 1, "train": 2, "lmeval": 2, "eval": 2, "collect": 1, "curves": 1, "table": 1}
+        "lm_eval_tasks": 1, "train": 2, "lmeval": 2, "eval": 2, "row": 2, "collect": 1, "curves": 1, "table": 1}
     snakemake(*targets, *cfg)
     rows = pq.read_table(tmp_path / "results" / "lme.parquet").to_pylist()
     for r in rows:
@@ -378,9 +380,9 @@ def test_lmeval_jobs_fill_the_accuracy_columns_and_rerun_only_on_their_settings(
 
     # the NLL settings: the evals alone; the lm-eval settings: the lmeval jobs and the evals
     grid.write_text(LMEVAL_GRID.replace("nll_tokens: 2048", "nll_tokens: 1024"))
-    assert plan(tmp_path, grids, tmp_path / "data", *targets) == {"eval": 2, "collect": 1, "curves": 1, "table": 1}
+    assert plan(tmp_path, grids, tmp_path / "data", *targets) == {"eval": 2, "row": 2, "collect": 1, "curves": 1, "table": 1}
     grid.write_text(LMEVAL_GRID.replace("mor_winogrande: 6", "mor_winogrande: 4"))
-    assert plan(tmp_path, grids, tmp_path / "data", *targets) == {"lmeval": 2, "eval": 2, "collect": 1, "curves": 1,
-                                                                  "table": 1}
+    assert plan(tmp_path, grids, tmp_path / "data", *targets) == {"lmeval": 2, "eval": 2, "row": 2, "collect": 1,
+                                                                  "curves": 1, "table": 1}
     grid.write_text(LMEVAL_GRID)
     assert plan(tmp_path, grids, tmp_path / "data", *targets) == {}

@@ -58,6 +58,7 @@ wildcard_constraints:
     name=r"[A-Za-z0-9_-]+",
     vocab=r"\d+",
     round=r"\d+",  # the claims' adaptive design (workflows/rules/claims.smk)
+    eval_hash=r"[0-9a-f]{12}",  # RunConfig.eval_hash: one eval job per distinct eval settings of a run
 
 
 def grid_named(name):
@@ -71,17 +72,20 @@ def grid_file(grid):
     return str(grid_named(grid).path)
 
 
-_HOMES = {}  # (run id, kind) -> run config: Snakemake asks once per input function per job
+_HOMES = {}  # (run id, kind, eval hash or analysis) -> run config: Snakemake asks once per input function per job
 
 
 def run_config(wildcards, kind="train"):
     """The config of a job's run: as its grid lists it (a job of layout.GRID_KINDS, keyed by
-    grid and run id), else from the home listing of the run's own job of ``kind`` (mor.listings)."""
-    if "grid" in dict(wildcards.items()):
+    grid and run id), else from the home listing of the run's own job of ``kind`` (mor.listings;
+    an eval job's: the first with the eval settings of its ``eval_hash``; an analysis job's: the
+    first whose grid draws its ``analysis``)."""
+    w = dict(wildcards.items())
+    if "grid" in w:
         return checked(grid_named(wildcards.grid).run, wildcards.run_id).config
-    key = (wildcards.run_id, kind)
+    key = (wildcards.run_id, kind, w.get("eval_hash") or w.get("analysis") or "")
     if key not in _HOMES:
-        _HOMES[key] = checked(home_of, GRIDS, RUN_LISTINGS, wildcards.run_id, kind)[1].config
+        _HOMES[key] = checked(home_of, GRIDS, RUN_LISTINGS, *key)[1].config
     return _HOMES[key]
 
 
@@ -153,20 +157,26 @@ def lm_eval_task_inputs(wildcards):
 
 
 def lm_eval_result(wildcards):
-    """A run with lm-eval tasks: its eval row waits for (and reads) the lmeval job's JSON."""
-    if run_config(wildcards).eval.lm_eval_tasks:
-        return [str(layout.RunPaths(wildcards.grid, wildcards.run_id).lm_eval)]
+    """An eval with lm-eval tasks: its measurement waits for (and reads) the lmeval job's JSON."""
+    if run_config(wildcards, "eval").eval.lm_eval_tasks:
+        return [str(layout.RunPaths.own(wildcards.run_id).lm_eval)]
     return []
 
 
 def throughput_result(wildcards):
     """A run of a grid that draws fig4a, or that imports the authors' checkpoint (issue 62; the one
-    rule: mor.throughput_protocol.measured): its eval row waits for (and reads) the throughput job's JSON."""
+    rule: mor.throughput_protocol.measured): its row in that grid waits for (and reads) the throughput job's JSON."""
     from mor.throughput_protocol import measured
 
     if measured(grid_named(wildcards.grid).artifacts, run_config(wildcards)):
         return [str(layout.RunPaths(wildcards.grid, wildcards.run_id).throughput)]
     return []
+
+
+def eval_measurement(wildcards):
+    """A grid's row of a run reads the run's eval measurement under the eval settings that grid
+    lists it with (runs/<run_id>/eval/<eval_hash>.parquet): grids that agree share one eval job."""
+    return str(layout.RunPaths.own(wildcards.run_id).measurement(run_config(wildcards).eval_hash))
 
 
 def rule_inputs(**parts):

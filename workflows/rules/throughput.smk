@@ -1,6 +1,6 @@
 # Decoding throughput (App. E, mor.engine.job): one job per trained run of a grid that draws
-# fig4a (mor.throughput_protocol.ARTIFACTS) -> runs/<run_id>/throughput.json, which the eval rule
-# copies into the run's result row. It reads the final weights and never retrains; its params
+# fig4a (mor.throughput_protocol.ARTIFACTS) -> runs/<run_id>/throughput.json, which the row rule
+# copies into the run's result row of each such grid. It reads the final weights and never retrains; its params
 # are the protocol of the mode (workflows/config/throughput.yaml) and the job's VERSION. On Slurm it
 # takes the preset's `throughput` resources (one GPU).
 from mor.throughput_protocol import VERSION as THROUGHPUT_VERSION
@@ -15,7 +15,7 @@ rule throughput:
         KINDS["throughput"].outputs[0],  # runs/{run_id}/throughput.json
     params:
         mode=MODE,
-        protocol=job_settings("throughput"),  # an edit of this mode's protocol re-runs it (and the eval that reads it)
+        protocol=job_settings("throughput"),  # an edit of this mode's protocol re-runs it (and the rows that read it)
         version=THROUGHPUT_VERSION,
         torch_threads=config["threads"],  # the timing's torch threads; `threads` may be raised to reserve cores
     threads: config["threads"]

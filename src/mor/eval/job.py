@@ -1,10 +1,13 @@
-"""The ``eval`` job: score one trained run on the validation split and write its result row.
+"""The ``eval`` job: score one trained run on the validation split and write its measurement.
 
-The row (``mor.results``'s schema) gathers everything a table reads about the run: the
-validation NLL (teacher-forced and with causal routing), the router statistics, the
-training summary, and, where the workflow made them, the lmeval job's accuracies
-(``runs/<run_id>/lm_eval.json``) and the throughput job's decoding figures
-(``throughput.json``). It is the last job of a run, so it reads those siblings' files.
+The measurement is a row of ``mor.results``'s schema with what the run's weights and its eval
+settings decide: the validation NLL (teacher-forced and with causal routing), the router
+statistics, the training summary, and, where the run scores lm-eval tasks, the lmeval job's
+accuracies (``runs/<run_id>/lm_eval.json``). It is the run's own (``mor.layout``:
+``runs/<run_id>/eval/<eval_hash>.parquet``): grids that list the run with the same eval settings
+share it, and each grid's result row is assembled from it (``mor.eval.row``, which also adds the
+throughput job's decoding figures where the grid draws them). Its grid and label columns are
+those of the listing it was run from; the row replaces them with each grid's own.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from mor.config import model_shape
 from mor.cpu_allocator import tune_cpu_allocator
 from mor.data.paths import data_paths
 from mor.data.sampler import load_tokens
-from mor.engine.job import throughput_columns
 from mor.flops import train_flops
 from mor.grids import load_grid
 from mor.eval.nll import evaluate
@@ -32,7 +34,7 @@ from mor.trained import open_run
 def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_root: str = "data",
              device: str = "auto", threads: int = 0, evaluate: Callable[..., dict] = evaluate,
              read_weights: Callable | None = None) -> dict:
-    """Score a trained run on the validation split and write its result row.
+    """Score a trained run on the validation split and write its measurement (``out``).
 
     ``evaluate`` (model, tokens, seq_len, max_tokens, batch, device) -> metrics scores the
     split (``mor.eval.nll.evaluate``); ``read_weights`` fills the model from the run's final
@@ -56,8 +58,6 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
     accuracy = {"accuracy": {}, "avg_accuracy": None, "accuracy_topk": {}, "avg_accuracy_topk": None}
     if run.eval.lm_eval_tasks:  # written by this run's lmeval job (mor.lm_eval.job), a workflow input
         accuracy = accuracy_columns(read_result(files.lm_eval, run.eval, run_id))
-    # written by this run's throughput job (workflows/rules/throughput.smk) when its grid draws fig4a
-    throughput = throughput_columns(files.throughput, run_id)
     shape = model_shape(run.model)
     plan = model.plan  # the built model's tying plan, not a second one
     m = run.model
@@ -80,7 +80,7 @@ def eval_job(grid: str, run_id: str, mode: str, run_dir: str, out: str, data_roo
         "mfu": summary.get("mfu"),
         "final_train_loss": summary["final_loss"],
         "val_nll": metrics["val_nll"], "val_nll_causal": metrics["val_nll_causal"], "val_tokens": metrics["val_tokens"],
-        **accuracy, **throughput,
+        **accuracy,  # decode_* columns: each grid's row adds them (mor.eval.row)
         "dead_token_ratio": metrics.get("dead_token_ratio"), "sampling_accuracy": metrics.get("sampling_accuracy"),
         "max_vio": metrics.get("max_vio"), "entropy": metrics.get("entropy"),
         "mean_depth": metrics.get("mean_depth"), "depth_histogram": metrics.get("depth_histogram"),

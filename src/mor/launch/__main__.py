@@ -16,7 +16,7 @@
 
 With the Slurm launcher the job's resources come from the preset for the run's scale and
 the job kind (``--presets``, default slurm/presets.yaml); its submitit folder, Slurm logs
-and ``job.json`` / ``result.json`` go to ``logs/slurm/<grid>/<run_id>/<kind>/``. This
+and ``job.json`` / ``result.json`` go to ``logs/slurm/runs/<run_id>/<kind>/`` (``mor.layout.job_folder``). This
 process stays light (no torch): Snakemake runs many of them side by side on a login node.
 """
 
@@ -62,6 +62,9 @@ def add_job_arguments(p: argparse.ArgumentParser, kind: str, threads_help: str) 
         from mor.analysis.sidecar import ANALYSES
 
         p.add_argument("--analysis", required=True, choices=ANALYSES, help="what to measure (mor.analysis.job)")
+    if kind == "eval":
+        p.add_argument("--eval-settings", metavar="HASH", help="with --grid a folder of grids: the listing whose "
+                       "eval settings have this hash (RunConfig.eval_hash; one eval job per distinct settings)")
     if kind == "lmeval":
         p.add_argument("--tasks-dir", help="converted offline tasks (default <data-root>/lm_eval/tasks)")
 
@@ -150,6 +153,8 @@ def _slurm(a) -> int:
     folder = log_dir(a.log_root, grid.name, a.run_id, a.kind).absolute()
     if a.kind == "analysis":
         folder = folder.with_name(f"analysis-{a.analysis}")
+    if a.kind == "eval":  # one eval job per distinct eval settings of the run (mor.listings)
+        folder = folder.with_name(f"eval-{run.eval_hash}")
     what = f"{a.kind} of {grid.name}/{a.run_id}"
     results = _submit(a.kind, job_kwargs(a, preset.cpus_per_task, preset), preset, folder,
                       name=f"mor-{a.kind}-{a.run_id}", what=what)
@@ -181,7 +186,8 @@ def _home_grid(a) -> None:
     if Path(a.grid).is_dir():
         from mor.listings import find_home
 
-        a.grid = str(find_home(a.grid, a.mode, a.run_id, a.kind).path)
+        which = getattr(a, "eval_settings", None) or getattr(a, "analysis", None) or ""
+        a.grid = str(find_home(a.grid, a.mode, a.run_id, a.kind, which).path)
 
 
 def _job(a) -> int:

@@ -108,13 +108,20 @@ def format_warnings(jobs: list[JobEstimate]) -> list[str]:
 def campaign_jobs(planned: dict[str, tuple[Grid, list[JobEstimate]]]) -> list[JobEstimate]:
     """The jobs the workflow submits for all these grids together: a run several grids list has
     one home (``mor.layout``), so its own jobs (train, lm-eval, throughput, analyses) are planned
-    once; only a job of ``layout.GRID_KINDS`` (the eval row) is each grid's."""
+    once, and its eval once per distinct eval settings (``mor.listings.PER_SETTINGS``); a job of
+    ``layout.GRID_KINDS`` (the row) would be each grid's, but none is priced."""
     from mor.layout import GRID_KINDS
+    from mor.listings import PER_SETTINGS
 
     seen: dict[tuple, JobEstimate] = {}
-    for name, (_, jobs) in planned.items():
+    for name, (grid, jobs) in planned.items():
         for j in jobs:
-            key = (name, j.kind, j.run_id, j.analysis) if j.kind in GRID_KINDS else (j.kind, j.run_id, j.analysis)
+            if j.kind in GRID_KINDS:
+                key = (name, j.kind, j.run_id, j.analysis)
+            elif j.kind in PER_SETTINGS:
+                key = (j.kind, j.run_id, j.analysis, grid.run(j.run_id).config.eval_hash)
+            else:
+                key = (j.kind, j.run_id, j.analysis)
             seen.setdefault(key, j)
     return list(seen.values())
 

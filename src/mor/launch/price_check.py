@@ -109,3 +109,19 @@ def priced_cpu_minutes(grids: list, presets) -> dict[str, float]:
     from mor.launch.cost import plan_grid
 
     return {g.name: sum(j.device_hours * 60 for j in plan_grid(g, presets)) for g in grids}
+
+
+def shared_cpu_minutes(grids: list, presets) -> dict[str, float]:
+    """job kind -> the plan's CPU-minutes of these grids' jobs as the workflow runs them together
+    (issue 58, ``mor.launch.plan.campaign_jobs``): each distinct run's train, lm-eval, throughput and
+    analyses once, its eval once per distinct eval settings. ``priced_cpu_minutes`` instead counts
+    each grid's listing of a run again (what the layout before one home per run ran). Priced from
+    the presets' rates, not measured; the row step that copies a measurement into each grid's row
+    has no price (a process start, well under a CPU-second)."""
+    from mor.launch.cost import plan_grid
+    from mor.launch.plan import campaign_jobs
+
+    out: dict[str, float] = {}
+    for j in campaign_jobs({g.name: (g, plan_grid(g, presets)) for g in grids}):
+        out[j.kind] = out.get(j.kind, 0.0) + j.device_hours * 60
+    return out

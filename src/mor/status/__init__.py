@@ -2,7 +2,7 @@
 
 One table per grid, one row per run, then a summary line per grid and the device-hours:
 
-    state       done          the eval job wrote results/runs/<grid>/<id>.parquet (val NLL shown)
+    state       done          the grid's row results/runs/<grid>/<id>.parquet exists (val NLL shown)
                 trained       train_summary.json exists, the eval job has not written its row
                 running       Slurm says RUNNING, or (local) train_log.jsonl grew recently
                 queued        Slurm says PENDING (or requeued, configuring, suspended)

@@ -91,7 +91,7 @@ def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None, slur
     summary = run_dir / layout.SUMMARY_FILE
     if summary.exists():
         st.state, st.step = "trained", st.steps
-        job = slurm_job_state(paths.slurm_job(grid.name, run.run_id, "eval"), slurm_query)
+        job = slurm_job_state(paths.slurm_job(grid.name, run.run_id, f"eval-{run.config.eval_hash}"), slurm_query)
         st.note = f"eval: Slurm {job[0]} (job {job[1]})" if job and job[0] else "eval pending"
         return st
     record = paths.slurm_job(grid.name, run.run_id, "train")
