@@ -1,7 +1,8 @@
 """The plan's CPU prices against the CPU time a finished local run folder recorded.
 
 For every job of the target's grids (the claims' added seeds included, as ``mor status`` lists
-them) that left a usage record (``runs/<grid>/<id>/usage/<job>.json``), it prints per (scale,
+them) that left a usage record (``runs/<id>/usage/<job>.json``, the run's one home; ``eval-<eval hash>.json``
+for an eval job), it prints per (scale,
 preset kind) the jobs, the measured and the priced CPU-minutes, their ratio, the sustained
 model TFLOP/s the jobs measured beside the presets' fixed seconds a job (`start_s`), the mean
 CPU seconds a job, and where the jobs' FLOPs differ a least-squares fit of both numbers: the number ``slurm/presets.yaml`` carries for that scale, so
@@ -46,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     pairs, per_grid, points, unrecorded = [], {}, {}, 0
     for g in grids:
         for j in plan_grid(g, presets):
-            rec = usage.read(RunPaths.of(a.root / "runs" / g.name / j.run_id).usage(job_label(j)))
+            settings = g.run(j.run_id).config.eval_hash if j.kind == "eval" else ""
+            rec = usage.read(RunPaths.own(j.run_id, a.root).usage(job_label(j, settings)))
             if rec is None:
                 unrecorded += 1
                 continue

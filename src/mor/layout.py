@@ -22,7 +22,7 @@ rule, ``mor.eval.row``): ``GRID_KINDS``. ``mor.migrate`` moves a folder of the l
         eval/<eval_hash>.parquet               .measurement(h) the eval job's measurement (per eval settings)
         lm_eval.json                           .lm_eval        the lmeval job's output
         throughput.json                        .throughput     the throughput job's output
-        usage/<job>.json                       .usage(job)     what a local job cost (mor.usage)
+        usage/<job>.json                       .usage(job)     what a local job cost (mor.usage; eval-<eval_hash>.json for eval)
     results/runs/<grid>/<run_id>.parquet       .row            the run's result row (the grid's: rule row)
     results/runs/<run_id>.<a>.npz              .sidecar(a)     an analysis job's arrays
     results/<grid>.parquet                     grid_results(grid)
@@ -154,7 +154,8 @@ class RunPaths:
         return self.dir / THROUGHPUT_FILE
 
     def usage(self, job: str) -> Path:
-        """``usage/<job>.json``: job = the kind, or ``analysis-<name>`` for an analysis."""
+        """``usage/<job>.json``: job = the kind, ``analysis-<name>`` for an analysis, ``eval-<eval_hash>``
+        for an eval job of those settings (``mor.usage.job_name``)."""
         return self.dir / USAGE_DIR / f"{job}.json"
 
     @property

@@ -19,11 +19,15 @@ from mor.atomic import write_json_atomic
 from mor.layout import USAGE_DIR
 
 
-def job_name(kind: str, analysis: str = "") -> str:
+def job_name(kind: str, analysis: str = "", eval_settings: str = "") -> str:
     """The name of a job's record: ``analysis-<name>`` for an analysis job (a run has one per
-    analysis its grid draws), the job kind otherwise. The launcher writes it, the price check
-    (``mor.launch.price_check``) and ``mor status`` read it."""
-    return f"analysis-{analysis}" if kind == "analysis" else kind
+    analysis its grid draws), ``eval-<eval_hash>`` for an eval job under those eval settings (a
+    run has one eval per settings its grids score it with, issue 58: one record each, so a second
+    settings' eval never overwrites the first's cost), the job kind otherwise. The launcher writes
+    it, the price check (``mor.launch.price_check``) reads it."""
+    if kind == "analysis":
+        return f"analysis-{analysis}"
+    return f"eval-{eval_settings}" if kind == "eval" and eval_settings else kind
 
 
 def cpu_seconds() -> float:

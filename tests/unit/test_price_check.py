@@ -60,15 +60,28 @@ def test_the_start_up_fit_recovers_a_planted_line_and_declines_what_it_cannot_se
 
 def test_the_price_check_reads_the_record_the_launcher_writes(tmp_path):
     """An analysis job's record is found under the name the launcher gives it, for every job a
-    real grid plans (fig5c's depth-cap analyses included)."""
+    real grid plans (fig5c's depth-cap analyses included); an eval job's under its eval settings'
+    hash, which the workflow's eval rule passes (--eval-settings)."""
     g = load_grid(REPO / "grids" / "fig5c.yaml", "local")
     jobs = plan_grid(g, load_presets())
     assert {j.kind for j in jobs} >= {"train", "eval", "analysis"}
     for j in jobs[:8]:
+        settings = g.run(j.run_id).config.eval_hash if j.kind == "eval" else None
         a = argparse.Namespace(kind=j.kind, analysis=j.analysis, run_dir=str(tmp_path / j.run_id), threads=1,
-                               run_id=j.run_id)
+                               run_id=j.run_id, eval_settings=settings)
         _usage(a, 0.0, finished=True)
-        assert read(tmp_path / j.run_id / "usage" / f"{job_label(j)}.json")["finished"] is True
+        assert read(tmp_path / j.run_id / "usage" / f"{job_label(j, settings or '')}.json")["finished"] is True
+
+
+def test_two_eval_settings_of_one_run_keep_two_cost_records(tmp_path):
+    """Issue 58: a run scored under two eval settings has two eval jobs; each keeps its own usage
+    record, so the second never overwrites the first's CPU time."""
+    for settings, cpu in (("aaaa1111", 3.0), ("bbbb2222", 5.0)):
+        a = argparse.Namespace(kind="eval", analysis="", run_dir=str(tmp_path / "r"), threads=1, run_id="r",
+                               eval_settings=settings)
+        _usage(a, 0.0, finished=True)
+    names = sorted(p.name for p in (tmp_path / "r" / "usage").iterdir())
+    assert names == ["eval-aaaa1111.json", "eval-bbbb2222.json"]
 
 
 def test_the_full_look_raises_exactly_the_local_familys_blocks():

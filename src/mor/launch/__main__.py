@@ -119,7 +119,7 @@ def _usage(a, started: float, finished: bool) -> None:
     The CPU count starts at the process's own start, imports included: that is what the job cost."""
     from mor import usage
 
-    job = usage.job_name(a.kind, getattr(a, "analysis", ""))
+    job = usage.job_name(a.kind, getattr(a, "analysis", ""), getattr(a, "eval_settings", None) or "")
     try:
         usage.record(RunPaths.of(a.run_dir).usage(job), usage.cpu_seconds(), time.monotonic() - started,
                      a.threads, finished)

@@ -44,9 +44,11 @@ class Rate:
         return self.cpu_s / self.priced_s if self.priced_s > 0 else float("nan")
 
 
-def job_label(j: JobEstimate) -> str:
-    """The name of the job's usage record (``mor.usage.job_name``, as the launcher writes it)."""
-    return job_name(j.kind, j.analysis)
+def job_label(j: JobEstimate, eval_settings: str = "") -> str:
+    """The name of the job's usage record (``mor.usage.job_name``, as the launcher writes it):
+    an eval job's carries its eval settings' hash (``RunConfig.eval_hash``), which the workflow's
+    eval rule always passes."""
+    return job_name(j.kind, j.analysis, eval_settings)
 
 
 def rates(pairs: Iterable[tuple[JobEstimate, str, float, float]]) -> list[Rate]:
