@@ -160,15 +160,15 @@ def caption(grid: str, root: Path = Path(".")) -> str:
             "training tokens (log x; each run's loss as a trailing mean over 1/25 of its logged steps), one line per "
             "run config and one panel per paper scale; with several seeds the line is their mean and the band their "
             "min..max. A star marks the validation NLL (teacher-forced) at the end of training. MoR runs add their "
-            "router statistics as logged (the weighted router loss; log y when it spans a decade). Drawn from runs/<grid>/<run_id>/"
-            "train_log.jsonl and the grid's results; the numbers drawn are curves.csv beside the figure.\n")
+            "router statistics as logged (the weighted router loss; log y when it spans a decade). Drawn from each run's "
+            "runs/<run_id>/train_log.jsonl and the grid's results; the numbers drawn are curves.csv beside the figure.\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="training curves of a grid, from its runs' train logs")
-    p.add_argument("--grid", required=True, help="grid name (runs/<grid>/)")
+    p.add_argument("--grid", required=True, help="grid name (its results list the runs drawn)")
     p.add_argument("--results", required=True, help="the grid's merged results parquet")
-    p.add_argument("--runs", default="runs", help="the folder holding runs/<grid>/<run_id>/")
+    p.add_argument("--runs", default="runs", help="the runs/ folder holding each run's runs/<run_id>/ (its one home)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     for path in render_curves(Path(a.results), Path(a.runs), a.grid, Path(a.out)):

@@ -2,7 +2,7 @@
 capped at 1..Nr, one group of bars per model (MoR Nr = 2, 3, 4 in grids/fig5c.yaml).
 
 Drawn from the runs' depth_cap analysis files (``mor.analysis.depth_cap``,
-results/runs/<grid>/<run_id>.depth_cap.npz). Two panels: the training top-k routing
+results/runs/<run_id>.depth_cap.npz, one per run whatever grids list it). Two panels: the training top-k routing
 (``val_nll``, the paper's number) and the causal routing decoding uses. Written as
 ``figures/fig5c/`` with fig5c.png, fig5c.pdf and fig5c.csv (the numbers drawn).
 """

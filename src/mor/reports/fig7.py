@@ -6,7 +6,7 @@
           effective layers (averaged over tokens, heads and sequences)
 
 Keys and values side by side, one row of panels per Recursive run. Drawn from the runs' kv
-analysis files (``mor.analysis.kv_states``, results/runs/<grid>/<run_id>.kv.npz); written as
+analysis files (``mor.analysis.kv_states``, results/runs/<run_id>.kv.npz); written as
 ``figures/fig7/`` and ``figures/fig8/`` (png, pdf, and the arrays as csv).
 """
 

@@ -7,7 +7,7 @@ One table per grid, one row per run, then a summary line per grid and the device
                 running       Slurm says RUNNING, or (local) train_log.jsonl grew recently
                 queued        Slurm says PENDING (or requeued, configuring, suspended)
                 failed        Slurm says it ended without the run finishing, or the rule's log
-                              (logs/<grid>/<id>/train.log) ends in an error: its last error line
+                              (logs/runs/<id>/train.log) ends in an error: its last error line
                 stopped       part-trained, nothing writing: the next workflow run resumes it
                               (at the newest checkpoints/step-N, shown)
                 not started   nothing on disk yet
