@@ -349,3 +349,24 @@ def test_shared_kv_flops_follow_the_cost_table():
     assert sh == pytest.approx(base + per * (mm + attn + sum(f * (mm - kv_mm) + f * attn for f in fr[1:])))
     assert dg == pytest.approx(base + per * (mm + attn + sum(f * mm + f * attn for f in fr[1:])))
     assert sh < dg
+
+
+def test_expert_load_counts_as_bincount_with_a_shape_fake_tensors_know():
+    """The balancing loss's and the loss-free bias's token counts per recursion: bincount's counts
+    (an independent count), and a fixed output shape, so the rehearsal's fake tensors can run the
+    token-choice forward (bincount's output length is data-dependent: fake tensors refuse it)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from mor.model.router_losses import expert_load
+
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 3, 4):
+        a = torch.randint(0, n, (257,), generator=g)
+        want = torch.tensor([int((a == i).sum()) for i in range(n)])
+        assert torch.equal(expert_load(a, n, torch.long), want)
+        assert torch.equal(expert_load(a, n), want.float())
+    with FakeTensorMode():
+        fake = torch.randint(0, 3, (64,))
+        with pytest.raises(Exception):
+            torch.bincount(fake, minlength=3)  # what the rehearsal failed on
+        assert tuple(expert_load(fake, 3).shape) == (3,)

@@ -18,7 +18,7 @@ from torch import nn
 
 from mor.config import RouterConfig
 from mor.dtensor import gather_full, shard_like
-from mor.model.router_losses import loss_free_bias_update
+from mor.model.router_losses import expert_load, loss_free_bias_update
 from mor.model.routers.registry import router_arch
 
 
@@ -175,7 +175,7 @@ class TokenChoiceRouter(nn.Module):
     @torch.no_grad()
     def record_load(self, assignment: torch.Tensor) -> None:
         """Accumulate the top-1 loads of a training forward for the next bias update."""
-        load = torch.bincount(assignment.reshape(-1), minlength=self.num_recursions)  # (Nr,)
+        load = expert_load(assignment.reshape(-1), self.num_recursions, torch.long)  # (Nr,) a fixed shape
         self.pending_load = load if self.pending_load is None else self.pending_load + load
 
     @torch.no_grad()

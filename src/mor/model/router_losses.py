@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
+    "expert_load",
     "router_z_loss",
     "expert_choice_aux_bce",
     "token_choice_balance_loss",
@@ -35,6 +36,17 @@ def _check_assignment(assignment: Tensor, n_experts: int, name: str = "assignmen
         raise ValueError(f"{name} values must lie in [0, {n_experts}), got "
                          f"[{int(flat.min())}, {int(flat.max())}]")
     return flat.long()
+
+
+def expert_load(assignment: Tensor, n_experts: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Tokens per expert, shape (n_experts,), from validated ids (``_check_assignment``).
+
+    ``torch.bincount``'s counts, written as a scatter-add into a tensor of fixed shape: bincount's
+    output length is data-dependent (max(minlength, max id + 1)), which fake tensors cannot give a
+    shape to, so the rehearsal's token-choice train jobs failed there (docs/rehearsal.md). Exact
+    in float32 up to 2**24 tokens a batch."""
+    return torch.zeros(n_experts, dtype=dtype, device=assignment.device).scatter_add_(
+        0, assignment, torch.ones_like(assignment, dtype=dtype))
 
 
 def router_z_loss(logits: Tensor, *, per_token_scalar: bool = False, mask: Tensor | None = None) -> Tensor:
@@ -120,7 +132,7 @@ def token_choice_balance_loss(probs: Tensor, assignment: Tensor, n_experts: int)
                          f"{tuple(probs.shape[:-1])}")
     a = _check_assignment(assignment, n_experts)                            # (N,)
     p = probs.float().reshape(-1, n_experts)                                # (N, Nr)
-    f = torch.bincount(a, minlength=n_experts).to(p.dtype) / a.numel()      # (Nr,)
+    f = expert_load(a, n_experts, p.dtype) / a.numel()                      # (Nr,)
     P = p.mean(dim=0)                                                       # (Nr,)
     return n_experts * (f * P).sum()
 
@@ -139,7 +151,7 @@ def loss_free_bias_update(bias: Tensor, assignment: Tensor, n_experts: int, rate
     if rate < 0:
         raise ValueError(f"rate must be >= 0, got {rate}")
     a = _check_assignment(assignment, n_experts)                            # (N,)
-    load = torch.bincount(a, minlength=n_experts).to(torch.float32)         # (Nr,)
+    load = expert_load(a, n_experts)                                        # (Nr,)
     mean_load = a.numel() / n_experts
     step = torch.sign(mean_load - load).to(device=bias.device, dtype=bias.dtype)
     return bias + rate * step
