@@ -234,7 +234,16 @@ def stop_daemon(name: str, within_s: float = 30) -> None:
 
 
 def restart_cluster() -> None:
-    """up.sh again: it restarts whatever daemon is not running and waits until sacct answers."""
+    """up.sh again: it restarts whatever daemon is not running and waits until sacct answers.
+
+    A cluster that was running before the session (the session started none of its daemons) is
+    the machine's, and outlives the session: a daemon restarted here goes back to it without the
+    session's MOR_SUITE_ID, which would otherwise mark it as left behind by the suite
+    (tests/helpers/machine_state.py). A cluster the session started carries the id and is
+    stopped at the session's end (``release_cluster``)."""
+    env = dict(os.environ)
+    if not _Session.started_daemons:
+        env.pop("MOR_SUITE_ID", None)
     proc = subprocess.run(["bash", str(UP_SH)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=deadline(UP_TIMEOUT_S), check=False)
+                          timeout=deadline(UP_TIMEOUT_S), check=False, env=env)
     assert proc.returncode == 0, f"{UP_SH} failed (rc={proc.returncode}):\n{(proc.stdout + proc.stderr)[-6000:]}"

@@ -30,6 +30,7 @@ rule eval:
 
 
 rule row:
+    localrule: True  # copies a measurement under the grid's name: a process start, never a Slurm job
     input:
         # throughput: runs/<run_id>/throughput.json (workflows/rules/throughput.smk), fig4a grids
         unpack(rule_inputs(throughput=throughput_result)),
