@@ -31,6 +31,10 @@ runs:
   - name: recursive
     set: {model.variant: recursive, model.num_recursions: 2, model.tying: cycle}
     axes: {model.scale: [135M]}
+  - name: token
+    set: {model.variant: mor, model.num_recursions: 2, model.tying: middle_cycle, model.router.type: token_choice,
+          model.router.func: softmax}
+    axes: {model.scale: [135M]}
 modes:
   local: {scale_map: {135M: tiny}, set: {train.tokens: 4096, train.global_batch: 8, train.micro_batch: 4,
                                          eval.batch: 4, eval.lm_eval_tasks: [piqa]}}
@@ -129,6 +133,16 @@ def test_one_ddp_train_step_through_the_train_job(grid, data_root, variant):
     assert row.measured["optimizer"] >= 8 * P  # AdamW's two fp32 moments
     assert row.measured["params"] >= 4 * P
     assert row.measured["transient"] > 0
+
+
+def test_token_choice_train_runs_on_fake_tensors_and_says_its_memory_is_not_measured(grid, data_root):
+    """Its balancing loss once failed on bincount's data-dependent shape; now the step runs, and
+    the row says the packed sizes (read back from the routing) are fake, so the measured transient
+    is a floor, not a measurement (never a plain 'ok' beside a wrong number)."""
+    run = next(r for r in _runs(grid) if r.model.variant == "mor")
+    row = rehearse("train", grid, run.run_id, "local", PRESET, "cpu", data_root)
+    assert row.status.startswith("ok (memory not measured: token-choice"), row.status
+    assert row.measured["grads"] == row.modelled["grads"] > 0  # the parameters are the run's
 
 
 def vocab_size_of(data_root, run):

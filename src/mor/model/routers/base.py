@@ -29,6 +29,9 @@ class RouterKind(ABC):
     per_recursion: bool = True
     exported: bool = False  # export_hf/modeling_mor.py implements it
     authors_section: str | None = None  # the authors' config section (``mor.<section>``); None: no released run
+    # training packs each recursion's tokens into tensors sized by counts read back from the
+    # routing (a host sync): fake tensors have no routing, so a rehearsal's sizes are not the run's
+    shapes_from_routing: bool = False
 
     # ---------------------------------------------------------------- config
     def config_error(self, rcfg) -> str | None:

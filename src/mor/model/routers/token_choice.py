@@ -11,6 +11,7 @@ from mor.model.routers.base import RouterKind
 class TokenChoice(RouterKind):
     name = "token_choice"
     per_recursion = False
+    shapes_from_routing = True  # mor.model.token_choice.depth_counts: the packed sizes per recursion
     exported = True
     authors_section = "token"
 
