@@ -157,6 +157,19 @@ def test_bias_update_accumulates_and_keeps_dtype():
     assert torch.allclose(new, torch.tensor([0.75, -0.75], dtype=torch.float64))
 
 
+def test_bias_step_from_loads_equals_the_step_from_ids_and_an_empty_load_moves_nothing():
+    """The router steps from its accumulated loads (no id list rebuilt from them, a data-dependent
+    shape the rehearsal's fake tensors refuse): the same step as from the ids, loads (3, 1, 2)."""
+    from mor.model.router_losses import bias_step_from_load
+
+    bias = torch.tensor([0.2, -0.1, 0.0])
+    ids = torch.tensor([0, 0, 0, 1, 2, 2])
+    assert torch.equal(bias_step_from_load(bias, torch.tensor([3, 1, 2]), 0.1), loss_free_bias_update(bias, ids, 3, 0.1))
+    assert torch.equal(bias_step_from_load(bias, torch.zeros(3, dtype=torch.long), 0.1), bias)
+    with pytest.raises(ValueError, match="must match"):
+        bias_step_from_load(bias, torch.tensor([1, 2]), 0.1)
+
+
 def test_bias_update_errors():
     with pytest.raises(ValueError, match="bias"):
         loss_free_bias_update(torch.zeros(2), torch.tensor([0, 1]), 3, 0.1)

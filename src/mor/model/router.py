@@ -18,7 +18,7 @@ from torch import nn
 
 from mor.config import RouterConfig
 from mor.dtensor import gather_full, shard_like
-from mor.model.router_losses import expert_load, loss_free_bias_update
+from mor.model.router_losses import bias_step_from_load, expert_load
 from mor.model.routers.registry import router_arch
 
 
@@ -186,7 +186,7 @@ class TokenChoiceRouter(nn.Module):
             return
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(load)  # every rank applies the same global step
-        ids = torch.repeat_interleave(torch.arange(self.num_recursions, device=load.device), load)  # (N,)
-        if ids.numel():
-            full = loss_free_bias_update(gather_full(self.bias), ids, self.num_recursions, self.cfg.bias_update_rate)
-            self.bias.copy_(shard_like(full, self.bias))  # FSDP2: this rank's shard of the same update
+        # the step from the loads themselves: no per-token id list rebuilt from them (a shape that
+        # depends on the data, which the rehearsal's fake tensors refuse); an empty batch moves nothing
+        full = bias_step_from_load(gather_full(self.bias), load, self.cfg.bias_update_rate)
+        self.bias.copy_(shard_like(full, self.bias))  # FSDP2: this rank's shard of the same update

@@ -20,6 +20,7 @@ __all__ = [
     "expert_choice_aux_bce",
     "token_choice_balance_loss",
     "loss_free_bias_update",
+    "bias_step_from_load",
 ]
 
 
@@ -151,7 +152,19 @@ def loss_free_bias_update(bias: Tensor, assignment: Tensor, n_experts: int, rate
     if rate < 0:
         raise ValueError(f"rate must be >= 0, got {rate}")
     a = _check_assignment(assignment, n_experts)                            # (N,)
-    load = expert_load(a, n_experts)                                        # (Nr,)
-    mean_load = a.numel() / n_experts
-    step = torch.sign(mean_load - load).to(device=bias.device, dtype=bias.dtype)
-    return bias + rate * step
+    return bias_step_from_load(bias, expert_load(a, n_experts), rate)
+
+
+@torch.no_grad()
+def bias_step_from_load(bias: Tensor, load: Tensor, rate: float) -> Tensor:
+    """``loss_free_bias_update`` from the tokens per expert (``load``: (Nr,), any numeric dtype)
+    instead of the ids: b_i + u * sign(mean load - load_i). The router accumulates loads over a
+    step's micro-batches (and ranks) and steps from them; no load at all moves nothing."""
+    if bias.shape != load.shape:
+        raise ValueError(f"bias {tuple(bias.shape)} and load {tuple(load.shape)} must match")
+    if rate < 0:
+        raise ValueError(f"rate must be >= 0, got {rate}")
+    load = load.to(torch.float32)
+    mean_load = load.sum() / load.numel()
+    step = torch.sign(mean_load - load) * (load.sum() > 0)
+    return bias + rate * step.to(device=bias.device, dtype=bias.dtype)

@@ -51,7 +51,8 @@ class StorageTracker(TorchDispatchMode):
         self._hooks = []
         for p in model.parameters():
             self._add(p, "params")
-            self._hooks.append(p.register_post_accumulate_grad_hook(self._grad))
+            if p.requires_grad:  # a frozen parameter (the loss-free balancing bias) gets no gradient
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._grad))
         for b in model.buffers():
             self._add(b, "params")
         if optimizer is not None:
