@@ -145,8 +145,11 @@ def assert_jobs_recorded_their_cpu(workdir: Path, grid_file: Path, workflow_cpu:
 
     grid = load_grid(grid_file, "local")
     recorded = 0.0
+    from mor.usage import job_name
+
     for run in grid.runs:
-        for job in ("train", "eval"):
+        # an eval job's record is its eval settings' (usage/eval-<eval_hash>.json: one per settings)
+        for job in ("train", job_name("eval", eval_settings=run.config.eval_hash)):
             r = json.loads(RunPaths(grid.name, run.run_id, root=workdir).usage(job).read_text())
             assert r["finished"] and r["attempts"] == 1 and r["cpu_s"] > 0 and r["wall_s"] > 0, (run.run_id, job, r)
             recorded += r["cpu_s"]
