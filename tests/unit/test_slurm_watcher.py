@@ -74,6 +74,16 @@ def test_a_setting_given_wins_over_the_environment_which_wins_over_the_default()
         WatchSettings.resolve(environ={"MOR_LAUNCH_STEPS": "four"})
 
 
+def test_an_environment_value_a_setting_overrides_is_named_not_dropped(capsys):
+    """The profile sets every setting, so a MOR_LAUNCH_* a user exported loses: it says so."""
+    WatchSettings.resolve(environ={"MOR_LAUNCH_STATE_POLL_S": "1"}, state_poll_s=30.0)
+    err = capsys.readouterr().err
+    assert "MOR_LAUNCH_STATE_POLL_S=1 is overridden" in err and "mor-slurm-state-poll-s=30" in err
+    WatchSettings.resolve(environ={"MOR_LAUNCH_STATE_POLL_S": "30"}, state_poll_s=30.0)  # the same value: no word
+    WatchSettings.resolve(environ={"MOR_LAUNCH_STATE_POLL_S": "1"})  # the environment itself is used
+    assert capsys.readouterr().err == ""
+
+
 # ------------------------------------------------------------------ the vanished-job rule
 def test_the_vanished_rule_counts_unknown_time_in_a_row_and_restarts_when_seen():
     unknown, seen = SlurmState("", "sacct has no record of it; squeue does not know it", True), SlurmState("RUNNING", "")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import subprocess
 from dataclasses import dataclass, fields
 from typing import NamedTuple
@@ -65,13 +66,19 @@ class WatchSettings:
 
     @classmethod
     def resolve(cls, environ=None, **given) -> "WatchSettings":
-        """Each setting: ``given`` (not None) wins, else ``MOR_LAUNCH_<NAME>``, else the default."""
+        """Each setting: ``given`` (not None) wins, else ``MOR_LAUNCH_<NAME>``, else the default.
+        An environment value that a given one overrides is named on stderr, never dropped silently
+        (the Slurm profile sets every setting: slurm/config.yaml)."""
         environ = os.environ if environ is None else environ
         values = {}
         for f in fields(cls):
             raw = given.get(f.name)
+            env = environ.get(cls.env_name(f.name)) or None
+            if raw is not None and env is not None and not _same_number(env, raw):
+                print(f"warning: {cls.env_name(f.name)}={env} is overridden by the executor setting "
+                      f"mor-slurm-{f.name.replace('_', '-')}={raw} (a flag or the profile's key)", file=sys.stderr)
             if raw is None:
-                raw = environ.get(cls.env_name(f.name)) or None
+                raw = env
             if raw is not None:
                 try:
                     values[f.name] = int(raw) if f.name == "steps" else float(raw)
@@ -87,6 +94,14 @@ class WatchSettings:
 # --------------------------------------------------------------------------------------
 # Asking: sacct, then squeue, one call each for any number of jobs
 # --------------------------------------------------------------------------------------
+def _same_number(a, b) -> bool:
+    """Whether two settings' values are the same number (text that is no number: only if equal)."""
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
 @dataclass(frozen=True)
 class Answer:
     """What one Slurm client said about a job: a state, ``""`` (no such job) or ``None`` (it failed)."""
