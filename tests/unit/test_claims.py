@@ -83,8 +83,9 @@ def test_spec_names_every_claim_and_sources_every_number():
         assert spec.decided_by, cid
     assert all(c.sentence for c in CLAIMS)
     assert DESIGN.looks == (9,) and DESIGN.alpha == 0.05 and DESIGN.first_seed == 0
-    local, _ = load_specs(mode="local")  # the local mode's second design: a look at 20 fresh seeds from seed 9
-    assert local.looks == (20,) and local.first_seed == 9 and local.alpha == DESIGN.alpha
+    local, _ = load_specs(mode="local")  # the local mode's third design: a look at 20 fresh seeds from offset 29
+    assert local.looks == (20,) and local.first_seed == 29 and local.alpha == DESIGN.alpha
+    assert local.spent_before == 0.10
     assert load_specs(mode="cluster")[0] == DESIGN
 
 
@@ -541,9 +542,9 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     local, _ = load_specs(mode="local")  # the table says the mode's own design: its look and its pilot
     assert f"n = {local.looks[0]})" in md and "Holm" in md and "(after Holm)" in md
     assert f"Seeds at offsets below {local.first_seed}" in md and "a pilot's" in md
-    # the alpha the first design spent on the claims this one re-tests, and the bound across both
-    assert "Alpha already spent" in md and "bounded by 0.1 (union bound)" in md
-    assert set(local.retested) == {"deeper-recursion", "balancing-maxvio", "balancing-entropy", "balancing-nll"}
+    # the alpha the first two designs spent on the claims this one re-tests, and the bound across the three
+    assert "Alpha already spent" in md and "bounded by 0.15 (union bound)" in md
+    assert set(local.retested) == {"aux-separates", "deeper-recursion", "balancing-maxvio", "balancing-entropy", "balancing-nll"}
     assert '"weight-sharing alone in recursive models degraded performance compared to Vanilla"' in md
     assert "Decided by deciding: vanilla, recursive" in md
     csv = pd.read_csv(tmp_path / "tables" / "claims" / "claims.csv")
@@ -719,15 +720,15 @@ def test_pilot_seeds_are_never_read():
 
 def test_a_mode_design_refuses_unknown_keys_a_missing_reason_and_a_bad_first_seed(tmp_path):
     raw = SPEC_FILE.read_text()
-    assert "      first_seed: 9\n" in raw
+    assert "      first_seed: 29\n" in raw
     bad = tmp_path / "claims.yaml"
-    bad.write_text(raw.replace("      first_seed: 9\n", "      first_seed: 9\n      alpha: 0.5\n"))
+    bad.write_text(raw.replace("      first_seed: 29\n", "      first_seed: 29\n      alpha: 0.5\n"))
     with pytest.raises(ValueError, match=r"claims.yaml: design.by_mode.local may set only .*first_seed.*alpha"):
         load_specs(bad, mode="local")
     bad.write_text(re.sub(r"      why: .*\n", "", raw, count=1))
     with pytest.raises(ValueError, match="design.by_mode.local .* needs why"):
         load_specs(bad)
-    bad.write_text(raw.replace("      first_seed: 9\n", "      first_seed: -1\n"))
+    bad.write_text(raw.replace("      first_seed: 29\n", "      first_seed: -1\n"))
     with pytest.raises(ValueError, match=r"claims.yaml: design.by_mode.local: first_seed must be an integer >= 0, got -1"):
         load_specs(bad, mode="local")
     assert load_specs(bad, mode="cluster")[0].first_seed == 0  # another mode's design is not the broken one

@@ -48,9 +48,9 @@ def verdict_note(design: stats.Design) -> str:
                  f"them, and 'n seeds' and the looks count the fresh seeds from offset {design.first_seed} on. A claim "
                  f"outside the family, which nothing tests, is shown with every seed its grids hold.")
     if design.spent_before:
-        note += (f" Alpha already spent: an earlier design's final look tested {', '.join(design.retested)} at alpha = "
-                 f"{design.spent_before:g} and left them undecided; this design tests them again at a fresh alpha = "
-                 f"{design.alpha:g}, so across both designs their chance of any wrong verdict is bounded by "
+        note += (f" Alpha already spent: earlier designs' final looks tested {', '.join(design.retested)} at alpha = "
+                 f"{design.spent_before:g} in all; this design tests them again at a fresh alpha = "
+                 f"{design.alpha:g}, so across the designs their chance of any wrong verdict is bounded by "
                  f"{design.spent_before + design.alpha:.2g} (union bound), not {design.alpha:g}.")
     return note
 
@@ -223,7 +223,7 @@ def evaluate(frames: dict[str, pd.DataFrame], claims: tuple[Claim, ...] = CLAIMS
             notes.append(f"holds only if {', '.join(c.requires)} holds too, contradicted if it is (a part of the sentence "
                          "decided once there: one member of Holm's family)")
         if c.id in design.retested:
-            notes.append(f"re-tested: an earlier design spent alpha {design.spent_before:g} on it; bound across both "
+            notes.append(f"re-tested: earlier designs spent alpha {design.spent_before:g} on it; bound across the "
                          f"designs {design.spent_before + design.alpha:.2g}")
         sds = np.maximum(shown.std(axis=1, ddof=1), floor) if shown.shape[1] > 1 else np.full(len(labels), math.nan)
         row.update({"mean effect": _round(mean), "raw lo": _round(lo), "raw hi": _round(hi),
