@@ -556,6 +556,8 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     (record,) = load_reanalyses(mode="local")
     now = dict(zip(csv["claim"], csv["verdict"]))
     assert md.index("**Re-analysis.**") < md.index("(after Holm)") and "Re-analysis." in html
+    # the third local design reads past the record's seeds: its verdicts are said to be a fresh test
+    assert record.offsets == (9, 28) and "not those runs (9-28): its verdicts are a fresh test" in md
     # issue 61: the redesigned test opens it too, and the table says whose each verdict is
     assert md.index("**Redesigned test.** deeper-recursion's test was redesigned") < md.index("(after Holm)")
     assert "Redesigned test." in html and re.search(r"\|\s*verdict from\s*\|", md)
@@ -969,12 +971,16 @@ def test_reanalysis_notice_names_what_moved_and_what_did_not(tmp_path):
 
     r = Reanalysis(mode="local", date="d", issues=(1,), why="w", runs="seeds 9-28", commit_before="abc",
                    verdicts_before={"deeper-recursion": "holds", "aux-separates": "contradicted",
-                                    "balancing-nll": "holds"})
+                                    "balancing-nll": "holds"}, offsets=(9, 28))
     (text,) = reanalysis_notice((r,), {"deeper-recursion": "inconclusive", "aux-separates": "contradicted",
                                        "balancing-nll": "not built"})
     assert ("1 differ (deeper-recursion holds -> inconclusive), the same: aux-separates contradicted, "
             "not decided here: balancing-nll (not built).") in text
-    assert "seeds 9-28" in text and "abc" in text and "issue 1)" in text
+    assert "seeds 9-28" in text and "abc" in text and "issue 1)" in text and "fresh test" not in text
+    # a table whose design reads past the record's seeds says its verdicts are a fresh test (issue 61)
+    (later,) = reanalysis_notice((r,), {"deeper-recursion": "inconclusive"}, first_seed=29)
+    assert "reads seed offsets from 29 on, not those runs (9-28): its verdicts are a fresh test" in later
+    assert "fresh test" not in reanalysis_notice((r,), {}, first_seed=28)[0]
     (same,) = reanalysis_notice((r,), {"deeper-recursion": "holds", "aux-separates": "contradicted",
                                        "balancing-nll": "not tested in this mode"})
     assert "none differs" in same and "->" not in same and "balancing-nll (not tested in this mode)" in same
@@ -986,7 +992,8 @@ def test_reanalysis_notice_names_what_moved_and_what_did_not(tmp_path):
                        (dict(verdicts_before={"no-such-claim": "holds"}), "no-such-claim"),
                        (dict(verdicts_before=["holds"]), "mapping"),
                        (dict(issues=47), "issues"), (dict(issues=[]), "issues"),
-                       (dict(mode="locl"), "locl"), (dict(why=""), "needs exactly")):
+                       (dict(mode="locl"), "locl"), (dict(why=""), "needs exactly"),
+                       (dict(offsets=[28, 9]), "offsets"), (dict(offsets=[9]), "offsets")):
         f = tmp_path / "c.yaml"
         f.write_text(yaml.safe_dump({**spec, "reanalyses": [{**good, **bad}]}))
         for load in (load_reanalyses, load_specs):

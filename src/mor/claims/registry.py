@@ -189,7 +189,7 @@ def _skew(entry, path) -> float:
 
 
 VERDICTS = ("holds", "contradicted", "inconclusive")
-REANALYSIS_KEYS = {"mode", "date", "issues", "why", "runs", "commit_before", "verdicts_before"}
+REANALYSIS_KEYS = {"mode", "date", "issues", "why", "runs", "offsets", "commit_before", "verdicts_before"}
 
 
 @dataclass(frozen=True)
@@ -205,6 +205,9 @@ class Reanalysis:
     runs: str  # the runs first decided (which seeds, trained at which commit)
     commit_before: str  # the claims code that decided them first
     verdicts_before: dict = field(hash=False)  # claim id -> its verdict at commit_before, on those runs
+    # the seed offsets of those runs, first and last (as the design counts them): a table whose
+    # design reads past them (first_seed > last) decides on fresh seeds, and says so
+    offsets: tuple[int, int] | None = None
 
 
 def load_reanalyses(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Reanalysis, ...]:
@@ -231,9 +234,13 @@ def load_reanalyses(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Re
         if not before or bad:
             raise ValueError(f"{where}.verdicts_before: a mapping of claim id -> verdict; unknown or bad "
                              f"{bad or 'none given'} (verdicts: {', '.join(VERDICTS)})")
+        offsets = e["offsets"]
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int and o >= 0 for o in offsets)
+                and offsets[0] <= offsets[1]):
+            raise ValueError(f"{where}.offsets: the runs' first and last seed offsets [first, last], got {offsets!r}")
         r = Reanalysis(mode=str(e["mode"]), date=str(e["date"]), issues=tuple(issues), why=" ".join(str(e["why"]).split()),
                        runs=" ".join(str(e["runs"]).split()), commit_before=str(e["commit_before"]),
-                       verdicts_before=dict(before))
+                       verdicts_before=dict(before), offsets=(offsets[0], offsets[1]))
         if mode is None or r.mode == mode:
             out.append(r)
     return tuple(out)

@@ -81,15 +81,17 @@ def rounds_note(rounds: list[dict]) -> str:
 UNDECIDED_HERE = ("not built", "not tested in this mode")  # statuses that are no verdict of this table's
 
 
-def reanalysis_notice(reanalyses: tuple[Reanalysis, ...], verdicts: dict[str, str]) -> list[str]:
+def reanalysis_notice(reanalyses: tuple[Reanalysis, ...], verdicts: dict[str, str], first_seed: int = 0) -> list[str]:
     """One paragraph per re-analysis for the top of the claims table: what changed after its
     verdicts were seen, the verdicts recorded then (on the runs it names), and this table's
     own for the same claims: the ones that differ first, then the same, then the claims this
-    table does not decide (not built, not in its mode). The record names its runs; whether
-    this table read those runs is the reader's to check (its intro names what it read).
-    Pure: the record and the table (``verdicts``: claim id -> verdict)."""
+    table does not decide (not built, not in its mode). Where the table's design reads seeds
+    past the record's (``first_seed`` beyond its last offset) its verdicts are a fresh test of
+    other runs, not the re-analysis: the paragraph says so before comparing.
+    Pure: the record, the design's first seed offset and the table (claim id -> verdict)."""
     out = []
     for r in reanalyses:
+        fresh = r.offsets is not None and first_seed > r.offsets[1]
         now = {c: verdicts.get(c, "not built") for c in r.verdicts_before}
         differ = [f"{c} {v} -> {now[c]}" for c, v in r.verdicts_before.items()
                   if now[c] != v and now[c] not in UNDECIDED_HERE]
@@ -97,7 +99,10 @@ def reanalysis_notice(reanalyses: tuple[Reanalysis, ...], verdicts: dict[str, st
         absent = [f"{c} ({now[c]})" for c in r.verdicts_before if now[c] in UNDECIDED_HERE]
         text = (f"Tests changed after these verdicts were seen ({r.date}, issue{'s' if len(r.issues) > 1 else ''} "
                 f"{', '.join(str(i) for i in r.issues)}): {r.why}. On {r.runs}, the claims code at {r.commit_before} "
-                f"decided {len(r.verdicts_before)} claim(s). This table's verdicts: ")
+                f"decided {len(r.verdicts_before)} claim(s). "
+                + (f"This table reads seed offsets from {first_seed} on, not those runs ({r.offsets[0]}-{r.offsets[1]}): "
+                   f"its verdicts are a fresh test, shown beside the record, not the re-analysis. " if fresh else "")
+                + "This table's verdicts: ")
         parts = [f"{len(differ)} differ ({'; '.join(differ)})" if differ else "none differs"]
         if same:
             parts.append(f"the same: {'; '.join(same)}")
@@ -156,7 +161,7 @@ def render_claims(results_dir: Path, out: Path, mode: str, analyses_dir: Path | 
     title = f"The paper's claims, checked (mode '{mode}')"
     intro = (f"{summary} (after Holm). From {results_dir} (grids {', '.join(sorted(frames)) or 'none'}; "
              f"commit(s) {', '.join(commits) or '-'}).")
-    notices = reanalysis_notice(load_reanalyses(spec, mode), dict(zip(table["claim"], table["verdict"])))
+    notices = reanalysis_notice(load_reanalyses(spec, mode), dict(zip(table["claim"], table["verdict"])), design.first_seed)
     designed = redesign_notice(load_redesigns(spec, mode))
     note = verdict_note(design)
     if rounds:
