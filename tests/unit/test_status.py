@@ -488,3 +488,21 @@ def test_a_run_two_grids_list_is_shown_once_with_the_grids_that_use_it(tmp_path)
     console = Console(record=True, width=400)
     console.print(render(statuses))
     assert f"and {len(shared)} shared, shown under table10" in console.export_text()
+
+
+def test_an_imported_run_plans_no_steps_and_says_it_is_imported(tmp_path):
+    """A run whose weights are the authors' checkpoint (model.import_checkpoint) trains nothing:
+    status shows 0 steps, not the steps its schedule would have trained, and says why; once its
+    import job wrote train_summary.json it is 'trained' with the note 'imported'."""
+    grid = load_grid(GRIDS / "imported" / "imported.yaml", mode="local")
+    (run,) = grid.runs
+    assert run.config.train.steps > 0  # the schedule has steps; the run trains none of them
+    paths = Paths(runs=tmp_path / "runs", results=tmp_path / "results", logs=tmp_path / "logs")
+    (gs,) = collect([grid], paths, now=time.time())
+    (st,) = gs.runs
+    assert (st.state, st.step, st.steps) == ("not started", 0, 0) and "nothing is trained" in st.note
+    run_dir = paths.run_dir(grid.name, run.run_id)
+    run_dir.mkdir(parents=True)
+    (run_dir / "train_summary.json").write_text("{}")
+    (st,) = collect([grid], paths, now=time.time())[0].runs
+    assert st.state == "trained" and st.steps == 0 and st.note.endswith("imported, nothing trained")

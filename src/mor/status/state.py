@@ -75,7 +75,10 @@ def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None, slur
     """The state of one run from its files and (when a job was recorded) Slurm. ``slurm_query``
     / ``slurm_info`` replace the Slurm clients (tests)."""
     cfg = run.config
-    st = RunStatus(grid.name, run.run_id, cfg.label, "not started", cfg.train.steps)
+    imported = bool(cfg.model.import_checkpoint)  # the authors' weights: nothing is trained (issue 62)
+    st = RunStatus(grid.name, run.run_id, cfg.label, "not started", 0 if imported else cfg.train.steps)
+    if imported:
+        st.note = "import pending: model.import_checkpoint, nothing is trained"
     run_dir = paths.run_dir(grid.name, run.run_id)
     st.cpu_s = run_cpu_s(run_dir)
     tail = log_tail(run_dir / layout.TRAIN_LOG_FILE)
@@ -92,7 +95,8 @@ def run_status(grid: Grid, run, paths: Paths, now: float, slurm_query=None, slur
     if summary.exists():
         st.state, st.step = "trained", st.steps
         job = slurm_job_state(paths.slurm_job(grid.name, run.run_id, f"eval-{run.config.eval_hash}"), slurm_query)
-        st.note = f"eval: Slurm {job[0]} (job {job[1]})" if job and job[0] else "eval pending"
+        st.note = (f"eval: Slurm {job[0]} (job {job[1]})" if job and job[0] else "eval pending") + (
+            "; imported, nothing trained" if imported else "")
         return st
     record = paths.slurm_job(grid.name, run.run_id, "train")
     job = slurm_job_state(record, slurm_query)
