@@ -265,7 +265,7 @@ def test_seed_split_and_records_read_what_masks_and_iterrows_read():
     for c in CLAIMS:
         if not set(c.grids) <= set(GRIDS):
             continue
-        for seed in (9, 20):
+        for seed in (DESIGNS["local"].first_seed, DESIGNS["local"].first_seed + 11):  # fresh seeds of the local draw
             got = c.compare({g: by_seed(full[g])[seed] for g in c.grids}, SPECS.get(c.id, Spec()))
             masked = c.compare({g: full[g][full[g]["seed"] == seed] for g in c.grids}, SPECS.get(c.id, Spec()))
             assert got.values == masked.values and got.dropped == masked.dropped, c.id
@@ -585,7 +585,7 @@ def test_local_family_null_under_skewed_noise_matches_its_arrays():
 # --------------------------------------------------------------------------------------
 # Issue 61: a missing comparison costs its seed, wherever it is missing
 # --------------------------------------------------------------------------------------
-GAP_SEED = 15  # a fresh seed mid-block (the local look reads 9-28)
+GAP_SEED = DESIGNS["local"].first_seed + 6  # a fresh seed mid-block (the local look reads first_seed..+19)
 
 
 def _decisive_draw(rng) -> dict[str, pd.DataFrame]:
@@ -626,15 +626,17 @@ def _run_id(full, grid: str, seed: int, **where) -> str:
 
 
 def test_a_missing_cap_file_or_run_costs_one_seed_through_the_rounds():
-    """Issue 61, through the real rounds of the local design (20 fresh seeds 9-28, budget 120
-    CPU-min): one depth cap missing from one run's depth_cap file (Nr 4, seed 15, cap 2), that
-    run's whole file missing, and the balancing pair's loss run missing at seed 15. Each costs
+    """Issue 61, through the real rounds of the local design (20 fresh seeds from first_seed,
+    budget 120 CPU-min): one depth cap missing from one run's depth_cap file (Nr 4, GAP_SEED, cap
+    2), that run's whole file missing, and the balancing pair's loss run missing at GAP_SEED. Each costs
     that seed of the claims that read it, no other: the seed is dropped and named, one seed is
     added past the block's reach and priced as one seed (fig5c's 3 runs, 2.7 CPU-min; the
     balancing pair's 2, 1.8), and the claims end at n = 20 with the verdicts the runs give
     without the gap. Before issue 61 the missing cap made a step 'Nr=4 cap 1->3' that no other
     seed had, every seed was dropped and deeper-recursion ended at n = 0; the missing run made
-    the planner rebuild seeds 15-28 (25.2 CPU-min) for one seed."""
+    the planner rebuild every seed from the gap on (seeds 15-28 at 25.2 CPU-min, under the second
+    design) for one seed."""
+    assert DESIGNS["local"].first_seed < GAP_SEED < DESIGNS["local"].first_seed + DESIGNS["local"].looks[-1]
     rng = np.random.default_rng(61)
     full = _decisive_draw(rng)
     base = _rounds_until_stop(full)
@@ -703,4 +705,5 @@ def test_claims_outside_the_family_show_their_numbers_and_one_line_for_seeds_the
         assert "20 seed(s) of its grid with no comparison, not counted" in note, note
     members = list(_family("local"))
     assert (table.loc[members, "n seeds"] == DESIGNS["local"].looks[0]).all()
-    assert table.loc[members, "note"].str.contains("3 pilot seed\\(s\\) below design's first fresh seed 9 not read").all()
+    first = DESIGNS["local"].first_seed
+    assert table.loc[members, "note"].str.contains(f"3 pilot seed\\(s\\) below design's first fresh seed {first} not read").all()

@@ -85,8 +85,9 @@ def test_two_eval_settings_of_one_run_keep_two_cost_records(tmp_path):
 
 
 def test_the_full_look_raises_exactly_the_local_familys_blocks():
-    """The local design's look (20 fresh seeds from seed 9) raises fig5c's MoR block and
-    deciding's balancing pair, skipping the pilot's seeds 3-8, and nothing else."""
+    """The local design's look (20 fresh seeds from seed 29, the third design) raises fig5c's MoR
+    block and deciding's balancing pair, skipping the seeds earlier designs read (3-28), and
+    nothing else."""
     paper = resolve_targets(["paper"], REPO / "grids", "local")
     before = {g.name: len(g.runs) for g in paper}
     after = {g.name: g for g in with_full_look(paper, "local")}
@@ -95,7 +96,7 @@ def test_the_full_look_raises_exactly_the_local_familys_blocks():
     assert len(after["fig5c"].runs) == 3 * (3 + 20)
     bal = [r for r in after["deciding"].runs if r.block == "balancing"]
     assert len(bal) == 2 * 23
-    assert sorted({r.config.train.seed for r in bal}) == [0, 1, 2] + list(range(9, 29))
+    assert sorted({r.config.train.seed for r in bal}) == [0, 1, 2] + list(range(29, 49))
     assert len(after["deciding"].runs) - len(bal) == before["deciding"] - 2 * 3
 
 
