@@ -252,7 +252,7 @@ class Design:
     power: float = 0.8  # for the minimum detectable effect and the seeds needed
     floors: dict = field(default_factory=dict, hash=False)  # metric -> sd floor (its resolution)
     # seed offsets (train.seed minus its block's first seed, as mor.claims.seeding counts them)
-    # below this are a pilot's (the data that sized this design): no test reads them, so the
+    # below this are not read (earlier designs were sized on them or decided on them), so the
     # looks count fresh seeds only (grids/claims/claims.yaml design.by_mode)
     first_seed: int = 0
     # alpha earlier designs already spent on claims this one tests again (their looks are final):

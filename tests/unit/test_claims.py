@@ -85,7 +85,7 @@ def test_spec_names_every_claim_and_sources_every_number():
     assert DESIGN.looks == (9,) and DESIGN.alpha == 0.05 and DESIGN.first_seed == 0
     local, _ = load_specs(mode="local")  # the local mode's third design: a look at 20 fresh seeds from offset 29
     assert local.looks == (20,) and local.first_seed == 29 and local.alpha == DESIGN.alpha
-    assert local.spent_before == 0.10
+    assert local.spent_before == 0.15  # two looks and a re-analysis at 0.05 each
     assert load_specs(mode="cluster")[0] == DESIGN
 
 
@@ -541,9 +541,9 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     md = (tmp_path / "tables" / "claims" / "claims.md").read_text()
     local, _ = load_specs(mode="local")  # the table says the mode's own design: its look and its pilot
     assert f"n = {local.looks[0]})" in md and "Holm" in md and "(after Holm)" in md
-    assert f"Seeds at offsets below {local.first_seed}" in md and "a pilot's" in md
+    assert f"Seeds at offsets below {local.first_seed}" in md and "are not read" in md
     # the alpha the first two designs spent on the claims this one re-tests, and the bound across the three
-    assert "Alpha already spent" in md and "bounded by 0.15 (union bound)" in md
+    assert "Alpha already spent" in md and "bounded by 0.2 (union bound)" in md
     assert set(local.retested) == {"aux-separates", "deeper-recursion", "balancing-maxvio", "balancing-entropy", "balancing-nll"}
     assert '"weight-sharing alone in recursive models degraded performance compared to Vanilla"' in md
     assert "Decided by deciding: vanilla, recursive" in md
@@ -556,14 +556,16 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     (record,) = load_reanalyses(mode="local")
     now = dict(zip(csv["claim"], csv["verdict"]))
     assert md.index("**Re-analysis.**") < md.index("(after Holm)") and "Re-analysis." in html
-    # the third local design reads past the record's seeds: its verdicts are said to be a fresh test
+    # the third local design reads past the record's seeds: its verdicts are said to be a fresh test,
+    # never moves of the record's; the record's own re-analysed verdicts are given
     assert record.offsets == (9, 28) and "not those runs (9-28): its verdicts are a fresh test" in md
+    assert "Re-decided on the same runs under the changed tests: " in md and "deeper-recursion holds -> inconclusive" in md
     # issue 61: the redesigned test opens it too, and the table says whose each verdict is
     assert md.index("**Redesigned test.** deeper-recursion's test was redesigned") < md.index("(after Holm)")
     assert "Redesigned test." in html and re.search(r"\|\s*verdict from\s*\|", md)
-    for c, before in record.verdicts_before.items():
-        moved = now[c] != before and now[c] not in ("not built", "not tested in this mode")
-        assert (f"{c} {before} -> {now[c]}" in md) == moved
+    notice = md[md.index("**Re-analysis.**"):md.index("**Redesigned test.**")]
+    assert notice.count("->") == sum(record.verdicts_after[c] != v for c, v in record.verdicts_before.items())
+    assert all(f"{c} {now[c]}" in notice.split("not compared with it: ")[1] for c in record.verdicts_before)
 
 
 def test_holm_family_is_every_built_claim_not_only_the_tested_ones():
@@ -938,7 +940,7 @@ def test_the_pilot_counts_from_the_blocks_first_seed_as_the_grid_gives_it_when_i
     failed = {"sim": pd.DataFrame({"seed": seeds[1:], "a0": effect[1:]})}
     row = evaluate(failed, claims, design, specs, first_seeds=first).iloc[0]
     assert row["n seeds"] == 20 and abs(row["mean effect"]) < 0.2
-    assert "8 pilot seed(s) below design's first fresh seed 9 not read (they sized this design): 1, 2, 3, 4, 5, 6, 7, 8" in row["note"]
+    assert "8 pilot seed(s) below design's first fresh seed 9 not read (earlier designs sized this one on them or decided on them): 1, 2, 3, 4, 5, 6, 7, 8" in row["note"]
     every = {"sim": pd.DataFrame({"seed": seeds, "a0": effect})}
     pd.testing.assert_series_equal(evaluate(every, claims, design, specs, first_seeds=first).iloc[0],
                                    evaluate(every, claims, design, specs).iloc[0])
@@ -977,10 +979,16 @@ def test_reanalysis_notice_names_what_moved_and_what_did_not(tmp_path):
     assert ("1 differ (deeper-recursion holds -> inconclusive), the same: aux-separates contradicted, "
             "not decided here: balancing-nll (not built).") in text
     assert "seeds 9-28" in text and "abc" in text and "issue 1)" in text and "fresh test" not in text
-    # a table whose design reads past the record's seeds says its verdicts are a fresh test (issue 61)
-    (later,) = reanalysis_notice((r,), {"deeper-recursion": "inconclusive"}, first_seed=29)
+    # a table whose design reads past the record's seeds says its verdicts are a fresh test (issue 61):
+    # the record's own re-analysed verdicts are given, the table's listed, none called a move
+    r2 = dataclasses.replace(r, verdicts_after={"deeper-recursion": "inconclusive", "aux-separates": "contradicted",
+                                                "balancing-nll": "holds"})
+    (later,) = reanalysis_notice((r2,), {"deeper-recursion": "holds", "aux-separates": "inconclusive"}, first_seed=29)
     assert "reads seed offsets from 29 on, not those runs (9-28): its verdicts are a fresh test" in later
-    assert "fresh test" not in reanalysis_notice((r,), {}, first_seed=28)[0]
+    assert "under the changed tests: deeper-recursion holds -> inconclusive; aux-separates contradicted; balancing-nll holds." in later
+    assert later.endswith("not compared with it: deeper-recursion holds; aux-separates inconclusive; balancing-nll not built.")
+    assert later.count("->") == 1 and "differ" not in later
+    assert "fresh test" not in reanalysis_notice((r2,), {}, first_seed=28)[0]
     (same,) = reanalysis_notice((r,), {"deeper-recursion": "holds", "aux-separates": "contradicted",
                                        "balancing-nll": "not tested in this mode"})
     assert "none differs" in same and "->" not in same and "balancing-nll (not tested in this mode)" in same
@@ -993,7 +1001,8 @@ def test_reanalysis_notice_names_what_moved_and_what_did_not(tmp_path):
                        (dict(verdicts_before=["holds"]), "mapping"),
                        (dict(issues=47), "issues"), (dict(issues=[]), "issues"),
                        (dict(mode="locl"), "locl"), (dict(why=""), "needs exactly"),
-                       (dict(offsets=[28, 9]), "offsets"), (dict(offsets=[9]), "offsets")):
+                       (dict(offsets=[28, 9]), "offsets"), (dict(offsets=[9]), "offsets"),
+                       (dict(verdicts_after={"deeper-recursion": "held"}), "verdicts_after")):
         f = tmp_path / "c.yaml"
         f.write_text(yaml.safe_dump({**spec, "reanalyses": [{**good, **bad}]}))
         for load in (load_reanalyses, load_specs):

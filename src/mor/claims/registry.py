@@ -189,7 +189,8 @@ def _skew(entry, path) -> float:
 
 
 VERDICTS = ("holds", "contradicted", "inconclusive")
-REANALYSIS_KEYS = {"mode", "date", "issues", "why", "runs", "offsets", "commit_before", "verdicts_before"}
+REANALYSIS_KEYS = {"mode", "date", "issues", "why", "runs", "offsets", "commit_before", "verdicts_before",
+                   "verdicts_after"}
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,9 @@ class Reanalysis:
     # the seed offsets of those runs, first and last (as the design counts them): a table whose
     # design reads past them (first_seed > last) decides on fresh seeds, and says so
     offsets: tuple[int, int] | None = None
+    # claim id -> its verdict on those runs under the changed tests (the re-analysis itself), so
+    # the record keeps it once a later design's table reads other runs
+    verdicts_after: dict | None = field(default=None, hash=False)
 
 
 def load_reanalyses(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Reanalysis, ...]:
@@ -228,19 +232,22 @@ def load_reanalyses(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Re
         issues = e["issues"]
         if not isinstance(issues, list) or not issues or not all(isinstance(n, int) for n in issues):
             raise ValueError(f"{where}.issues: a non-empty list of issue numbers, got {issues!r}")
+        for key in ("verdicts_before", "verdicts_after"):
+            got = e[key]
+            bad = (sorted(set(got) - ids) + sorted(f"{k}: {v}" for k, v in got.items() if v not in VERDICTS)
+                   if isinstance(got, dict) else [repr(got)])
+            if not got or bad:
+                raise ValueError(f"{where}.{key}: a mapping of claim id -> verdict; unknown or bad "
+                                 f"{bad or 'none given'} (verdicts: {', '.join(VERDICTS)})")
         before = e["verdicts_before"]
-        bad = (sorted(set(before) - ids) + sorted(f"{k}: {v}" for k, v in before.items() if v not in VERDICTS)
-               if isinstance(before, dict) else [repr(before)])
-        if not before or bad:
-            raise ValueError(f"{where}.verdicts_before: a mapping of claim id -> verdict; unknown or bad "
-                             f"{bad or 'none given'} (verdicts: {', '.join(VERDICTS)})")
         offsets = e["offsets"]
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int and o >= 0 for o in offsets)
                 and offsets[0] <= offsets[1]):
             raise ValueError(f"{where}.offsets: the runs' first and last seed offsets [first, last], got {offsets!r}")
         r = Reanalysis(mode=str(e["mode"]), date=str(e["date"]), issues=tuple(issues), why=" ".join(str(e["why"]).split()),
                        runs=" ".join(str(e["runs"]).split()), commit_before=str(e["commit_before"]),
-                       verdicts_before=dict(before), offsets=(offsets[0], offsets[1]))
+                       verdicts_before=dict(before), offsets=(offsets[0], offsets[1]),
+                       verdicts_after=dict(e["verdicts_after"]))
         if mode is None or r.mode == mode:
             out.append(r)
     return tuple(out)

@@ -83,32 +83,37 @@ UNDECIDED_HERE = ("not built", "not tested in this mode")  # statuses that are n
 
 def reanalysis_notice(reanalyses: tuple[Reanalysis, ...], verdicts: dict[str, str], first_seed: int = 0) -> list[str]:
     """One paragraph per re-analysis for the top of the claims table: what changed after its
-    verdicts were seen, the verdicts recorded then (on the runs it names), and this table's
-    own for the same claims: the ones that differ first, then the same, then the claims this
-    table does not decide (not built, not in its mode). Where the table's design reads seeds
-    past the record's (``first_seed`` beyond its last offset) its verdicts are a fresh test of
-    other runs, not the re-analysis: the paragraph says so before comparing.
+    verdicts were seen and the verdicts recorded then (on the runs it names). Where this table
+    read those runs, its own verdicts for the same claims follow: the ones that differ first,
+    then the same, then the claims it does not decide (not built, not in its mode). Where the
+    table's design reads seeds past the record's (``first_seed`` beyond its last offset), the
+    table is a fresh test of other runs: the paragraph gives the record's own re-analysed
+    verdicts (``verdicts_after``) and lists the table's as fresh, never as moves.
     Pure: the record, the design's first seed offset and the table (claim id -> verdict)."""
     out = []
     for r in reanalyses:
         fresh = r.offsets is not None and first_seed > r.offsets[1]
         now = {c: verdicts.get(c, "not built") for c in r.verdicts_before}
+        text = (f"Tests changed after these verdicts were seen ({r.date}, issue{'s' if len(r.issues) > 1 else ''} "
+                f"{', '.join(str(i) for i in r.issues)}): {r.why}. On {r.runs}, the claims code at {r.commit_before} "
+                f"decided {len(r.verdicts_before)} claim(s). ")
+        if fresh:
+            moved = lambda a, b: "; ".join(f"{c} {v} -> {b[c]}" if b.get(c, v) != v else f"{c} {v}" for c, v in a.items())
+            out.append(text + f"Re-decided on the same runs under the changed tests: {moved(r.verdicts_before, r.verdicts_after or {})}. "
+                       f"This table reads seed offsets from {first_seed} on, not those runs ({r.offsets[0]}-{r.offsets[1]}): "
+                       f"its verdicts are a fresh test, not the re-analysis, and are not compared with it: "
+                       + "; ".join(f"{c} {now[c]}" for c in r.verdicts_before) + ".")
+            continue
         differ = [f"{c} {v} -> {now[c]}" for c, v in r.verdicts_before.items()
                   if now[c] != v and now[c] not in UNDECIDED_HERE]
         same = [f"{c} {v}" for c, v in r.verdicts_before.items() if now[c] == v]
         absent = [f"{c} ({now[c]})" for c in r.verdicts_before if now[c] in UNDECIDED_HERE]
-        text = (f"Tests changed after these verdicts were seen ({r.date}, issue{'s' if len(r.issues) > 1 else ''} "
-                f"{', '.join(str(i) for i in r.issues)}): {r.why}. On {r.runs}, the claims code at {r.commit_before} "
-                f"decided {len(r.verdicts_before)} claim(s). "
-                + (f"This table reads seed offsets from {first_seed} on, not those runs ({r.offsets[0]}-{r.offsets[1]}): "
-                   f"its verdicts are a fresh test, shown beside the record, not the re-analysis. " if fresh else "")
-                + "This table's verdicts: ")
         parts = [f"{len(differ)} differ ({'; '.join(differ)})" if differ else "none differs"]
         if same:
             parts.append(f"the same: {'; '.join(same)}")
         if absent:
             parts.append(f"not decided here: {'; '.join(absent)}")
-        out.append(text + ", ".join(parts) + ".")
+        out.append(text + "This table's verdicts: " + ", ".join(parts) + ".")
     return out
 
 

@@ -44,12 +44,12 @@ def verdict_note(design: stats.Design) -> str:
                                rho=design.rho, first=design.looks[0], power=design.power)
     if design.first_seed:
         note += (f" Seeds at offsets below {design.first_seed} (train.seed minus the first seed of the claim's blocks, "
-                 f"as the design raises blocks) are a pilot's: their results sized this design, so no test reads "
-                 f"them, and 'n seeds' and the looks count the fresh seeds from offset {design.first_seed} on. A claim "
+                 f"as the design raises blocks) are not read: earlier designs sized this one on them or "
+                 f"decided on them, and 'n seeds' and the looks count the fresh seeds from offset {design.first_seed} on. A claim "
                  f"outside the family, which nothing tests, is shown with every seed its grids hold.")
     if design.spent_before:
-        note += (f" Alpha already spent: earlier designs' final looks tested {', '.join(design.retested)} at alpha = "
-                 f"{design.spent_before:g} in all; this design tests them again at a fresh alpha = "
+        note += (f" Alpha already spent: earlier designs' final looks (and re-analyses) tested {', '.join(design.retested)} at "
+                 f"alpha = {design.spent_before:g} in all; this design tests them again at a fresh alpha = "
                  f"{design.alpha:g}, so across the designs their chance of any wrong verdict is bounded by "
                  f"{design.spent_before + design.alpha:.2g} (union bound), not {design.alpha:g}.")
     return note
@@ -111,8 +111,8 @@ def _comparisons(claim: Claim, spec: Spec, frames: dict[str, pd.DataFrame],
     seeds = [s for s in seeds if s not in pilot]  # those before base have no comparison: noted below
     per_seed = {s: per_seed[s] if s in per_seed else compare(s) for s in seeds}
     labels = list(dict.fromkeys(k for r in per_seed.values() for k in r.values))
-    notes = [f"{len(pilot)} pilot seed(s) below design's first fresh seed {base + first_seed} not read (they sized this "
-             f"design): {', '.join(map(str, pilot))}"] if pilot else []
+    notes = [f"{len(pilot)} pilot seed(s) below design's first fresh seed {base + first_seed} not read (earlier designs "
+             f"sized this one on them or decided on them): {', '.join(map(str, pilot))}"] if pilot else []
     dead = [k for k in labels if not any(math.isfinite(r.values.get(k, math.nan)) for r in per_seed.values())]
     if dead:
         notes.append(f"{len(dead)} comparison(s) without runs in any seed dropped: {', '.join(dead)}")
