@@ -1111,3 +1111,16 @@ def test_the_forest_plot_shades_an_equivalence_margin_and_skips_a_claim_without_
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["holds", "inconclusive", "equivalence margin"]
     assert to_hex([ln for ln in ax.lines if ln.get_gid() == "interval:a"][0].get_color()) == VERDICT_COLOURS["holds"].lower()
+
+
+def test_the_redesign_names_the_seeds_the_local_design_reads():
+    """deeper-recursion's redesign is to be decided on fresh seeds: the offsets its record names
+    are the ones the local design's look reads (first_seed .. first_seed + look - 1), and none of
+    them is a seed the re-analysis record says was already read."""
+    from mor.claims.registry import load_reanalyses, load_redesigns
+
+    local, _ = load_specs(mode="local")
+    first, last = local.first_seed, local.first_seed + local.looks[-1] - 1
+    (redesign,) = load_redesigns(mode="local")
+    assert f"offsets {first}-{last}" in redesign.fresh_seeds
+    assert all(r.offsets[1] < first for r in load_reanalyses(mode="local"))
