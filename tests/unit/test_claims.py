@@ -565,6 +565,7 @@ def test_render_writes_the_table_its_method_and_each_claims_sentence(tmp_path):
     assert "Redesigned test." in html and re.search(r"\|\s*verdict from\s*\|", md)
     notice = md[md.index("**Re-analysis.**"):md.index("**Redesigned test.**")]
     assert notice.count("->") == sum(record.verdicts_after[c] != v for c, v in record.verdicts_before.items())
+    assert all(c in notice.split("not compared with it: ")[0] for c in record.verdicts_after)  # balancing-nll too
     assert all(f"{c} {now[c]}" in notice.split("not compared with it: ")[1] for c in record.verdicts_before)
 
 
@@ -982,10 +983,11 @@ def test_reanalysis_notice_names_what_moved_and_what_did_not(tmp_path):
     # a table whose design reads past the record's seeds says its verdicts are a fresh test (issue 61):
     # the record's own re-analysed verdicts are given, the table's listed, none called a move
     r2 = dataclasses.replace(r, verdicts_after={"deeper-recursion": "inconclusive", "aux-separates": "contradicted",
-                                                "balancing-nll": "holds"})
+                                                "balancing-nll": "holds", "balancing-maxvio": "inconclusive"})
     (later,) = reanalysis_notice((r2,), {"deeper-recursion": "holds", "aux-separates": "inconclusive"}, first_seed=29)
     assert "reads seed offsets from 29 on, not those runs (9-28): its verdicts are a fresh test" in later
-    assert "under the changed tests: deeper-recursion holds -> inconclusive; aux-separates contradicted; balancing-nll holds." in later
+    assert ("under the changed tests: deeper-recursion holds -> inconclusive; aux-separates contradicted; balancing-nll holds; "
+            "balancing-maxvio (a new member) inconclusive.") in later
     assert later.endswith("not compared with it: deeper-recursion holds; aux-separates inconclusive; balancing-nll not built.")
     assert later.count("->") == 1 and "differ" not in later
     assert "fresh test" not in reanalysis_notice((r2,), {}, first_seed=28)[0]

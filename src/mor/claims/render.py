@@ -98,8 +98,11 @@ def reanalysis_notice(reanalyses: tuple[Reanalysis, ...], verdicts: dict[str, st
                 f"{', '.join(str(i) for i in r.issues)}): {r.why}. On {r.runs}, the claims code at {r.commit_before} "
                 f"decided {len(r.verdicts_before)} claim(s). ")
         if fresh:
-            moved = lambda a, b: "; ".join(f"{c} {v} -> {b[c]}" if b.get(c, v) != v else f"{c} {v}" for c, v in a.items())
-            out.append(text + f"Re-decided on the same runs under the changed tests: {moved(r.verdicts_before, r.verdicts_after or {})}. "
+            after = r.verdicts_after or {}
+            redecided = "; ".join(f"{c} (a new member) {after[c]}" if c not in r.verdicts_before
+                                  else f"{c} {r.verdicts_before[c]} -> {after[c]}" if after.get(c, r.verdicts_before[c]) != r.verdicts_before[c]
+                                  else f"{c} {r.verdicts_before[c]}" for c in dict.fromkeys([*r.verdicts_before, *after]))
+            out.append(text + f"Re-decided on the same runs under the changed tests: {redecided}. "
                        f"This table reads seed offsets from {first_seed} on, not those runs ({r.offsets[0]}-{r.offsets[1]}): "
                        f"its verdicts are a fresh test, not the re-analysis, and are not compared with it: "
                        + "; ".join(f"{c} {now[c]}" for c in r.verdicts_before) + ".")
