@@ -189,8 +189,10 @@ def _skew(entry, path) -> float:
 
 
 VERDICTS = ("holds", "contradicted", "inconclusive")
-REANALYSIS_KEYS = {"mode", "date", "issues", "why", "runs", "offsets", "commit_before", "verdicts_before",
-                   "verdicts_after"}
+REANALYSIS_KEYS = {"mode", "date", "issues", "why", "runs", "commit_before", "verdicts_before"}
+# optional (issue 61): the runs' seed offsets and the re-analysis's own verdicts; a record written
+# before them still loads, and without offsets a table never reads it as another design's seeds
+REANALYSIS_OPTIONAL = {"offsets", "verdicts_after"}
 
 
 @dataclass(frozen=True)
@@ -224,15 +226,18 @@ def load_reanalyses(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Re
     ids = {c.id for c in CLAIMS}
     for i, e in enumerate(raw.get("reanalyses") or []):
         where = f"{path}: reanalyses[{i}]"
-        if not isinstance(e, dict) or set(e) != REANALYSIS_KEYS or not e["why"]:
-            raise ValueError(f"{where} needs exactly {sorted(REANALYSIS_KEYS)}, got "
-                             f"{sorted(e) if isinstance(e, dict) else e!r}")
+        if (not isinstance(e, dict) or not REANALYSIS_KEYS <= set(e) <= REANALYSIS_KEYS | REANALYSIS_OPTIONAL
+                or not e["why"]):
+            raise ValueError(f"{where} needs exactly {sorted(REANALYSIS_KEYS)} (and may give "
+                             f"{sorted(REANALYSIS_OPTIONAL)}), got {sorted(e) if isinstance(e, dict) else e!r}")
         if e["mode"] not in modes:
             raise ValueError(f"{where}.mode: {e['mode']!r} is no mode of design.family / design.by_mode {sorted(modes)}")
         issues = e["issues"]
         if not isinstance(issues, list) or not issues or not all(isinstance(n, int) for n in issues):
             raise ValueError(f"{where}.issues: a non-empty list of issue numbers, got {issues!r}")
         for key in ("verdicts_before", "verdicts_after"):
+            if key not in e:
+                continue
             got = e[key]
             bad = (sorted(set(got) - ids) + sorted(f"{k}: {v}" for k, v in got.items() if v not in VERDICTS)
                    if isinstance(got, dict) else [repr(got)])
@@ -240,14 +245,14 @@ def load_reanalyses(path: Path = SPEC_FILE, mode: str | None = None) -> tuple[Re
                 raise ValueError(f"{where}.{key}: a mapping of claim id -> verdict; unknown or bad "
                                  f"{bad or 'none given'} (verdicts: {', '.join(VERDICTS)})")
         before = e["verdicts_before"]
-        offsets = e["offsets"]
+        offsets = e.get("offsets", [0, 0])
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int and o >= 0 for o in offsets)
                 and offsets[0] <= offsets[1]):
             raise ValueError(f"{where}.offsets: the runs' first and last seed offsets [first, last], got {offsets!r}")
         r = Reanalysis(mode=str(e["mode"]), date=str(e["date"]), issues=tuple(issues), why=" ".join(str(e["why"]).split()),
                        runs=" ".join(str(e["runs"]).split()), commit_before=str(e["commit_before"]),
-                       verdicts_before=dict(before), offsets=(offsets[0], offsets[1]),
-                       verdicts_after=dict(e["verdicts_after"]))
+                       verdicts_before=dict(before), offsets=(offsets[0], offsets[1]) if "offsets" in e else None,
+                       verdicts_after=dict(e["verdicts_after"]) if "verdicts_after" in e else None)
         if mode is None or r.mode == mode:
             out.append(r)
     return tuple(out)
