@@ -89,6 +89,11 @@ class Executor(RemoteExecutor):
         self.step_env = {**os.environ, **self.settings.environment()}
         self.handoffs = Path(self.tmpdir)
         self.next_seconds_between_status_checks = 0.5
+        # outcomes told to Snakemake in the previous check, marked reported in the next one: the
+        # scheduler persists a finished job (clears its outputs' incomplete marks) on its own thread
+        # after report_job_success, so a workflow killed in between reruns the job as incomplete;
+        # its record must still let the launcher adopt the ended job rather than submit it again
+        self.unmarked: list[tuple[Path, str]] = []
         self.ready = True
 
     # ------------------------------------------------------------------ submit
@@ -130,12 +135,12 @@ class Executor(RemoteExecutor):
     def _step_ended(self, info: SubmittedJobInfo, f: Flight) -> bool:
         """Handle a launcher step that exited; True when Snakemake has been told the job's outcome."""
         rc, f.proc = f.proc.returncode, None
-        if f.step == "collecting":  # Snakemake is told now: a later run of this rule submits anew
-            if rc == 0:
+        if f.step == "collecting":  # Snakemake is told now; once it has persisted that (the next
+            if rc == 0:  # check, or shutdown), a later run of this rule submits anew
                 self.report_job_success(info)
             else:
                 self.report_job_error(info, msg=self._failure(f, rc))
-            mark_reported(Path(f.job.folder), f.job_id)
+            self.unmarked.append((Path(f.job.folder), f.job_id))
             return True
         h = read_handoff(f.handoff)
         if rc == 0 and h.get("job_id"):
@@ -152,6 +157,7 @@ class Executor(RemoteExecutor):
             for info in active_jobs:
                 yield info
             return
+        self._mark_reported()  # the outcomes told one check ago: Snakemake has persisted them by now
         done: set[int] = set()
         for i, info in enumerate(active_jobs):  # launcher steps that ended
             f: Flight = info.aux["flight"]
@@ -179,6 +185,16 @@ class Executor(RemoteExecutor):
         for i, info in enumerate(active_jobs):
             if i not in done:
                 yield info
+
+    def _mark_reported(self) -> None:
+        marks, self.unmarked = self.unmarked, []
+        for folder, job_id in marks:
+            mark_reported(folder, job_id)
+
+    def shutdown(self):
+        """Every job's outcome is persisted once the scheduler shuts its executors down."""
+        super().shutdown()
+        self._mark_reported()
 
     def cancel_jobs(self, active_jobs: List[SubmittedJobInfo]):
         """The workflow was stopped: stop its launcher steps and cancel its Slurm jobs (one scancel)."""

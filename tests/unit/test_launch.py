@@ -345,8 +345,10 @@ def _fsdp_worker(rank, world, run, tokens, run_dir, port):
         summary = resumed.fit()
         if rank == 0:
             (run_dir / "rank0.json").write_text(json.dumps(summary))
-    finally:
+    except BaseException:
         distributed.shutdown()
+        raise
+    distributed.shutdown(barrier=True)  # as the train job's success path (checkpointable)
 
 
 FSDP_RUNS = {

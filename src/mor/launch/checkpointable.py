@@ -57,8 +57,10 @@ class Job(Checkpointable):
             shutdown()
             requeue_after_preemption()
             raise
-        finally:
+        except BaseException:
             shutdown()
+            raise
+        shutdown(barrier=True)  # every rank returned: meet before the group goes
         return {"rank": dist.rank, "world_size": dist.world_size, **spec.result(r)}
 
     def checkpoint(self, *args, **kwargs) -> DelayedSubmission:

@@ -73,6 +73,12 @@ def init_distributed(device: str = "auto", env=None, timeout_min: float = 30) ->
     return info
 
 
-def shutdown() -> None:
+def shutdown(barrier: bool = False) -> None:
+    """Tear the process group down. ``barrier``: every rank finished its work (the success path),
+    so wait for the others first: a rank that destroys gloo's group while a peer still uses it can
+    abort ("terminate called without an active exception", seen on 2 gloo ranks in CI). Never on
+    an error path, where a peer may sit in a collective that never completes."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
+        if barrier and torch.distributed.get_world_size() > 1:
+            torch.distributed.barrier()
         torch.distributed.destroy_process_group()
