@@ -256,7 +256,8 @@ class Design:
     # looks count fresh seeds only (grids/claims/claims.yaml design.by_mode)
     first_seed: int = 0
     # alpha earlier designs already spent on claims this one tests again (their looks are final):
-    # across the designs their family-wise bound is alpha + spent_before (union bound), not alpha. Stated in the claims table; it changes no test.
+    # across the designs their family-wise bound is alpha + spent_before (union bound), not alpha.
+    # Stated in the claims table; it changes no test.
     spent_before: float = 0.0
     retested: tuple[str, ...] = ()
     # the largest log-normal sigma of the seed noise's shapes (either skew sign) every one-sided

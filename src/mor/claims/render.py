@@ -81,6 +81,21 @@ def rounds_note(rounds: list[dict]) -> str:
 UNDECIDED_HERE = ("not built", "not tested in this mode")  # statuses that are no verdict of this table's
 
 
+def _redecided(r: Reanalysis) -> str:
+    """The record's verdicts under the changed tests, each beside its first one: "c v" where it
+    stayed, "c v -> w" where it moved, "c (a new member) w" for a claim the change added."""
+    before, after = r.verdicts_before, r.verdicts_after or {}
+    parts = []
+    for c in dict.fromkeys([*before, *after]):
+        if c not in before:
+            parts.append(f"{c} (a new member) {after[c]}")
+        elif after.get(c, before[c]) != before[c]:
+            parts.append(f"{c} {before[c]} -> {after[c]}")
+        else:
+            parts.append(f"{c} {before[c]}")
+    return "; ".join(parts)
+
+
 def reanalysis_notice(reanalyses: tuple[Reanalysis, ...], verdicts: dict[str, str], first_seed: int = 0) -> list[str]:
     """One paragraph per re-analysis for the top of the claims table: what changed after its
     verdicts were seen and the verdicts recorded then (on the runs it names). Where this table
@@ -98,11 +113,7 @@ def reanalysis_notice(reanalyses: tuple[Reanalysis, ...], verdicts: dict[str, st
                 f"{', '.join(str(i) for i in r.issues)}): {r.why}. On {r.runs}, the claims code at {r.commit_before} "
                 f"decided {len(r.verdicts_before)} claim(s). ")
         if fresh:
-            after = r.verdicts_after or {}
-            redecided = "; ".join(f"{c} (a new member) {after[c]}" if c not in r.verdicts_before
-                                  else f"{c} {r.verdicts_before[c]} -> {after[c]}" if after.get(c, r.verdicts_before[c]) != r.verdicts_before[c]
-                                  else f"{c} {r.verdicts_before[c]}" for c in dict.fromkeys([*r.verdicts_before, *after]))
-            out.append(text + f"Re-decided on the same runs under the changed tests: {redecided}. "
+            out.append(text + f"Re-decided on the same runs under the changed tests: {_redecided(r)}. "
                        f"This table reads seed offsets from {first_seed} on, not those runs ({r.offsets[0]}-{r.offsets[1]}): "
                        f"its verdicts are a fresh test, not the re-analysis, and are not compared with it: "
                        + "; ".join(f"{c} {now[c]}" for c in r.verdicts_before) + ".")
